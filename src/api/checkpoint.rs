@@ -1,0 +1,173 @@
+//! CheckpointService: Checkpoint, Restore, ListTurns and DeleteTurn. Each RPC
+//! checks its request into domain values, asks the store, and converts the
+//! answer back; the rules of the log (deduplication, order, the version
+//! check) are the store's and `model`'s.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::pb::checkpoint_service_server::CheckpointService;
+use super::pb::{self, *};
+use super::{Shared, timestamp, validate};
+use crate::config::limits;
+use crate::error::{Error, InvalidReason, Result};
+use crate::model::{self, Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint};
+
+/// The CheckpointService implementation.
+pub struct CheckpointApi {
+    shared: Arc<Shared>,
+}
+
+impl CheckpointApi {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        CheckpointApi { shared }
+    }
+
+    async fn checkpoint(&self, req: CheckpointRequest) -> Result<CheckpointResponse> {
+        let checkpoint = NewCheckpoint {
+            namespace: validate::namespace(req.namespace)?,
+            turn_id: validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?,
+            session_id: validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, false)?,
+            phase: validate::phase("phase", req.phase, true)?,
+            state: {
+                validate::state(&req.state, self.shared.limits().state_bytes_max)?;
+                req.state
+            },
+            timestamp: validate::timestamp("timestamp", req.timestamp)?,
+            terminal: req.terminal,
+            workflow_version: validate::id(
+                "workflow_version",
+                req.workflow_version,
+                limits::WORKFLOW_VERSION_BYTES_MAX,
+                false,
+            )?,
+        };
+        let (inserted, stored) = match self.shared.store()?.append(checkpoint).await? {
+            Appended::Inserted(stored) => (true, stored),
+            Appended::Duplicate(stored) => (false, stored),
+            Appended::Conflict => return Err(Error::CheckpointConflict),
+        };
+        Ok(CheckpointResponse { inserted, checkpoint: Some(to_pb(stored)) })
+    }
+
+    async fn restore(&self, req: RestoreRequest) -> Result<RestoreResponse> {
+        let limits = self.shared.limits();
+        let namespace = validate::namespace(req.namespace)?;
+        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?;
+        let limit = validate::page_size(req.page_size, limits.page_size_default, limits.page_size_max)?;
+        let after = validate::restore_cursor(&req.page_token, req.newest_first)?;
+        let phase = validate::phase("phase", req.phase, false)?;
+        let expected = validate::id(
+            "expect_workflow_version",
+            req.expect_workflow_version,
+            limits::WORKFLOW_VERSION_BYTES_MAX,
+            false,
+        )?;
+        let store = self.shared.store()?;
+
+        if !expected.is_empty() {
+            if let Some(turn) = store.turn(&namespace, &turn_id).await? {
+                if !model::workflow_versions_compatible(&expected, &turn.workflow_version) {
+                    return Err(Error::WorkflowVersionMismatch { expected, recorded: turn.workflow_version });
+                }
+            }
+        }
+
+        let query = RestoreQuery {
+            namespace,
+            turn_id,
+            newest_first: req.newest_first,
+            phase: (!phase.is_empty()).then_some(phase),
+            after,
+            limit,
+        };
+        let (checkpoints, more) = store.restore(&query).await?;
+        let next_page_token = match checkpoints.last() {
+            Some(last) if more => validate::restore_token(last.cursor(), req.newest_first),
+            _ => String::new(),
+        };
+        Ok(RestoreResponse { checkpoints: checkpoints.into_iter().map(to_pb).collect(), next_page_token })
+    }
+
+    async fn list_turns(&self, req: ListTurnsRequest) -> Result<ListTurnsResponse> {
+        let limits = self.shared.limits();
+        let status = match pb::TurnStatus::try_from(req.status) {
+            Ok(pb::TurnStatus::Open) => model::TurnStatus::Open,
+            Ok(pb::TurnStatus::Terminal) => model::TurnStatus::Terminal,
+            Ok(pb::TurnStatus::Any | pb::TurnStatus::Unspecified) => model::TurnStatus::Any,
+            Err(_) => {
+                return Err(Error::invalid("status", InvalidReason::OutOfRange, "is not a TurnStatus value"));
+            }
+        };
+        let session_id = validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, false)?;
+        let query = ListTurnsQuery {
+            namespace: validate::namespace(req.namespace)?,
+            status,
+            session_id: (!session_id.is_empty()).then_some(session_id),
+            updated_before: validate::optional_timestamp("updated_before", req.updated_before)?,
+            after_turn_id: validate::turns_after(&req.page_token)?,
+            limit: validate::page_size(req.page_size, limits.page_size_default, limits.page_size_max)?,
+        };
+        let (turns, more) = self.shared.store()?.list_turns(&query).await?;
+        let next_page_token = match turns.last() {
+            Some(last) if more => validate::turns_token(&last.turn_id),
+            _ => String::new(),
+        };
+        let turns = turns
+            .into_iter()
+            .map(|t| pb::TurnSummary {
+                turn_id: t.turn_id,
+                session_id: t.session_id,
+                first_timestamp: Some(timestamp(t.first_timestamp)),
+                last_timestamp: Some(timestamp(t.last_timestamp)),
+                last_phase: t.last_phase,
+                checkpoint_count: t.checkpoint_count,
+                terminal: t.terminal,
+                workflow_version: t.workflow_version,
+            })
+            .collect();
+        Ok(ListTurnsResponse { turns, next_page_token })
+    }
+
+    async fn delete_turn(&self, req: DeleteTurnRequest) -> Result<DeleteTurnResponse> {
+        let namespace = validate::namespace(req.namespace)?;
+        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?;
+        let deleted = self.shared.store()?.delete_turn(&namespace, &turn_id).await?;
+        Ok(DeleteTurnResponse { deleted })
+    }
+}
+
+fn to_pb(stored: StoredCheckpoint) -> pb::Checkpoint {
+    let c = stored.checkpoint;
+    pb::Checkpoint {
+        namespace: c.namespace,
+        turn_id: c.turn_id,
+        session_id: c.session_id,
+        phase: c.phase,
+        state: c.state,
+        timestamp: Some(timestamp(c.timestamp)),
+        terminal: c.terminal,
+        workflow_version: c.workflow_version,
+        recorded_at: Some(timestamp(stored.recorded_at)),
+    }
+}
+
+#[tonic::async_trait]
+impl CheckpointService for CheckpointApi {
+    async fn checkpoint(&self, request: Request<CheckpointRequest>) -> Result<Response<CheckpointResponse>, Status> {
+        Ok(Response::new(CheckpointApi::checkpoint(self, request.into_inner()).await?))
+    }
+
+    async fn restore(&self, request: Request<RestoreRequest>) -> Result<Response<RestoreResponse>, Status> {
+        Ok(Response::new(CheckpointApi::restore(self, request.into_inner()).await?))
+    }
+
+    async fn list_turns(&self, request: Request<ListTurnsRequest>) -> Result<Response<ListTurnsResponse>, Status> {
+        Ok(Response::new(CheckpointApi::list_turns(self, request.into_inner()).await?))
+    }
+
+    async fn delete_turn(&self, request: Request<DeleteTurnRequest>) -> Result<Response<DeleteTurnResponse>, Status> {
+        Ok(Response::new(CheckpointApi::delete_turn(self, request.into_inner()).await?))
+    }
+}

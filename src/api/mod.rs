@@ -1,0 +1,62 @@
+//! The gRPC face of stepwell: the generated protobuf types (`pb`), the
+//! service implementations that convert between protobuf and the domain, the
+//! request checks, and the one error-to-status table. Only `api` knows
+//! protobuf types.
+
+pub mod checkpoint;
+pub mod codec;
+pub mod idempotency;
+pub mod status;
+pub mod validate;
+
+use std::sync::{Arc, OnceLock};
+
+use crate::config::Limits;
+use crate::error::{Error, Result};
+use crate::model::UnixNanos;
+use crate::store::Store;
+
+/// The generated protobuf types, servers and clients of `stepwell.v1`.
+pub mod pb {
+    #![allow(missing_docs, clippy::all)]
+    tonic::include_proto!("stepwell.v1");
+
+    /// The encoded descriptors of the contract, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/stepwell_descriptor.bin"));
+}
+
+/// What every service shares: the store, once it is open, and the limits.
+pub struct Shared {
+    store: OnceLock<Arc<dyn Store>>,
+    limits: Limits,
+}
+
+impl Shared {
+    /// Services start before the store is open; they answer UNAVAILABLE until then.
+    pub fn new(limits: Limits) -> Arc<Shared> {
+        Arc::new(Shared { store: OnceLock::new(), limits })
+    }
+
+    /// Makes the opened store available to the services.
+    pub fn set_store(&self, store: Arc<dyn Store>) {
+        // Only serve() sets the store, once; a second set would be a bug.
+        assert!(self.store.set(store).is_ok(), "the store is set once");
+    }
+
+    /// The store, if it is open.
+    pub fn store(&self) -> Result<&Arc<dyn Store>> {
+        self.store.get().ok_or(Error::NotReady("the store is not open yet"))
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+}
+
+/// A protobuf timestamp from nanoseconds since the epoch.
+pub fn timestamp(nanos: UnixNanos) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: nanos.div_euclid(1_000_000_000),
+        nanos: nanos.rem_euclid(1_000_000_000) as i32,
+    }
+}

@@ -1,0 +1,61 @@
+//! The one table from `Error` to `tonic::Status`. Handlers return `Error` and
+//! never choose a status code themselves. Every status carries a
+//! `google.rpc.ErrorInfo` with domain `stepwell.dev` and a reason; invalid
+//! input also carries a `google.rpc.BadRequest` naming the field. Store
+//! errors are logged with their source here and reach the client only as a
+//! reason: no SQL text or file path leaves the process.
+
+use std::collections::HashMap;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::Error;
+
+/// The ErrorInfo domain of every stepwell error.
+pub const DOMAIN: &str = "stepwell.dev";
+
+/// ErrorInfo reasons that are not field violations.
+pub mod reason {
+    pub const MALFORMED_REQUEST: &str = "MALFORMED_REQUEST";
+    pub const CHECKPOINT_CONFLICT: &str = "CHECKPOINT_CONFLICT";
+    pub const WORKFLOW_VERSION_MISMATCH: &str = "WORKFLOW_VERSION_MISMATCH";
+    pub const STORE_UNAVAILABLE: &str = "STORE_UNAVAILABLE";
+    pub const NOT_READY: &str = "NOT_READY";
+    pub const UNIMPLEMENTED: &str = "UNIMPLEMENTED";
+}
+
+fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, String>) -> Status {
+    Status::with_error_details(code, message, ErrorDetails::with_error_info(reason, DOMAIN, metadata))
+}
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        let message = error.to_string();
+        match error {
+            Error::InvalidArgument { field, reason, description } => {
+                let mut details = ErrorDetails::with_bad_request_violation(field.clone(), description);
+                details.set_error_info(reason.as_str(), DOMAIN, HashMap::from([("field".to_owned(), field)]));
+                Status::with_error_details(Code::InvalidArgument, message, details)
+            }
+            Error::MalformedRequest(_) => {
+                status(Code::InvalidArgument, message, reason::MALFORMED_REQUEST, HashMap::new())
+            }
+            Error::CheckpointConflict => {
+                status(Code::AlreadyExists, message, reason::CHECKPOINT_CONFLICT, HashMap::new())
+            }
+            Error::WorkflowVersionMismatch { expected, recorded } => status(
+                Code::FailedPrecondition,
+                message,
+                reason::WORKFLOW_VERSION_MISMATCH,
+                HashMap::from([("expected_version".to_owned(), expected), ("recorded_version".to_owned(), recorded)]),
+            ),
+            Error::Unavailable(source) => {
+                tracing::warn!(error = %source, "store unavailable; request not acknowledged");
+                status(Code::Unavailable, message, reason::STORE_UNAVAILABLE, HashMap::new())
+            }
+            Error::NotReady(_) => status(Code::Unavailable, message, reason::NOT_READY, HashMap::new()),
+            Error::Unimplemented(_) => status(Code::Unimplemented, message, reason::UNIMPLEMENTED, HashMap::new()),
+        }
+    }
+}

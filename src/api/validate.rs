@@ -1,0 +1,235 @@
+//! Checks of request fields against the contract and the configured limits.
+//! Each check names the field it rejects; nothing reaches the store unchecked.
+//! Page tokens are made and read here too, since they are request fields.
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use crate::config::limits;
+use crate::error::{Error, InvalidReason, Result};
+use crate::model::{Cursor, UnixNanos};
+
+/// The namespace of requests that leave it empty.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// `namespace`: empty means "default"; otherwise `[a-z0-9][a-z0-9._-]{0,62}`.
+pub fn namespace(value: String) -> Result<String> {
+    if value.is_empty() {
+        return Ok(DEFAULT_NAMESPACE.to_owned());
+    }
+    let bytes = value.as_bytes();
+    let first_ok = bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit();
+    let rest_ok = bytes[1..]
+        .iter()
+        .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'));
+    if bytes.len() > limits::NAMESPACE_BYTES_MAX {
+        return Err(too_long("namespace", limits::NAMESPACE_BYTES_MAX));
+    }
+    if !first_ok || !rest_ok {
+        return Err(Error::invalid(
+            "namespace",
+            InvalidReason::Malformed,
+            "must match [a-z0-9][a-z0-9._-]{0,62}",
+        ));
+    }
+    Ok(value)
+}
+
+/// An identifier: at most `max` bytes, no control characters, and not empty
+/// when `required`.
+pub fn id(field: &str, value: String, max: usize, required: bool) -> Result<String> {
+    if required && value.is_empty() {
+        return Err(required_field(field));
+    }
+    if value.len() > max {
+        return Err(too_long(field, max));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid(field, InvalidReason::Malformed, "must not contain control characters"));
+    }
+    Ok(value)
+}
+
+/// `phase`: 1..=128 bytes of `[A-Za-z0-9._:/-]`.
+pub fn phase(field: &str, value: String, required: bool) -> Result<String> {
+    if required && value.is_empty() {
+        return Err(required_field(field));
+    }
+    if value.len() > limits::PHASE_BYTES_MAX {
+        return Err(too_long(field, limits::PHASE_BYTES_MAX));
+    }
+    if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'-')) {
+        return Err(Error::invalid(field, InvalidReason::Malformed, "must match [A-Za-z0-9._:/-]+"));
+    }
+    Ok(value)
+}
+
+/// `state`: a UTF-8 JSON document of at most `max` bytes, nested at most
+/// `STATE_DEPTH_MAX` deep.
+pub fn state(value: &[u8], max: usize) -> Result<()> {
+    if value.len() > max {
+        return Err(too_long("state", max));
+    }
+    if json_depth(value) > limits::STATE_DEPTH_MAX {
+        return Err(Error::invalid(
+            "state",
+            InvalidReason::NotJson,
+            format!("JSON nests deeper than {} levels", limits::STATE_DEPTH_MAX),
+        ));
+    }
+    serde_json::from_slice::<serde::de::IgnoredAny>(value)
+        .map(|_| ())
+        .map_err(|e| Error::invalid("state", InvalidReason::NotJson, format!("must be a UTF-8 JSON document: {e}")))
+}
+
+/// The deepest nesting of arrays and objects, counting brackets outside
+/// strings. Run before parsing so a deep document costs one linear scan.
+fn json_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// A timestamp as nanoseconds since the epoch: required, with nanos in
+/// 0..1e9, and within what 64-bit nanoseconds hold (years 1678 to 2262).
+pub fn timestamp(field: &str, value: Option<prost_types::Timestamp>) -> Result<UnixNanos> {
+    let value = value.ok_or_else(|| required_field(field))?;
+    optional_timestamp(field, Some(value)).map(|t| t.expect("present"))
+}
+
+/// Like `timestamp`, but absent is allowed.
+pub fn optional_timestamp(field: &str, value: Option<prost_types::Timestamp>) -> Result<Option<UnixNanos>> {
+    let Some(value) = value else { return Ok(None) };
+    let out_of_range = || {
+        Error::invalid(field, InvalidReason::OutOfRange, "must lie between 1678-01-01 and 2262-04-11 UTC with nanos in 0..1e9")
+    };
+    if !(0..1_000_000_000).contains(&value.nanos) {
+        return Err(out_of_range());
+    }
+    value
+        .seconds
+        .checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(i64::from(value.nanos)))
+        .map(Some)
+        .ok_or_else(out_of_range)
+}
+
+/// A page size: 0 means `default`; otherwise 1..=`max`.
+pub fn page_size(value: i32, default: u32, max: u32) -> Result<u32> {
+    match value {
+        0 => Ok(default),
+        n if n > 0 && n as u32 <= max => Ok(n as u32),
+        _ => Err(Error::invalid("page_size", InvalidReason::OutOfRange, format!("must be 0 (default) or 1..={max}"))),
+    }
+}
+
+const RESTORE_TOKEN: u8 = b'r';
+const TURNS_TOKEN: u8 = b't';
+
+/// The page token that resumes a restore after `cursor`.
+pub fn restore_token(cursor: Cursor, newest_first: bool) -> String {
+    let mut raw = Vec::with_capacity(18);
+    raw.extend_from_slice(&[RESTORE_TOKEN, u8::from(newest_first)]);
+    raw.extend_from_slice(&cursor.timestamp.to_be_bytes());
+    raw.extend_from_slice(&cursor.seq.to_be_bytes());
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// Reads a restore page token; it must have been made for the same direction.
+pub fn restore_cursor(token: &str, newest_first: bool) -> Result<Option<Cursor>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad_token())?;
+    match raw.as_slice() {
+        [RESTORE_TOKEN, direction, rest @ ..] if *direction == u8::from(newest_first) && rest.len() == 16 => {
+            let (timestamp, seq) = rest.split_at(8);
+            Ok(Some(Cursor {
+                timestamp: i64::from_be_bytes(timestamp.try_into().expect("8 bytes")),
+                seq: i64::from_be_bytes(seq.try_into().expect("8 bytes")),
+            }))
+        }
+        _ => Err(bad_token()),
+    }
+}
+
+/// The page token that resumes a turn listing after `turn_id`.
+pub fn turns_token(turn_id: &str) -> String {
+    let mut raw = Vec::with_capacity(1 + turn_id.len());
+    raw.push(TURNS_TOKEN);
+    raw.extend_from_slice(turn_id.as_bytes());
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// Reads a turn listing page token.
+pub fn turns_after(token: &str) -> Result<Option<String>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad_token())?;
+    match raw.split_first() {
+        Some((&TURNS_TOKEN, turn_id)) => String::from_utf8(turn_id.to_vec()).map(Some).map_err(|_| bad_token()),
+        _ => Err(bad_token()),
+    }
+}
+
+fn bad_token() -> Error {
+    Error::invalid("page_token", InvalidReason::BadPageToken, "is not a page token this request can continue from")
+}
+
+fn required_field(field: &str) -> Error {
+    Error::invalid(field, InvalidReason::Required, "is required")
+}
+
+fn too_long(field: &str, max: usize) -> Error {
+    Error::invalid(field, InvalidReason::TooLong, format!("must be at most {max} bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_depth_ignores_brackets_in_strings() {
+        assert_eq!(json_depth(br#"{"a":[1,{"b":"[[[{"}]}"#), 3);
+        assert_eq!(json_depth(br#""\"[""#), 0);
+    }
+
+    #[test]
+    fn restore_tokens_round_trip_and_keep_direction() {
+        let cursor = Cursor { timestamp: -5, seq: 42 };
+        let token = restore_token(cursor, true);
+        assert_eq!(restore_cursor(&token, true).unwrap(), Some(cursor));
+        assert!(restore_cursor(&token, false).is_err());
+        assert!(restore_cursor("!!", false).is_err());
+    }
+
+    #[test]
+    fn namespace_rules() {
+        assert_eq!(namespace(String::new()).unwrap(), "default");
+        assert!(namespace("a.b_c-9".into()).is_ok());
+        assert!(namespace("-a".into()).is_err());
+        assert!(namespace("A".into()).is_err());
+        assert!(namespace("a".repeat(63)).is_ok());
+        assert!(namespace("a".repeat(64)).is_err());
+    }
+}

@@ -1,0 +1,352 @@
+//! Every setting of stepwell in one place: the command line, its `STEPWELL_*`
+//! environment variables, their defaults, and the limits the contract fixes.
+//!
+//! Flags are taken as text by clap and checked here, so that every mistake in
+//! a configuration is reported at once rather than one per run.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Limits fixed by the contract (shared/API.md); clients rely on them.
+pub mod limits {
+    /// `turn_id`: 1..=256 bytes.
+    pub const TURN_ID_BYTES_MAX: usize = 256;
+    /// `session_id`: 0..=256 bytes.
+    pub const SESSION_ID_BYTES_MAX: usize = 256;
+    /// `phase`: 1..=128 bytes.
+    pub const PHASE_BYTES_MAX: usize = 128;
+    /// `workflow_version`: 0..=128 bytes.
+    pub const WORKFLOW_VERSION_BYTES_MAX: usize = 128;
+    /// Idempotency `key`: 1..=512 bytes.
+    pub const KEY_BYTES_MAX: usize = 512;
+    /// `namespace`: 1..=63 bytes of `[a-z0-9][a-z0-9._-]*`.
+    pub const NAMESPACE_BYTES_MAX: usize = 63;
+    /// JSON state may nest arrays and objects this deep, and no deeper.
+    pub const STATE_DEPTH_MAX: usize = 64;
+    /// Room a request needs beyond its state bytes (ids, timestamps, framing).
+    pub const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
+}
+
+/// The parsed command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "stepwell",
+    version,
+    about = "Durable-execution sidecar: checkpoint logs and idempotency records over gRPC.",
+    long_about = "Durable-execution sidecar: checkpoint logs and idempotency records over gRPC.\n\n\
+                  With no subcommand, stepwell serves on 127.0.0.1:50051 with sqlite://stepwell.db."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What the binary does.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API (the default).
+    Serve(ServeArgs),
+}
+
+/// Flags of `stepwell serve`. Each is also read from its environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to serve on: HOST:PORT, or unix:/path/to.sock for a Unix socket.
+    #[arg(long, env = "STEPWELL_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: String,
+
+    /// Store to use: sqlite://PATH (created if missing).
+    #[arg(long, env = "STEPWELL_DATABASE_URL", default_value = "sqlite://stepwell.db")]
+    pub database_url: String,
+
+    /// Largest checkpoint state accepted, in bytes.
+    #[arg(long, env = "STEPWELL_STATE_BYTES_MAX", default_value = "1048576")]
+    pub state_bytes_max: String,
+
+    /// Largest request message accepted, in bytes. Must leave 64 KiB beyond
+    /// --state-bytes-max for the other fields.
+    #[arg(long, env = "STEPWELL_MESSAGE_BYTES_MAX", default_value = "4194304")]
+    pub message_bytes_max: String,
+
+    /// Page size used when a request asks for 0.
+    #[arg(long, env = "STEPWELL_PAGE_SIZE_DEFAULT", default_value = "1000")]
+    pub page_size_default: String,
+
+    /// Largest page size a request may ask for.
+    #[arg(long, env = "STEPWELL_PAGE_SIZE_MAX", default_value = "10000")]
+    pub page_size_max: String,
+
+    /// Connections that serve reads (writes always use one connection).
+    #[arg(long, env = "STEPWELL_READ_POOL_MAX", default_value = "4")]
+    pub read_pool_max: String,
+
+    /// How long shutdown waits for in-flight requests, in seconds.
+    #[arg(long, env = "STEPWELL_SHUTDOWN_GRACE_SECONDS", default_value = "30")]
+    pub shutdown_grace_seconds: String,
+
+    /// Log format: text or json. The level is set by STEPWELL_LOG (e.g. info, debug).
+    #[arg(long, env = "STEPWELL_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+impl Default for ServeArgs {
+    /// The defaults, overridden by any `STEPWELL_*` environment variables.
+    fn default() -> Self {
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            args: ServeArgs,
+        }
+        // Parsing an empty command line can only fail on a bad environment
+        // variable value, and all values are text, so it cannot fail.
+        Only::try_parse_from(["stepwell"]).map(|o| o.args).unwrap_or_else(|e| e.exit())
+    }
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl FromStr for Listen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a socket path, e.g. unix:/run/stepwell.sock".into());
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        s.parse::<SocketAddr>()
+            .map(Listen::Tcp)
+            .map_err(|_| format!("{s:?} is neither HOST:PORT (e.g. 127.0.0.1:50051) nor unix:/path"))
+    }
+}
+
+/// The store the sidecar writes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite file.
+    Sqlite { path: PathBuf },
+}
+
+impl FromStr for Database {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(rest) = s.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() || path == ":memory:" {
+                return Err("sqlite needs a file path (an in-memory database would not be durable)".into());
+            }
+            return Ok(Database::Sqlite { path: PathBuf::from(path) });
+        }
+        Err("the database URL must start with sqlite://".into())
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Limits a request is checked against.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub state_bytes_max: usize,
+    pub message_bytes_max: usize,
+    pub page_size_default: u32,
+    pub page_size_max: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            state_bytes_max: 1024 * 1024,
+            message_bytes_max: 4 * 1024 * 1024,
+            page_size_default: 1000,
+            page_size_max: 10_000,
+        }
+    }
+}
+
+/// The checked configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: Listen,
+    pub database: Database,
+    pub limits: Limits,
+    pub read_pool_max: u32,
+    pub shutdown_grace: Duration,
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// A configuration for the given store with every other setting at its default.
+    pub fn for_database(database: Database) -> Config {
+        let mut config = Config::from_args(&ServeArgs::default()).expect("the defaults are valid");
+        config.database = database;
+        config
+    }
+
+    /// Checks every flag, and reports every mistake at once.
+    pub fn from_args(args: &ServeArgs) -> Result<Config, ConfigErrors> {
+        let mut errors = ConfigErrors(Vec::new());
+        let listen = errors.take("listen", args.listen.parse::<Listen>());
+        let database = errors.take("database-url", args.database_url.parse::<Database>());
+        let state_bytes_max =
+            errors.take("state-bytes-max", number::<usize>(&args.state_bytes_max, 1, 64 << 20));
+        let message_bytes_max =
+            errors.take("message-bytes-max", number::<usize>(&args.message_bytes_max, 1024, 256 << 20));
+        if let (Some(state), Some(message)) = (state_bytes_max, message_bytes_max) {
+            let needed = state + limits::MESSAGE_OVERHEAD_BYTES;
+            if message < needed {
+                errors.add(
+                    "message-bytes-max",
+                    format!("{message} leaves no room for a full state of {state} bytes; use at least {needed}"),
+                );
+            }
+        }
+        let page_size_max = errors.take("page-size-max", number::<u32>(&args.page_size_max, 1, 100_000));
+        let page_size_default =
+            errors.take("page-size-default", number::<u32>(&args.page_size_default, 1, 100_000));
+        if let (Some(default), Some(max)) = (page_size_default, page_size_max) {
+            if default > max {
+                errors.add("page-size-default", format!("{default} is above --page-size-max {max}"));
+            }
+        }
+        let read_pool_max = errors.take("read-pool-max", number::<u32>(&args.read_pool_max, 1, 1024));
+        let grace = errors.take("shutdown-grace-seconds", number::<u64>(&args.shutdown_grace_seconds, 0, 3600));
+        let log_format = errors.take(
+            "log-format",
+            match args.log_format.as_str() {
+                "text" => Ok(LogFormat::Text),
+                "json" => Ok(LogFormat::Json),
+                other => Err(format!("{other:?} is not one of text, json")),
+            },
+        );
+
+        match (
+            listen,
+            database,
+            state_bytes_max,
+            message_bytes_max,
+            page_size_default,
+            page_size_max,
+            read_pool_max,
+            grace,
+            log_format,
+        ) {
+            (
+                Some(listen),
+                Some(database),
+                Some(state_bytes_max),
+                Some(message_bytes_max),
+                Some(page_size_default),
+                Some(page_size_max),
+                Some(read_pool_max),
+                Some(grace),
+                Some(log_format),
+            ) if errors.0.is_empty() => Ok(Config {
+                listen,
+                database,
+                limits: Limits { state_bytes_max, message_bytes_max, page_size_default, page_size_max },
+                read_pool_max,
+                shutdown_grace: Duration::from_secs(grace),
+                log_format,
+            }),
+            _ => Err(errors),
+        }
+    }
+}
+
+fn number<T>(text: &str, min: T, max: T) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + std::fmt::Display + Copy,
+{
+    let value: T = text.trim().parse().map_err(|_| format!("{text:?} is not a whole number"))?;
+    if value < min || value > max {
+        return Err(format!("{value} is outside {min}..={max}"));
+    }
+    Ok(value)
+}
+
+/// Every mistake found in a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "invalid configuration:")?;
+        for error in &self.0 {
+            writeln!(f, "  {error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl ConfigErrors {
+    fn add(&mut self, flag: &str, message: String) {
+        self.0.push(format!("--{flag}: {message}"));
+    }
+
+    /// Keeps the value, or records why the flag was rejected.
+    fn take<T>(&mut self, flag: &str, result: Result<T, String>) -> Option<T> {
+        result.map_err(|message| self.add(flag, message)).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_every_error_at_once() {
+        let args = ServeArgs {
+            listen: "nowhere".into(),
+            database_url: "mysql://x".into(),
+            state_bytes_max: "-1".into(),
+            log_format: "xml".into(),
+            ..ServeArgs::default()
+        };
+        let errors = Config::from_args(&args).unwrap_err().0;
+        assert_eq!(errors.len(), 4, "{errors:?}");
+        assert!(errors[0].starts_with("--listen"));
+        assert!(errors[1].starts_with("--database-url"));
+        assert!(errors[2].starts_with("--state-bytes-max"));
+        assert!(errors[3].starts_with("--log-format"));
+    }
+
+    #[test]
+    fn parses_listen_addresses() {
+        assert_eq!("unix:/tmp/s.sock".parse(), Ok(Listen::Unix("/tmp/s.sock".into())));
+        assert_eq!("127.0.0.1:1".parse(), Ok(Listen::Tcp("127.0.0.1:1".parse().unwrap())));
+        assert!("unix:".parse::<Listen>().is_err());
+    }
+
+    #[test]
+    fn parses_sqlite_urls() {
+        assert_eq!("sqlite://a.db".parse(), Ok(Database::Sqlite { path: "a.db".into() }));
+        assert_eq!("sqlite:///x/a.db".parse(), Ok(Database::Sqlite { path: "/x/a.db".into() }));
+        assert!("sqlite::memory:".parse::<Database>().is_err());
+    }
+
+    #[test]
+    fn message_limit_must_hold_a_full_state() {
+        let args = ServeArgs { message_bytes_max: "1048576".into(), ..ServeArgs::default() };
+        let errors = Config::from_args(&args).unwrap_err().0;
+        assert!(errors[0].contains("no room"), "{errors:?}");
+    }
+}

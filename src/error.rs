@@ -1,0 +1,85 @@
+//! The domain error: every way a request can fail, named by what went wrong
+//! rather than by a gRPC code. `api::status` is the one place that turns it
+//! into a `tonic::Status`; `store::Error` feeds in through `From`.
+
+use crate::store;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field is missing, malformed or over a limit. Nothing was stored.
+    #[error("invalid {field}: {description}")]
+    InvalidArgument { field: String, reason: InvalidReason, description: String },
+
+    /// The request bytes were not a valid message.
+    #[error("malformed request: {0}")]
+    MalformedRequest(String),
+
+    /// The same (turn_id, phase, timestamp) is stored with different content.
+    #[error("a checkpoint with this turn_id, phase and timestamp is stored with different content")]
+    CheckpointConflict,
+
+    /// The turn was recorded by an incompatible workflow version.
+    #[error("the turn was recorded by workflow version {recorded:?}, not compatible with {expected:?}")]
+    WorkflowVersionMismatch { expected: String, recorded: String },
+
+    /// The store cannot serve now (unreachable, not yet migrated, commit
+    /// failed); nothing was acknowledged, and the request may be retried.
+    #[error("the store is unavailable")]
+    Unavailable(#[source] store::Error),
+
+    /// The server is shutting down or not yet ready.
+    #[error("{0}")]
+    NotReady(&'static str),
+
+    /// This RPC is not implemented yet.
+    #[error("{0} is not implemented")]
+    Unimplemented(&'static str),
+}
+
+/// Why a field was rejected: the `reason` of the ErrorInfo clients see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvalidReason {
+    /// A required field is missing or empty.
+    Required,
+    /// A field is longer or larger than its limit.
+    TooLong,
+    /// A field does not have the required format.
+    Malformed,
+    /// A number or time is outside its range.
+    OutOfRange,
+    /// `state` is not a UTF-8 JSON document within the depth limit.
+    NotJson,
+    /// A page token was not issued for this query.
+    BadPageToken,
+}
+
+impl InvalidReason {
+    /// The ErrorInfo reason string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvalidReason::Required => "FIELD_REQUIRED",
+            InvalidReason::TooLong => "FIELD_TOO_LONG",
+            InvalidReason::Malformed => "FIELD_MALFORMED",
+            InvalidReason::OutOfRange => "FIELD_OUT_OF_RANGE",
+            InvalidReason::NotJson => "STATE_NOT_JSON",
+            InvalidReason::BadPageToken => "INVALID_PAGE_TOKEN",
+        }
+    }
+}
+
+impl Error {
+    /// An invalid field.
+    pub fn invalid(field: impl Into<String>, reason: InvalidReason, description: impl Into<String>) -> Error {
+        Error::InvalidArgument { field: field.into(), reason, description: description.into() }
+    }
+}
+
+impl From<store::Error> for Error {
+    fn from(error: store::Error) -> Self {
+        Error::Unavailable(error)
+    }
+}
+
+/// The result of a domain operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,22 @@
+//! stepwell: a durable-execution sidecar. It serves, over gRPC, a checkpoint
+//! log per turn (run) and an idempotency record per side-effecting operation,
+//! and stores both in SQLite or Postgres, so a run survives a crash and never
+//! repeats a completed effect.
+//!
+//! The parts, from the wire inwards:
+//! - `api`: the tonic services, request checks and the one error-to-status table;
+//! - `model` and `error`: the domain vocabulary, free of protobuf and SQL;
+//! - `store`: the one `Store` trait and its backends, the only code with SQL;
+//! - `config`: every flag, environment variable and limit;
+//! - `server` (this file): `serve`, which wires the parts to a listener.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod model;
+pub mod store;
+pub mod telemetry;
+
+mod server;
+
+pub use server::{Listener, ServeError, serve};

@@ -1,0 +1,72 @@
+//! The `stepwell` binary: parses the command line, starts logging, and calls
+//! `serve` until SIGTERM or SIGINT. Configuration errors exit with code 64.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use stepwell::config::{Cli, Command, Config, ServeArgs};
+use stepwell::{Listener, serve, telemetry};
+
+/// EX_USAGE from sysexits.h: the configuration is wrong.
+const EXIT_CONFIG: u8 = 64;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::SUCCESS };
+        }
+    };
+    match cli.command {
+        Some(Command::Serve(args)) => run_server(&args),
+        None => run_server(&ServeArgs::default()),
+    }
+}
+
+fn run_server(args: &ServeArgs) -> ExitCode {
+    let config = match Config::from_args(args) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprint!("stepwell: {errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    telemetry::init(config.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "could not start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let listener = match Listener::bind(&config.listen).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::error!(%error, listen = ?config.listen, "could not listen");
+                return ExitCode::FAILURE;
+            }
+        };
+        match serve(listener, config, shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "stopped with an error");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("could not install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

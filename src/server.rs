@@ -1,0 +1,181 @@
+//! `serve`: binds the services to a listener and runs them until shutdown.
+//!
+//! The listener answers at once, with health NOT_SERVING, while the store
+//! opens and migrates; health turns SERVING only then. On shutdown health
+//! turns NOT_SERVING, new connections are refused, and in-flight RPCs drain
+//! for up to the configured grace before the store closes.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Notify;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::server::NamedService;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic_health::ServingStatus;
+
+use crate::api::checkpoint::CheckpointApi;
+use crate::api::idempotency::IdempotencyApi;
+use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
+use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
+use crate::api::{Shared, pb};
+use crate::config::{Config, Listen};
+use crate::store;
+
+/// A bound socket to serve on.
+pub enum Listener {
+    Tcp(TcpListener),
+    /// A Unix socket and its path, removed again at shutdown.
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Binds the configured address. A stale Unix socket file left by a
+    /// previous run is replaced.
+    pub async fn bind(listen: &Listen) -> std::io::Result<Listener> {
+        match listen {
+            Listen::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr).await?)),
+            Listen::Unix(path) => {
+                use std::os::unix::fs::FileTypeExt;
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                    std::fs::remove_file(path)?;
+                }
+                Ok(Listener::Unix(UnixListener::bind(path)?, path.clone()))
+            }
+        }
+    }
+
+    /// The bound address, for logs and for tests that bind port 0.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Unix(_, path) => format!("unix:{}", path.display()),
+        }
+    }
+}
+
+/// Why serving stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("could not open the store: {0}")]
+    Store(#[from] store::Error),
+    #[error("gRPC transport failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("could not build server reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+const SERVICES: [&str; 3] = [
+    "",
+    <CheckpointServiceServer<CheckpointApi> as NamedService>::NAME,
+    <IdempotencyServiceServer<IdempotencyApi> as NamedService>::NAME,
+];
+
+/// Serves the API on `listener` until `shutdown` completes, then drains.
+pub async fn serve(
+    listener: Listener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let (health, health_service) = tonic_health::server::health_reporter();
+    set_health(&health, ServingStatus::NotServing).await;
+
+    let shared = Shared::new(config.limits.clone());
+    let message_max = config.limits.message_bytes_max;
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let router = Server::builder()
+        .add_service(health_service)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(
+            CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
+        )
+        .add_service(
+            IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
+        );
+
+    // Shutdown starts on the caller's signal or when the store cannot open.
+    let store_failed = Arc::new(Notify::new());
+    let draining = Arc::new(Notify::new());
+    let signal = {
+        let (health, store_failed, draining) = (health.clone(), store_failed.clone(), draining.clone());
+        async move {
+            tokio::select! {
+                () = shutdown => tracing::info!("shutting down: draining in-flight requests"),
+                () = store_failed.notified() => {}
+            }
+            set_health(&health, ServingStatus::NotServing).await;
+            // Clearing the statuses ends open Watch streams, which would
+            // otherwise hold the drain open until the grace runs out.
+            let mut health = health;
+            for service in SERVICES {
+                health.clear_service_status(service).await;
+            }
+            draining.notify_one();
+        }
+    };
+
+    let description = listener.describe();
+    let socket_path = match &listener {
+        Listener::Unix(_, path) => Some(path.clone()),
+        Listener::Tcp(_) => None,
+    };
+    let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match listener {
+        Listener::Tcp(l) => {
+            Box::pin(router.serve_with_incoming_shutdown(TcpIncoming::from(l).with_nodelay(Some(true)), signal))
+        }
+        Listener::Unix(l, _) => Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)),
+    };
+
+    let open = async {
+        match store::open(&config).await {
+            Ok(store) => {
+                shared.set_store(store);
+                set_health(&health, ServingStatus::Serving).await;
+                tracing::info!(listen = %description, "serving");
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(%error, "could not open the store");
+                store_failed.notify_one();
+                Err(error)
+            }
+        }
+    };
+    let grace = config.shutdown_grace;
+    let serve_until_drained = async {
+        tokio::select! {
+            result = server => result,
+            () = async { draining.notified().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(?grace, "shutdown grace ran out with requests still in flight");
+                Ok(())
+            }
+        }
+    };
+    let (served, opened) = tokio::join!(serve_until_drained, open);
+
+    if let Ok(store) = shared.store() {
+        store.close().await;
+    }
+    if let Some(path) = socket_path {
+        let _ = std::fs::remove_file(path);
+    }
+    served?;
+    opened?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn set_health(health: &tonic_health::server::HealthReporter, status: ServingStatus) {
+    for service in SERVICES {
+        health.set_service_status(service, status).await;
+    }
+}

@@ -1,0 +1,61 @@
+//! The one `Store` trait every backend implements, its error type, and
+//! `open`, which picks the backend from the configured database once at
+//! start-up. Only `store` and its submodules contain SQL.
+//!
+//! Every write method returns only after the store committed the write; an
+//! error means nothing of it was committed.
+
+pub mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::config::{Config, Database};
+use crate::model::{Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
+
+/// Why the store could not do what it was asked. The message is for logs
+/// only: it may hold SQL or paths, so it never reaches a client.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database refused or failed the operation (unreachable, I/O error,
+    /// disk full, locked past the busy timeout).
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// The schema could not be created or upgraded.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// A backend that stores checkpoint logs.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Appends a checkpoint unless its (namespace, turn_id, phase, timestamp)
+    /// is stored already, and updates its turn's summary, in one commit.
+    async fn append(&self, checkpoint: NewCheckpoint) -> Result<Appended, Error>;
+
+    /// One page of a turn's checkpoints in restore order, and whether more follow.
+    async fn restore(&self, query: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error>;
+
+    /// The summary of one turn, if it has checkpoints.
+    async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error>;
+
+    /// One page of turn summaries ordered by turn id, and whether more follow.
+    async fn list_turns(&self, query: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error>;
+
+    /// Deletes a turn's checkpoints and summary; returns how many checkpoints went.
+    async fn delete_turn(&self, namespace: &str, turn_id: &str) -> Result<u64, Error>;
+
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), Error>;
+
+    /// Finishes in-flight work and closes connections.
+    async fn close(&self);
+}
+
+/// Opens the configured store and brings its schema up to date.
+pub async fn open(config: &Config) -> Result<Arc<dyn Store>, Error> {
+    match &config.database {
+        Database::Sqlite { path } => Ok(Arc::new(sqlite::SqliteStore::open(path, config.read_pool_max).await?)),
+    }
+}

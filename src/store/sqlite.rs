@@ -1,0 +1,268 @@
+//! The embedded SQLite backend: one file in WAL mode with `synchronous=FULL`,
+//! so a commit has reached the disk before any write is acknowledged.
+//!
+//! Writes go through a pool of exactly one connection, because SQLite admits
+//! one writer at a time and a queue in front of it is cheaper than lock
+//! contention; reads use a separate pool that WAL lets run beside the writer.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::Row;
+
+use super::{Error, Store};
+use crate::model::{
+    Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary,
+    UnixNanos,
+};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// How long a statement waits for a lock held by another process.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request waits for a free connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A store in one SQLite file.
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the file at `path` and migrates it.
+    pub async fn open(path: &Path, read_pool_max: u32) -> Result<SqliteStore, Error> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(false);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone().create_if_missing(true))
+            .await?;
+        MIGRATOR.run(&writer).await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(read_pool_max)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await?;
+        Ok(SqliteStore { writer, reader })
+    }
+}
+
+fn now() -> UnixNanos {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since_epoch.as_nanos()).unwrap_or(i64::MAX)
+}
+
+fn checkpoint_from_row(row: &SqliteRow) -> Result<StoredCheckpoint, sqlx::Error> {
+    Ok(StoredCheckpoint {
+        checkpoint: NewCheckpoint {
+            namespace: row.try_get("namespace")?,
+            turn_id: row.try_get("turn_id")?,
+            session_id: row.try_get("session_id")?,
+            phase: row.try_get("phase")?,
+            state: row.try_get("state")?,
+            timestamp: row.try_get("ts_ns")?,
+            terminal: row.try_get("terminal")?,
+            workflow_version: row.try_get("workflow_version")?,
+        },
+        recorded_at: row.try_get("recorded_at_ns")?,
+        seq: row.try_get("seq")?,
+    })
+}
+
+fn turn_from_row(row: &SqliteRow) -> Result<TurnSummary, sqlx::Error> {
+    Ok(TurnSummary {
+        turn_id: row.try_get("turn_id")?,
+        session_id: row.try_get("session_id")?,
+        first_timestamp: row.try_get("first_ts_ns")?,
+        last_timestamp: row.try_get("last_ts_ns")?,
+        last_phase: row.try_get("last_phase")?,
+        checkpoint_count: row.try_get::<i64, _>("checkpoint_count")?.try_into().unwrap_or_default(),
+        terminal: row.try_get("terminal")?,
+        workflow_version: row.try_get("workflow_version")?,
+    })
+}
+
+/// Splits `limit + 1` fetched rows into a page and whether more follow.
+fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    (rows, more)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn append(&self, cp: NewCheckpoint) -> Result<Appended, Error> {
+        let mut tx = self.writer.begin().await?;
+        let recorded_at = now();
+        let seq: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO checkpoints \
+               (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
+             ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING \
+             RETURNING seq",
+        )
+        .bind(&cp.namespace)
+        .bind(&cp.turn_id)
+        .bind(&cp.phase)
+        .bind(cp.timestamp)
+        .bind(&cp.session_id)
+        .bind(&cp.state[..])
+        .bind(cp.terminal)
+        .bind(&cp.workflow_version)
+        .bind(recorded_at)
+        .fetch_optional(&mut *tx)
+        .await?;
+
+        let Some(seq) = seq else {
+            let row = sqlx::query(
+                "SELECT seq, namespace, turn_id, session_id, phase, ts_ns, state, terminal, workflow_version, \
+                        recorded_at_ns \
+                 FROM checkpoints WHERE namespace = ?1 AND turn_id = ?2 AND phase = ?3 AND ts_ns = ?4",
+            )
+            .bind(&cp.namespace)
+            .bind(&cp.turn_id)
+            .bind(&cp.phase)
+            .bind(cp.timestamp)
+            .fetch_one(&mut *tx)
+            .await?;
+            let stored = checkpoint_from_row(&row)?;
+            tx.rollback().await?;
+            return Ok(if cp.same_content(&stored.checkpoint) {
+                Appended::Duplicate(stored)
+            } else {
+                Appended::Conflict
+            });
+        };
+
+        // The new checkpoint has the greatest seq, so it is the turn's latest
+        // whenever its timestamp is not older than the latest one's.
+        sqlx::query(
+            "INSERT INTO turns (namespace, turn_id, session_id, first_ts_ns, last_ts_ns, last_seq, last_phase, \
+                                checkpoint_count, terminal, workflow_version) \
+             VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, 1, ?7, ?8) \
+             ON CONFLICT (namespace, turn_id) DO UPDATE SET \
+               session_id = CASE WHEN excluded.session_id <> '' THEN excluded.session_id ELSE turns.session_id END, \
+               workflow_version = CASE WHEN excluded.workflow_version <> '' \
+                                  THEN excluded.workflow_version ELSE turns.workflow_version END, \
+               first_ts_ns = min(turns.first_ts_ns, excluded.first_ts_ns), \
+               checkpoint_count = turns.checkpoint_count + 1, \
+               last_phase = CASE WHEN excluded.last_ts_ns >= turns.last_ts_ns \
+                            THEN excluded.last_phase ELSE turns.last_phase END, \
+               terminal = CASE WHEN excluded.last_ts_ns >= turns.last_ts_ns \
+                          THEN excluded.terminal ELSE turns.terminal END, \
+               last_seq = CASE WHEN excluded.last_ts_ns >= turns.last_ts_ns \
+                          THEN excluded.last_seq ELSE turns.last_seq END, \
+               last_ts_ns = max(turns.last_ts_ns, excluded.last_ts_ns)",
+        )
+        .bind(&cp.namespace)
+        .bind(&cp.turn_id)
+        .bind(&cp.session_id)
+        .bind(cp.timestamp)
+        .bind(seq)
+        .bind(&cp.phase)
+        .bind(cp.terminal)
+        .bind(&cp.workflow_version)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Appended::Inserted(StoredCheckpoint { checkpoint: cp, recorded_at, seq }))
+    }
+
+    async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
+        let sql = if q.newest_first {
+            "SELECT seq, namespace, turn_id, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
+             FROM checkpoints \
+             WHERE namespace = ?1 AND turn_id = ?2 AND (?3 IS NULL OR phase = ?3) AND (ts_ns, seq) < (?4, ?5) \
+             ORDER BY ts_ns DESC, seq DESC LIMIT ?6"
+        } else {
+            "SELECT seq, namespace, turn_id, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
+             FROM checkpoints \
+             WHERE namespace = ?1 AND turn_id = ?2 AND (?3 IS NULL OR phase = ?3) AND (ts_ns, seq) > (?4, ?5) \
+             ORDER BY ts_ns, seq LIMIT ?6"
+        };
+        let start = match (q.after, q.newest_first) {
+            (Some(cursor), _) => cursor,
+            (None, false) => Cursor { timestamp: i64::MIN, seq: i64::MIN },
+            (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
+        };
+        let rows = sqlx::query(sql)
+            .bind(&q.namespace)
+            .bind(&q.turn_id)
+            .bind(q.phase.as_deref())
+            .bind(start.timestamp)
+            .bind(start.seq)
+            .bind(i64::from(q.limit) + 1)
+            .fetch_all(&self.reader)
+            .await?;
+        let checkpoints = rows.iter().map(checkpoint_from_row).collect::<Result<Vec<_>, _>>()?;
+        Ok(page(checkpoints, q.limit))
+    }
+
+    async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {
+        let row = sqlx::query("SELECT * FROM turns WHERE namespace = ?1 AND turn_id = ?2")
+            .bind(namespace)
+            .bind(turn_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(row.as_ref().map(turn_from_row).transpose()?)
+    }
+
+    async fn list_turns(&self, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error> {
+        let terminal = match q.status {
+            TurnStatus::Open => Some(false),
+            TurnStatus::Terminal => Some(true),
+            TurnStatus::Any => None,
+        };
+        let rows = sqlx::query(
+            "SELECT * FROM turns \
+             WHERE namespace = ?1 AND turn_id > ?2 AND (?3 IS NULL OR terminal = ?3) \
+               AND (?4 IS NULL OR session_id = ?4) AND (?5 IS NULL OR last_ts_ns < ?5) \
+             ORDER BY turn_id LIMIT ?6",
+        )
+        .bind(&q.namespace)
+        .bind(q.after_turn_id.as_deref().unwrap_or(""))
+        .bind(terminal)
+        .bind(q.session_id.as_deref())
+        .bind(q.updated_before)
+        .bind(i64::from(q.limit) + 1)
+        .fetch_all(&self.reader)
+        .await?;
+        let turns = rows.iter().map(turn_from_row).collect::<Result<Vec<_>, _>>()?;
+        Ok(page(turns, q.limit))
+    }
+
+    async fn delete_turn(&self, namespace: &str, turn_id: &str) -> Result<u64, Error> {
+        let mut tx = self.writer.begin().await?;
+        let deleted = sqlx::query("DELETE FROM checkpoints WHERE namespace = ?1 AND turn_id = ?2")
+            .bind(namespace)
+            .bind(turn_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        sqlx::query("DELETE FROM turns WHERE namespace = ?1 AND turn_id = ?2")
+            .bind(namespace)
+            .bind(turn_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
+    async fn ping(&self) -> Result<(), Error> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+}

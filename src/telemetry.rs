@@ -1,0 +1,16 @@
+//! Logging: `tracing` events to standard error as text or JSON, filtered by
+//! the `STEPWELL_LOG` environment variable (default `info`).
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+/// Installs the global subscriber; call once, before serving.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("STEPWELL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
