@@ -13,8 +13,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(protos, ["proto"])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out_dir.join("stepwell_descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
-    tonic_prost_build::configure()
-        .codec_path("crate::api::codec::Codec")
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().codec_path("crate::api::codec::Codec").compile_fds(fds)?;
     Ok(())
 }

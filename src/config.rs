@@ -204,8 +204,7 @@ impl Config {
         let mut errors = ConfigErrors(Vec::new());
         let listen = errors.take("listen", args.listen.parse::<Listen>());
         let database = errors.take("database-url", args.database_url.parse::<Database>());
-        let state_bytes_max =
-            errors.take("state-bytes-max", number::<usize>(&args.state_bytes_max, 1, 64 << 20));
+        let state_bytes_max = errors.take("state-bytes-max", number::<usize>(&args.state_bytes_max, 1, 64 << 20));
         let message_bytes_max =
             errors.take("message-bytes-max", number::<usize>(&args.message_bytes_max, 1024, 256 << 20));
         if let (Some(state), Some(message)) = (state_bytes_max, message_bytes_max) {
@@ -218,12 +217,11 @@ impl Config {
             }
         }
         let page_size_max = errors.take("page-size-max", number::<u32>(&args.page_size_max, 1, 100_000));
-        let page_size_default =
-            errors.take("page-size-default", number::<u32>(&args.page_size_default, 1, 100_000));
-        if let (Some(default), Some(max)) = (page_size_default, page_size_max) {
-            if default > max {
-                errors.add("page-size-default", format!("{default} is above --page-size-max {max}"));
-            }
+        let page_size_default = errors.take("page-size-default", number::<u32>(&args.page_size_default, 1, 100_000));
+        if let (Some(default), Some(max)) = (page_size_default, page_size_max)
+            && default > max
+        {
+            errors.add("page-size-default", format!("{default} is above --page-size-max {max}"));
         }
         let read_pool_max = errors.take("read-pool-max", number::<u32>(&args.read_pool_max, 1, 1024));
         let grace = errors.take("shutdown-grace-seconds", number::<u64>(&args.shutdown_grace_seconds, 0, 3600));

@@ -8,7 +8,8 @@ use crate::config::LogFormat;
 /// Installs the global subscriber; call once, before serving.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_env("STEPWELL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

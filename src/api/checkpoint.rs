@@ -66,12 +66,11 @@ impl CheckpointApi {
         )?;
         let store = self.shared.store()?;
 
-        if !expected.is_empty() {
-            if let Some(turn) = store.turn(&namespace, &turn_id).await? {
-                if !model::workflow_versions_compatible(&expected, &turn.workflow_version) {
-                    return Err(Error::WorkflowVersionMismatch { expected, recorded: turn.workflow_version });
-                }
-            }
+        if !expected.is_empty()
+            && let Some(turn) = store.turn(&namespace, &turn_id).await?
+            && !model::workflow_versions_compatible(&expected, &turn.workflow_version)
+        {
+            return Err(Error::WorkflowVersionMismatch { expected, recorded: turn.workflow_version });
         }
 
         let query = RestoreQuery {

@@ -55,8 +55,5 @@ impl Shared {
 
 /// A protobuf timestamp from nanoseconds since the epoch.
 pub fn timestamp(nanos: UnixNanos) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: nanos.div_euclid(1_000_000_000),
-        nanos: nanos.rem_euclid(1_000_000_000) as i32,
-    }
+    prost_types::Timestamp { seconds: nanos.div_euclid(1_000_000_000), nanos: nanos.rem_euclid(1_000_000_000) as i32 }
 }

@@ -19,18 +19,13 @@ pub fn namespace(value: String) -> Result<String> {
     }
     let bytes = value.as_bytes();
     let first_ok = bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit();
-    let rest_ok = bytes[1..]
-        .iter()
-        .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'));
+    let rest_ok =
+        bytes[1..].iter().all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'));
     if bytes.len() > limits::NAMESPACE_BYTES_MAX {
         return Err(too_long("namespace", limits::NAMESPACE_BYTES_MAX));
     }
     if !first_ok || !rest_ok {
-        return Err(Error::invalid(
-            "namespace",
-            InvalidReason::Malformed,
-            "must match [a-z0-9][a-z0-9._-]{0,62}",
-        ));
+        return Err(Error::invalid("namespace", InvalidReason::Malformed, "must match [a-z0-9][a-z0-9._-]{0,62}"));
     }
     Ok(value)
 }
@@ -120,7 +115,11 @@ pub fn timestamp(field: &str, value: Option<prost_types::Timestamp>) -> Result<U
 pub fn optional_timestamp(field: &str, value: Option<prost_types::Timestamp>) -> Result<Option<UnixNanos>> {
     let Some(value) = value else { return Ok(None) };
     let out_of_range = || {
-        Error::invalid(field, InvalidReason::OutOfRange, "must lie between 1678-01-01 and 2262-04-11 UTC with nanos in 0..1e9")
+        Error::invalid(
+            field,
+            InvalidReason::OutOfRange,
+            "must lie between 1678-01-01 and 2262-04-11 UTC with nanos in 0..1e9",
+        )
     };
     if !(0..1_000_000_000).contains(&value.nanos) {
         return Err(out_of_range());
