@@ -32,6 +32,11 @@ CREATE TABLE turns (
     checkpoint_count INTEGER NOT NULL,
     terminal         INTEGER NOT NULL,
     workflow_version TEXT    NOT NULL,
+    -- The timestamps of the checkpoints that named session_id and
+    -- workflow_version, so a late checkpoint with an older timestamp does not
+    -- replace them.
+    session_ts_ns    INTEGER NOT NULL,
+    version_ts_ns    INTEGER NOT NULL,
     PRIMARY KEY (namespace, turn_id)
 ) WITHOUT ROWID;
 

@@ -72,7 +72,11 @@ pub fn state(value: &[u8], max: usize) -> Result<()> {
             format!("JSON nests deeper than {} levels", limits::STATE_DEPTH_MAX),
         ));
     }
-    serde_json::from_slice::<serde::de::IgnoredAny>(value)
+    // serde_json skips the bytes of strings it is asked to ignore without
+    // checking their UTF-8, so the whole document is checked first.
+    let text = std::str::from_utf8(value)
+        .map_err(|e| Error::invalid("state", InvalidReason::NotJson, format!("must be UTF-8: {e}")))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
         .map(|_| ())
         .map_err(|e| Error::invalid("state", InvalidReason::NotJson, format!("must be a UTF-8 JSON document: {e}")))
 }

@@ -144,15 +144,26 @@ impl Store for SqliteStore {
         };
 
         // The new checkpoint has the greatest seq, so it is the turn's latest
-        // whenever its timestamp is not older than the latest one's.
+        // whenever its timestamp is not older than the latest one's. The
+        // session and version are those of the latest checkpoint that named
+        // one; a checkpoint may arrive late with an older timestamp, so each
+        // remembers the timestamp it came from. SET sees the old row.
         sqlx::query(
             "INSERT INTO turns (namespace, turn_id, session_id, first_ts_ns, last_ts_ns, last_seq, last_phase, \
-                                checkpoint_count, terminal, workflow_version) \
-             VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, 1, ?7, ?8) \
+                                checkpoint_count, terminal, workflow_version, session_ts_ns, version_ts_ns) \
+             VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, 1, ?7, ?8, \
+                     CASE WHEN ?3 = '' THEN ?9 ELSE ?4 END, CASE WHEN ?8 = '' THEN ?9 ELSE ?4 END) \
              ON CONFLICT (namespace, turn_id) DO UPDATE SET \
-               session_id = CASE WHEN excluded.session_id <> '' THEN excluded.session_id ELSE turns.session_id END, \
+               session_id = CASE WHEN excluded.session_id <> '' AND excluded.last_ts_ns >= turns.session_ts_ns \
+                            THEN excluded.session_id ELSE turns.session_id END, \
+               session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.last_ts_ns >= turns.session_ts_ns \
+                               THEN excluded.last_ts_ns ELSE turns.session_ts_ns END, \
                workflow_version = CASE WHEN excluded.workflow_version <> '' \
+                                   AND excluded.last_ts_ns >= turns.version_ts_ns \
                                   THEN excluded.workflow_version ELSE turns.workflow_version END, \
+               version_ts_ns = CASE WHEN excluded.workflow_version <> '' \
+                                AND excluded.last_ts_ns >= turns.version_ts_ns \
+                               THEN excluded.last_ts_ns ELSE turns.version_ts_ns END, \
                first_ts_ns = min(turns.first_ts_ns, excluded.first_ts_ns), \
                checkpoint_count = turns.checkpoint_count + 1, \
                last_phase = CASE WHEN excluded.last_ts_ns >= turns.last_ts_ns \
@@ -171,6 +182,7 @@ impl Store for SqliteStore {
         .bind(&cp.phase)
         .bind(cp.terminal)
         .bind(&cp.workflow_version)
+        .bind(i64::MIN)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

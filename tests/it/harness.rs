@@ -1,0 +1,267 @@
+//! How a test gets a running stepwell, so that no test knows how a server is
+//! started or where its store lives. `TestServer` runs `stepwell::serve`
+//! in-process on a fresh store in its own temporary directory; `ChildServer`
+//! runs the real binary as a child process on a Unix socket, for tests that
+//! kill or signal it. Both hand out connected clients and return only once
+//! health reports SERVING. A second backend (Postgres) plugs in at `database`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
+use stepwell::config::{Config, Database};
+use stepwell::{Listener, ServeError};
+use tempfile::TempDir;
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::Streaming;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+/// The generated CheckpointService client every test uses.
+pub type Client = CheckpointServiceClient<Channel>;
+
+/// A guard against a hung test, not a synchronisation: every wait below is
+/// for a condition, and a passing test never comes near this.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
+
+/// The store a test server runs on, inside the test's own directory. This is
+/// the one place that picks the backend.
+fn database(dir: &Path) -> Database {
+    Database::Sqlite { path: dir.join("stepwell.db") }
+}
+
+/// Where a server listens, as a client dials it.
+#[derive(Debug, Clone)]
+enum Target {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// An in-process server on a fresh store, shut down when dropped.
+pub struct TestServer {
+    channel: Channel,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+    // Held so the store outlives the server; removed on drop.
+    _dir: TempDir,
+}
+
+impl TestServer {
+    /// A server on TCP with the default configuration.
+    pub async fn start() -> TestServer {
+        TestServer::launch(false, |_| {}).await
+    }
+
+    /// A server on TCP whose configuration (e.g. its limits) `configure` adjusts.
+    pub async fn start_with(configure: impl FnOnce(&mut Config)) -> TestServer {
+        TestServer::launch(false, configure).await
+    }
+
+    /// A server on a Unix socket with the default configuration.
+    pub async fn start_on_unix_socket() -> TestServer {
+        TestServer::launch(true, |_| {}).await
+    }
+
+    async fn launch(unix: bool, configure: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().expect("create a temporary directory");
+        let mut config = Config::for_database(database(dir.path()));
+        configure(&mut config);
+        let (listener, target) = if unix {
+            let path = dir.path().join("stepwell.sock");
+            let listener = UnixListener::bind(&path).expect("bind a Unix socket");
+            (Listener::Unix(listener, path.clone()), Target::Unix(path))
+        } else {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a TCP port");
+            let addr = listener.local_addr().expect("a bound address");
+            (Listener::Tcp(listener), Target::Tcp(addr))
+        };
+        let (shutdown, signal) = oneshot::channel::<()>();
+        // A dropped sender also shuts the server down, so a panicking test
+        // does not leave it running.
+        let task = tokio::spawn(stepwell::serve(listener, config, async move {
+            let _ = signal.await;
+        }));
+        let channel = connect(&target).await;
+        wait_for_serving(&channel).await;
+        TestServer { channel, shutdown: Some(shutdown), task, _dir: dir }
+    }
+
+    pub fn client(&self) -> Client {
+        CheckpointServiceClient::new(self.channel.clone())
+    }
+
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    /// Starts a graceful shutdown without waiting for it.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+
+    /// Shuts down (if not begun already) and returns what `serve` returned.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        self.begin_shutdown();
+        let task = &mut self.task;
+        tokio::time::timeout(WAIT_LIMIT, task)
+            .await
+            .expect("serve returns after shutdown")
+            .expect("the serve task does not panic")
+    }
+}
+
+/// The real `stepwell` binary serving on a Unix socket in a directory the
+/// test owns, so that a restart finds the same store. Killed when dropped.
+pub struct ChildServer {
+    process: Process,
+    socket: PathBuf,
+    channel: Channel,
+}
+
+/// A child process that is killed and reaped when dropped, so that a failing
+/// test leaves no server behind.
+struct Process(Option<Child>);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl ChildServer {
+    /// Starts the binary on `dir/stepwell.db` and `dir/stepwell.sock` and
+    /// waits until it serves.
+    pub async fn spawn(dir: &Path) -> ChildServer {
+        let socket = dir.join("stepwell.sock");
+        let Database::Sqlite { path: db } = database(dir);
+        let child = Command::new(env!("CARGO_BIN_EXE_stepwell"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--database-url")
+            .arg(format!("sqlite://{}", db.display()))
+            .env("STEPWELL_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start the stepwell binary");
+        let process = Process(Some(child));
+        let channel = connect(&Target::Unix(socket.clone())).await;
+        wait_for_serving(&channel).await;
+        ChildServer { process, socket, channel }
+    }
+
+    pub fn client(&self) -> Client {
+        CheckpointServiceClient::new(self.channel.clone())
+    }
+
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Sends SIGTERM, the graceful stop, without waiting.
+    pub fn terminate(&self) {
+        let child = self.process.0.as_ref().expect("the child is running");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+        // SAFETY: kill(2) on a pid we spawned and have not reaped, so it
+        // cannot name another process.
+        let result = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(result, 0, "SIGTERM delivered");
+    }
+
+    /// Sends SIGKILL, the crash, and reaps the process.
+    pub async fn kill(mut self) -> ExitStatus {
+        let mut child = self.process.0.take().expect("the child is running");
+        child.kill().expect("SIGKILL delivered");
+        reap(child).await
+    }
+
+    /// Waits for the process to exit by itself.
+    pub async fn wait(mut self) -> ExitStatus {
+        reap(self.process.0.take().expect("the child is running")).await
+    }
+}
+
+/// Waits for a child to exit off the async threads, which `wait` would block.
+async fn reap(mut child: Child) -> ExitStatus {
+    let waiting = tokio::task::spawn_blocking(move || child.wait().expect("wait for the child"));
+    tokio::time::timeout(WAIT_LIMIT, waiting).await.expect("the child exits").expect("the wait task does not panic")
+}
+
+async fn try_connect(target: &Target) -> Result<Channel, tonic::transport::Error> {
+    match target {
+        Target::Tcp(addr) => Endpoint::from_shared(format!("http://{addr}"))?.connect().await,
+        Target::Unix(path) => {
+            let path = path.clone();
+            Endpoint::from_static("http://localhost")
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+                }))
+                .await
+        }
+    }
+}
+
+/// Connects, retrying with a short backoff while the server is not yet
+/// listening (a child process binds its socket a moment after it starts).
+async fn connect(target: &Target) -> Channel {
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    let mut backoff = Duration::from_millis(2);
+    loop {
+        match try_connect(target).await {
+            Ok(channel) => return channel,
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(100));
+            }
+            Err(error) => panic!("could not connect to {target:?}: {error}"),
+        }
+    }
+}
+
+/// Opens a health Watch on the overall server status ("").
+pub async fn watch_health(channel: &Channel) -> Streaming<HealthCheckResponse> {
+    HealthClient::new(channel.clone())
+        .watch(HealthCheckRequest { service: String::new() })
+        .await
+        .expect("health Watch opens")
+        .into_inner()
+}
+
+/// The next status a Watch reports, or `None` when the stream ends.
+pub async fn next_status(watch: &mut Streaming<HealthCheckResponse>) -> Option<ServingStatus> {
+    let message = tokio::time::timeout(WAIT_LIMIT, watch.message())
+        .await
+        .expect("the health Watch reports a status or ends")
+        .expect("the health Watch does not fail");
+    message.map(|m| ServingStatus::try_from(m.status).expect("a known ServingStatus"))
+}
+
+/// Waits until health reports SERVING: the store is open and migrated.
+pub async fn wait_for_serving(channel: &Channel) {
+    let mut watch = watch_health(channel).await;
+    loop {
+        match next_status(&mut watch).await {
+            Some(ServingStatus::Serving) => return,
+            Some(_) => continue,
+            None => panic!("the health Watch ended before the server was SERVING"),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The server around the API: health turns SERVING once the store is open
+//! and NOT_SERVING when shutdown begins (in-process, and for the binary on
+//! SIGTERM, which then exits 0), reflection lists the services for clients
+//! without proto files, and a Unix-socket listener serves like TCP.
+
+use std::collections::BTreeSet;
+
+use tonic::transport::Channel;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+use crate::harness::{ChildServer, TestServer, next_status, watch_health};
+use crate::support::{T0, append, checkpoint, restore, restore_all};
+
+const CHECKPOINT_SERVICE: &str = "stepwell.v1.CheckpointService";
+const IDEMPOTENCY_SERVICE: &str = "stepwell.v1.IdempotencyService";
+
+#[tokio::test]
+async fn health_is_serving_once_started() {
+    let server = TestServer::start().await;
+    let mut health = HealthClient::new(server.channel());
+
+    for service in ["", CHECKPOINT_SERVICE, IDEMPOTENCY_SERVICE] {
+        let request = HealthCheckRequest { service: service.into() };
+        let status = health.check(request).await.expect("health Check succeeds").into_inner().status;
+        assert_eq!(ServingStatus::try_from(status), Ok(ServingStatus::Serving), "{service:?}");
+    }
+    let mut watch = watch_health(&server.channel()).await;
+    assert_eq!(next_status(&mut watch).await, Some(ServingStatus::Serving));
+}
+
+/// Asserts that an open Watch, having seen SERVING, sees NOT_SERVING and
+/// then ends, as shutdown clears the statuses.
+async fn assert_watch_sees_shutdown(watch: &mut tonic::Streaming<tonic_health::pb::HealthCheckResponse>) {
+    assert_eq!(next_status(watch).await, Some(ServingStatus::NotServing));
+    assert_eq!(next_status(watch).await, None, "the Watch ends so that it does not hold the drain open");
+}
+
+#[tokio::test]
+async fn in_process_shutdown_turns_health_not_serving_and_returns() {
+    let mut server = TestServer::start().await;
+    let mut watch = watch_health(&server.channel()).await;
+    assert_eq!(next_status(&mut watch).await, Some(ServingStatus::Serving));
+
+    server.begin_shutdown();
+
+    assert_watch_sees_shutdown(&mut watch).await;
+    server.stop().await.expect("serve returns Ok after a graceful shutdown");
+}
+
+#[tokio::test]
+async fn sigterm_turns_health_not_serving_and_exits_zero() {
+    let dir = tempfile::tempdir().expect("create a temporary directory");
+    let server = ChildServer::spawn(dir.path()).await;
+    let mut client = server.client();
+    append(&mut client, checkpoint("turn-1", "started", T0, "{}")).await;
+    let mut watch = watch_health(&server.channel()).await;
+    assert_eq!(next_status(&mut watch).await, Some(ServingStatus::Serving));
+
+    server.terminate();
+
+    assert_watch_sees_shutdown(&mut watch).await;
+    let socket = server.socket_path().to_owned();
+    let status = server.wait().await;
+    assert_eq!(status.code(), Some(0), "a graceful stop exits 0: {status:?}");
+    assert!(!socket.exists(), "the Unix socket file is removed at shutdown");
+}
+
+/// The services a reflection version lists, by the generated client of
+/// that version (the two versions have identical shapes but distinct types).
+macro_rules! reflected_services {
+    ($version:ident, $channel:expr) => {{
+        use tonic_reflection::pb::$version::ServerReflectionRequest;
+        use tonic_reflection::pb::$version::server_reflection_client::ServerReflectionClient;
+        use tonic_reflection::pb::$version::server_reflection_request::MessageRequest;
+        use tonic_reflection::pb::$version::server_reflection_response::MessageResponse;
+
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut responses = ServerReflectionClient::new($channel)
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .expect("reflection answers")
+            .into_inner();
+        let response = responses.message().await.expect("reflection succeeds").expect("one response");
+        match response.message_response {
+            Some(MessageResponse::ListServicesResponse(list)) => {
+                list.service.into_iter().map(|s| s.name).collect::<BTreeSet<String>>()
+            }
+            other => panic!("not a service list: {other:?}"),
+        }
+    }};
+}
+
+fn assert_lists_the_api(version: &str, services: &BTreeSet<String>) {
+    for expected in [CHECKPOINT_SERVICE, IDEMPOTENCY_SERVICE, "grpc.health.v1.Health"] {
+        assert!(services.contains(expected), "{version} lists {expected}: {services:?}");
+    }
+}
+
+#[tokio::test]
+async fn reflection_lists_the_services_in_both_versions() {
+    let server = TestServer::start().await;
+    let channel: Channel = server.channel();
+
+    assert_lists_the_api("v1", &reflected_services!(v1, channel.clone()));
+    assert_lists_the_api("v1alpha", &reflected_services!(v1alpha, channel));
+}
+
+#[tokio::test]
+async fn a_unix_socket_listener_serves_the_api() {
+    let server = TestServer::start_on_unix_socket().await;
+    let mut client = server.client();
+
+    let stored = append(&mut client, checkpoint("turn-1", "started", T0, r#"{"over":"uds"}"#)).await;
+
+    assert_eq!(restore_all(&mut client, restore("turn-1")).await, [stored]);
+}

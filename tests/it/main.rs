@@ -1,0 +1,16 @@
+//! The integration suite of stepwell: one test binary that drives the gRPC
+//! API end to end, against in-process servers and the real binary, each on
+//! a fresh store of its own. `harness` hides how a server is started and
+//! `support` holds the request builders and assertions; every other module
+//! covers one part of the contract in shared/API.md.
+
+mod harness;
+mod support;
+
+mod checkpoint;
+mod durability;
+mod lifecycle;
+mod namespace;
+mod restore;
+mod turns;
+mod validation;
