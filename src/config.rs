@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::clock::Clock;
+
 /// Limits fixed by the contract (shared/API.md); clients rely on them.
 pub mod limits {
     /// `turn_id`: 1..=256 bytes.
@@ -23,6 +25,10 @@ pub mod limits {
     pub const WORKFLOW_VERSION_BYTES_MAX: usize = 128;
     /// Idempotency `key`: 1..=512 bytes.
     pub const KEY_BYTES_MAX: usize = 512;
+    /// Idempotency `fingerprint`: 0..=256 bytes.
+    pub const FINGERPRINT_BYTES_MAX: usize = 256;
+    /// The `error` of a Release: 0..=16 KiB.
+    pub const ERROR_BYTES_MAX: usize = 16 * 1024;
     /// `namespace`: 1..=63 bytes of `[a-z0-9][a-z0-9._-]*`.
     pub const NAMESPACE_BYTES_MAX: usize = 63;
     /// JSON state may nest arrays and objects this deep, and no deeper.
@@ -71,6 +77,35 @@ pub struct ServeArgs {
     /// --state-bytes-max for the other fields.
     #[arg(long, env = "STEPWELL_MESSAGE_BYTES_MAX", default_value = "4194304")]
     pub message_bytes_max: String,
+
+    /// Largest idempotency result accepted by Complete, in bytes.
+    #[arg(long, env = "STEPWELL_RESULT_BYTES_MAX", default_value = "1048576")]
+    pub result_bytes_max: String,
+
+    /// Lease given by Begin and Extend when the request sets none, in seconds.
+    #[arg(long, env = "STEPWELL_LEASE_DEFAULT_SECONDS", default_value = "30")]
+    pub lease_default_seconds: String,
+
+    /// Longest lease a request may ask for, in seconds.
+    #[arg(long, env = "STEPWELL_LEASE_MAX_SECONDS", default_value = "3600")]
+    pub lease_max_seconds: String,
+
+    /// How long a finished idempotency record is kept when Begin sets no
+    /// retention, in seconds (default 7 days).
+    #[arg(long, env = "STEPWELL_RETENTION_DEFAULT_SECONDS", default_value = "604800")]
+    pub retention_default_seconds: String,
+
+    /// Longest retention a request may ask for, in seconds (default 90 days).
+    #[arg(long, env = "STEPWELL_RETENTION_MAX_SECONDS", default_value = "7776000")]
+    pub retention_max_seconds: String,
+
+    /// How often the sweeper purges idempotency records past their retention, in seconds.
+    #[arg(long, env = "STEPWELL_SWEEP_INTERVAL_SECONDS", default_value = "60")]
+    pub sweep_interval_seconds: String,
+
+    /// Most records one sweeper pass deletes (one short transaction each).
+    #[arg(long, env = "STEPWELL_SWEEP_BATCH_MAX", default_value = "1000")]
+    pub sweep_batch_max: String,
 
     /// Page size used when a request asks for 0.
     #[arg(long, env = "STEPWELL_PAGE_SIZE_DEFAULT", default_value = "1000")]
@@ -164,20 +199,21 @@ pub enum LogFormat {
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub state_bytes_max: usize,
+    pub result_bytes_max: usize,
     pub message_bytes_max: usize,
     pub page_size_default: u32,
     pub page_size_max: u32,
+    pub lease_default: Duration,
+    pub lease_max: Duration,
+    pub retention_default: Duration,
+    pub retention_max: Duration,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            state_bytes_max: 1024 * 1024,
-            message_bytes_max: 4 * 1024 * 1024,
-            page_size_default: 1000,
-            page_size_max: 10_000,
-        }
-    }
+/// The background purge of idempotency records past their retention.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    pub interval: Duration,
+    pub batch_max: u32,
 }
 
 /// The checked configuration the server runs with.
@@ -186,6 +222,9 @@ pub struct Config {
     pub listen: Listen,
     pub database: Database,
     pub limits: Limits,
+    pub sweep: Sweep,
+    /// The offset tests move to travel in time; not a flag.
+    pub clock: Clock,
     pub read_pool_max: u32,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
@@ -205,17 +244,37 @@ impl Config {
         let listen = errors.take("listen", args.listen.parse::<Listen>());
         let database = errors.take("database-url", args.database_url.parse::<Database>());
         let state_bytes_max = errors.take("state-bytes-max", number::<usize>(&args.state_bytes_max, 1, 64 << 20));
+        let result_bytes_max =
+            errors.take("result-bytes-max", number::<usize>(&args.result_bytes_max, 1, 64 << 20));
         let message_bytes_max =
             errors.take("message-bytes-max", number::<usize>(&args.message_bytes_max, 1024, 256 << 20));
-        if let (Some(state), Some(message)) = (state_bytes_max, message_bytes_max) {
-            let needed = state + limits::MESSAGE_OVERHEAD_BYTES;
+        if let (Some(state), Some(result), Some(message)) = (state_bytes_max, result_bytes_max, message_bytes_max) {
+            let needed = state.max(result) + limits::MESSAGE_OVERHEAD_BYTES;
             if message < needed {
                 errors.add(
                     "message-bytes-max",
-                    format!("{message} leaves no room for a full state of {state} bytes; use at least {needed}"),
+                    format!("{message} leaves no room for a full state or result; use at least {needed}"),
                 );
             }
         }
+        let day = 24 * 3600;
+        let lease_default = errors.take("lease-default-seconds", seconds(&args.lease_default_seconds, day));
+        let lease_max = errors.take("lease-max-seconds", seconds(&args.lease_max_seconds, day));
+        if let (Some(default), Some(max)) = (lease_default, lease_max)
+            && default > max
+        {
+            errors.add("lease-default-seconds", format!("{default:?} is above --lease-max-seconds {max:?}"));
+        }
+        let retention_default =
+            errors.take("retention-default-seconds", seconds(&args.retention_default_seconds, 3650 * day));
+        let retention_max = errors.take("retention-max-seconds", seconds(&args.retention_max_seconds, 3650 * day));
+        if let (Some(default), Some(max)) = (retention_default, retention_max)
+            && default > max
+        {
+            errors.add("retention-default-seconds", format!("{default:?} is above --retention-max-seconds {max:?}"));
+        }
+        let sweep_interval = errors.take("sweep-interval-seconds", seconds(&args.sweep_interval_seconds, day));
+        let sweep_batch_max = errors.take("sweep-batch-max", number::<u32>(&args.sweep_batch_max, 1, 1_000_000));
         let page_size_max = errors.take("page-size-max", number::<u32>(&args.page_size_max, 1, 100_000));
         let page_size_default = errors.take("page-size-default", number::<u32>(&args.page_size_default, 1, 100_000));
         if let (Some(default), Some(max)) = (page_size_default, page_size_max)
@@ -234,31 +293,56 @@ impl Config {
             },
         );
 
-        match (
-            listen,
-            database,
+        let limits = match (
             state_bytes_max,
+            result_bytes_max,
             message_bytes_max,
             page_size_default,
             page_size_max,
-            read_pool_max,
-            grace,
-            log_format,
+            lease_default,
+            lease_max,
+            retention_default,
+            retention_max,
         ) {
             (
-                Some(listen),
-                Some(database),
                 Some(state_bytes_max),
+                Some(result_bytes_max),
                 Some(message_bytes_max),
                 Some(page_size_default),
                 Some(page_size_max),
+                Some(lease_default),
+                Some(lease_max),
+                Some(retention_default),
+                Some(retention_max),
+            ) => Some(Limits {
+                state_bytes_max,
+                result_bytes_max,
+                message_bytes_max,
+                page_size_default,
+                page_size_max,
+                lease_default,
+                lease_max,
+                retention_default,
+                retention_max,
+            }),
+            _ => None,
+        };
+        match (listen, database, limits, sweep_interval, sweep_batch_max, read_pool_max, grace, log_format) {
+            (
+                Some(listen),
+                Some(database),
+                Some(limits),
+                Some(interval),
+                Some(batch_max),
                 Some(read_pool_max),
                 Some(grace),
                 Some(log_format),
             ) if errors.0.is_empty() => Ok(Config {
                 listen,
                 database,
-                limits: Limits { state_bytes_max, message_bytes_max, page_size_default, page_size_max },
+                limits,
+                sweep: Sweep { interval, batch_max },
+                clock: Clock::system(),
                 read_pool_max,
                 shutdown_grace: Duration::from_secs(grace),
                 log_format,
@@ -277,6 +361,11 @@ where
         return Err(format!("{value} is outside {min}..={max}"));
     }
     Ok(value)
+}
+
+/// A whole number of seconds in 1..=`max`.
+fn seconds(text: &str, max: u64) -> Result<Duration, String> {
+    number::<u64>(text, 1, max).map(Duration::from_secs)
 }
 
 /// Every mistake found in a configuration.

@@ -2,6 +2,7 @@
 //! rather than by a gRPC code. `api::status` is the one place that turns it
 //! into a `tonic::Status`; `store::Error` feeds in through `From`.
 
+use crate::idempotency::Refusal;
 use crate::store;
 
 /// Why a request failed.
@@ -23,6 +24,27 @@ pub enum Error {
     #[error("the turn was recorded by workflow version {recorded:?}, not compatible with {expected:?}")]
     WorkflowVersionMismatch { expected: String, recorded: String },
 
+    /// The key was begun for a different operation (another fingerprint).
+    #[error("the key was begun with a different fingerprint: it names another operation")]
+    KeyReused,
+
+    /// The lease token is not the key's current one: the lease ran out (or was
+    /// never this caller's) and another holder may have taken over.
+    #[error("the lease token is not the current holder's: the lease was lost")]
+    LeaseLost,
+
+    /// The key has no record, or its record is not leased.
+    #[error("the key is not held by any lease")]
+    NotAcquired,
+
+    /// Complete was repeated with the same token and a different result.
+    #[error("the key is already completed with a different result")]
+    ResultMismatch,
+
+    /// Get found no record for the key.
+    #[error("no idempotency record for this key")]
+    KeyNotFound,
+
     /// The store cannot serve now (unreachable, not yet migrated, commit
     /// failed); nothing was acknowledged, and the request may be retried.
     #[error("the store is unavailable")]
@@ -31,10 +53,6 @@ pub enum Error {
     /// The server is shutting down or not yet ready.
     #[error("{0}")]
     NotReady(&'static str),
-
-    /// This RPC is not implemented yet.
-    #[error("{0} is not implemented")]
-    Unimplemented(&'static str),
 }
 
 /// Why a field was rejected: the `reason` of the ErrorInfo clients see.
@@ -78,6 +96,17 @@ impl Error {
 impl From<store::Error> for Error {
     fn from(error: store::Error) -> Self {
         Error::Unavailable(error)
+    }
+}
+
+impl From<Refusal> for Error {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::KeyReused => Error::KeyReused,
+            Refusal::LeaseLost => Error::LeaseLost,
+            Refusal::NotAcquired => Error::NotAcquired,
+            Refusal::ResultMismatch => Error::ResultMismatch,
+        }
     }
 }
 

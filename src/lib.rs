@@ -6,13 +6,17 @@
 //! The parts, from the wire inwards:
 //! - `api`: the tonic services, request checks and the one error-to-status table;
 //! - `model` and `error`: the domain vocabulary, free of protobuf and SQL;
+//! - `idempotency`: the lease and fencing rules every backend follows;
+//! - `clock`: the one clock per store that leases are computed on;
 //! - `store`: the one `Store` trait and its backends, the only code with SQL;
 //! - `config`: every flag, environment variable and limit;
 //! - `server` (this file): `serve`, which wires the parts to a listener.
 
 pub mod api;
+pub mod clock;
 pub mod config;
 pub mod error;
+pub mod idempotency;
 pub mod model;
 pub mod store;
 pub mod telemetry;

@@ -23,8 +23,8 @@ use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
-use crate::config::{Config, Listen};
-use crate::store;
+use crate::config::{Config, Listen, Sweep};
+use crate::store::{self, Store};
 
 /// A bound socket to serve on.
 pub enum Listener {
@@ -135,9 +135,11 @@ pub async fn serve(
         Listener::Unix(l, _) => Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)),
     };
 
+    let mut sweeper = None;
     let open = async {
         match store::open(&config).await {
             Ok(store) => {
+                sweeper = Some(tokio::spawn(sweep(store.clone(), config.sweep.clone())));
                 shared.set_store(store);
                 set_health(&health, ServingStatus::Serving).await;
                 tracing::info!(listen = %description, "serving");
@@ -162,6 +164,10 @@ pub async fn serve(
     };
     let (served, opened) = tokio::join!(serve_until_drained, open);
 
+    // A pass is one transaction; aborting it mid-way rolls it back.
+    if let Some(sweeper) = sweeper {
+        sweeper.abort();
+    }
     if let Ok(store) = shared.store() {
         store.close().await;
     }
@@ -172,6 +178,33 @@ pub async fn serve(
     opened?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Purges idempotency records past their retention, forever: a pass every
+/// interval, and further passes at once while a pass comes back full. Each
+/// pass is one short transaction of at most `batch_max` rows, so the sweeper
+/// never holds the writer for long.
+async fn sweep(store: Arc<dyn Store>, sweep: Sweep) {
+    let mut interval = tokio::time::interval(sweep.interval);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        loop {
+            match store.purge_expired(sweep.batch_max).await {
+                Ok(purged) if purged >= u64::from(sweep.batch_max) => tokio::task::yield_now().await,
+                Ok(purged) => {
+                    if purged > 0 {
+                        tracing::debug!(purged, "purged idempotency records past their retention");
+                    }
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "sweeper pass failed; retrying next interval");
+                    break;
+                }
+            }
+        }
+    }
 }
 
 async fn set_health(health: &tonic_health::server::HealthReporter, status: ServingStatus) {

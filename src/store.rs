@@ -12,7 +12,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::config::{Config, Database};
-use crate::model::{Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
+use crate::idempotency::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Refusal};
+use crate::model::{Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos};
 
 /// Why the store could not do what it was asked. The message is for logs
 /// only: it may hold SQL or paths, so it never reaches a client.
@@ -27,7 +28,13 @@ pub enum Error {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// A backend that stores checkpoint logs.
+/// The answer to a request on an idempotency record: the value, or why the
+/// record refused it (nothing changed).
+pub type Fenced<T> = Result<T, Refusal>;
+
+/// A backend that stores checkpoint logs and idempotency records. The lease
+/// rules are `crate::idempotency`'s; a backend loads the record under its
+/// write lock, follows the plan, and commits.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Appends a checkpoint unless its (namespace, turn_id, phase, timestamp)
@@ -46,6 +53,24 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes a turn's checkpoints and summary; returns how many checkpoints went.
     async fn delete_turn(&self, namespace: &str, turn_id: &str) -> Result<u64, Error>;
 
+    /// Begin: acquire the key's lease, or say why not.
+    async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error>;
+
+    /// Complete: record the result; answers when it was recorded.
+    async fn complete(&self, fence: Fence, result: Vec<u8>) -> Result<Fenced<UnixNanos>, Error>;
+
+    /// Release: give the key back, or fail it permanently with `error`.
+    async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<RecordState>, Error>;
+
+    /// Extend: move a live lease's expiry to `lease` nanoseconds from now.
+    async fn extend(&self, fence: Fence, lease: i64) -> Result<Fenced<UnixNanos>, Error>;
+
+    /// The key's record, unless absent or past its retention, with the store's time.
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;
+
+    /// Deletes up to `limit` records past their retention; returns how many went.
+    async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;
+
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;
 
@@ -56,6 +81,8 @@ pub trait Store: Send + Sync + 'static {
 /// Opens the configured store and brings its schema up to date.
 pub async fn open(config: &Config) -> Result<Arc<dyn Store>, Error> {
     match &config.database {
-        Database::Sqlite { path } => Ok(Arc::new(sqlite::SqliteStore::open(path, config.read_pool_max).await?)),
+        Database::Sqlite { path } => {
+            Ok(Arc::new(sqlite::SqliteStore::open(path, config.read_pool_max, config.clock.clone()).await?))
+        }
     }
 }

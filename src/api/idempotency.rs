@@ -1,18 +1,21 @@
-//! IdempotencyService: leases, fencing tokens and recorded results. Every RPC
-//! answers UNIMPLEMENTED until the idempotency store lands.
+//! IdempotencyService: Begin, Complete, Release, Extend and Get. Each RPC
+//! checks its request, asks the store (which follows the rules in
+//! `crate::idempotency`), and converts the answer; refusals become errors
+//! through the one status table.
 
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::Shared;
 use super::pb::idempotency_service_server::IdempotencyService;
-use super::pb::*;
-use crate::error::Error;
+use super::pb::{self, *};
+use super::{Shared, timestamp, validate};
+use crate::config::limits;
+use crate::error::{Error, Result};
+use crate::idempotency::{self as rules, BeginArgs, Fence, RecordState};
 
 /// The IdempotencyService implementation.
 pub struct IdempotencyApi {
-    #[allow(dead_code)]
     shared: Arc<Shared>,
 }
 
@@ -20,27 +23,124 @@ impl IdempotencyApi {
     pub fn new(shared: Arc<Shared>) -> Self {
         IdempotencyApi { shared }
     }
+
+    fn fence(namespace: String, key: String, lease_token: u64) -> Result<Fence> {
+        Ok(Fence {
+            namespace: validate::namespace(namespace)?,
+            key: validate::id("key", key, limits::KEY_BYTES_MAX, true)?,
+            lease_token: validate::lease_token(lease_token)?,
+        })
+    }
+
+    async fn begin(&self, req: BeginRequest) -> Result<BeginResponse> {
+        let limits = self.shared.limits();
+        validate::bytes("fingerprint", &req.fingerprint, limits::FINGERPRINT_BYTES_MAX)?;
+        let args = BeginArgs {
+            namespace: validate::namespace(req.namespace)?,
+            key: validate::id("key", req.key, limits::KEY_BYTES_MAX, true)?,
+            fingerprint: req.fingerprint,
+            lease: validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?,
+            retention: validate::duration("retention", req.retention, limits.retention_default, limits.retention_max)?,
+        };
+        let outcome = self.shared.store()?.begin(args).await??;
+        let response = match outcome {
+            rules::BeginOutcome::Acquired { lease_token, attempt, lease_expires_at, previous_lease_expired } => {
+                BeginResponse {
+                    outcome: BeginOutcome::Acquired.into(),
+                    lease_token,
+                    attempt,
+                    lease_expires_at: Some(timestamp(lease_expires_at)),
+                    previous_lease_expired,
+                    ..BeginResponse::default()
+                }
+            }
+            rules::BeginOutcome::Completed { attempt, result } => {
+                BeginResponse { outcome: BeginOutcome::Completed.into(), attempt, result, ..BeginResponse::default() }
+            }
+            rules::BeginOutcome::InProgress { attempt, lease_expires_at } => BeginResponse {
+                outcome: BeginOutcome::InProgress.into(),
+                attempt,
+                lease_expires_at: Some(timestamp(lease_expires_at)),
+                ..BeginResponse::default()
+            },
+            rules::BeginOutcome::Failed { attempt, error } => {
+                BeginResponse { outcome: BeginOutcome::Failed.into(), attempt, error, ..BeginResponse::default() }
+            }
+        };
+        Ok(response)
+    }
+
+    async fn complete(&self, req: CompleteRequest) -> Result<CompleteResponse> {
+        let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
+        validate::bytes("result", &req.result, self.shared.limits().result_bytes_max)?;
+        let completed_at = self.shared.store()?.complete(fence, req.result).await??;
+        Ok(CompleteResponse { completed_at: Some(timestamp(completed_at)) })
+    }
+
+    async fn release(&self, req: ReleaseRequest) -> Result<ReleaseResponse> {
+        let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
+        validate::bytes("error", req.error.as_bytes(), limits::ERROR_BYTES_MAX)?;
+        let state = self.shared.store()?.release(fence, req.error, req.permanent).await??;
+        Ok(ReleaseResponse { state: record_state(state).into() })
+    }
+
+    async fn extend(&self, req: ExtendRequest) -> Result<ExtendResponse> {
+        let limits = self.shared.limits();
+        let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
+        let lease = validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?;
+        let lease_expires_at = self.shared.store()?.extend(fence, lease).await??;
+        Ok(ExtendResponse { lease_expires_at: Some(timestamp(lease_expires_at)) })
+    }
+
+    async fn get(&self, req: GetRequest) -> Result<GetResponse> {
+        let namespace = validate::namespace(req.namespace)?;
+        let key = validate::id("key", req.key, limits::KEY_BYTES_MAX, true)?;
+        let (record, now) = self.shared.store()?.get(&namespace, &key).await?.ok_or(Error::KeyNotFound)?;
+        let state = record.state(now);
+        let leased = matches!(state, RecordState::InProgress | RecordState::Expired);
+        Ok(GetResponse {
+            state: record_state(state).into(),
+            attempt: record.attempt,
+            lease_expires_at: leased.then(|| timestamp(record.lease_expires_at)),
+            result: record.result,
+            error: record.error,
+            fingerprint: record.fingerprint,
+            created_at: Some(timestamp(record.created_at)),
+            updated_at: Some(timestamp(record.updated_at)),
+            retained_until: (!leased).then(|| timestamp(record.purge_after)),
+        })
+    }
+}
+
+fn record_state(state: RecordState) -> pb::RecordState {
+    match state {
+        RecordState::InProgress => pb::RecordState::InProgress,
+        RecordState::Completed => pb::RecordState::Completed,
+        RecordState::Failed => pb::RecordState::Failed,
+        RecordState::Expired => pb::RecordState::Expired,
+        RecordState::Released => pb::RecordState::Released,
+    }
 }
 
 #[tonic::async_trait]
 impl IdempotencyService for IdempotencyApi {
-    async fn begin(&self, _: Request<BeginRequest>) -> Result<Response<BeginResponse>, Status> {
-        Err(Error::Unimplemented("IdempotencyService.Begin").into())
+    async fn begin(&self, request: Request<BeginRequest>) -> Result<Response<BeginResponse>, Status> {
+        Ok(Response::new(IdempotencyApi::begin(self, request.into_inner()).await?))
     }
 
-    async fn complete(&self, _: Request<CompleteRequest>) -> Result<Response<CompleteResponse>, Status> {
-        Err(Error::Unimplemented("IdempotencyService.Complete").into())
+    async fn complete(&self, request: Request<CompleteRequest>) -> Result<Response<CompleteResponse>, Status> {
+        Ok(Response::new(IdempotencyApi::complete(self, request.into_inner()).await?))
     }
 
-    async fn release(&self, _: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
-        Err(Error::Unimplemented("IdempotencyService.Release").into())
+    async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
+        Ok(Response::new(IdempotencyApi::release(self, request.into_inner()).await?))
     }
 
-    async fn extend(&self, _: Request<ExtendRequest>) -> Result<Response<ExtendResponse>, Status> {
-        Err(Error::Unimplemented("IdempotencyService.Extend").into())
+    async fn extend(&self, request: Request<ExtendRequest>) -> Result<Response<ExtendResponse>, Status> {
+        Ok(Response::new(IdempotencyApi::extend(self, request.into_inner()).await?))
     }
 
-    async fn get(&self, _: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        Err(Error::Unimplemented("IdempotencyService.Get").into())
+    async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        Ok(Response::new(IdempotencyApi::get(self, request.into_inner()).await?))
     }
 }

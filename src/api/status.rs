@@ -20,9 +20,13 @@ pub mod reason {
     pub const MALFORMED_REQUEST: &str = "MALFORMED_REQUEST";
     pub const CHECKPOINT_CONFLICT: &str = "CHECKPOINT_CONFLICT";
     pub const WORKFLOW_VERSION_MISMATCH: &str = "WORKFLOW_VERSION_MISMATCH";
+    pub const KEY_REUSED: &str = "KEY_REUSED";
+    pub const LEASE_LOST: &str = "LEASE_LOST";
+    pub const NOT_ACQUIRED: &str = "NOT_ACQUIRED";
+    pub const RESULT_MISMATCH: &str = "RESULT_MISMATCH";
+    pub const KEY_NOT_FOUND: &str = "KEY_NOT_FOUND";
     pub const STORE_UNAVAILABLE: &str = "STORE_UNAVAILABLE";
     pub const NOT_READY: &str = "NOT_READY";
-    pub const UNIMPLEMENTED: &str = "UNIMPLEMENTED";
 }
 
 fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, String>) -> Status {
@@ -50,12 +54,16 @@ impl From<Error> for Status {
                 reason::WORKFLOW_VERSION_MISMATCH,
                 HashMap::from([("expected_version".to_owned(), expected), ("recorded_version".to_owned(), recorded)]),
             ),
+            Error::KeyReused => status(Code::FailedPrecondition, message, reason::KEY_REUSED, HashMap::new()),
+            Error::LeaseLost => status(Code::Aborted, message, reason::LEASE_LOST, HashMap::new()),
+            Error::NotAcquired => status(Code::FailedPrecondition, message, reason::NOT_ACQUIRED, HashMap::new()),
+            Error::ResultMismatch => status(Code::AlreadyExists, message, reason::RESULT_MISMATCH, HashMap::new()),
+            Error::KeyNotFound => status(Code::NotFound, message, reason::KEY_NOT_FOUND, HashMap::new()),
             Error::Unavailable(source) => {
                 tracing::warn!(error = %source, "store unavailable; request not acknowledged");
                 status(Code::Unavailable, message, reason::STORE_UNAVAILABLE, HashMap::new())
             }
             Error::NotReady(_) => status(Code::Unavailable, message, reason::NOT_READY, HashMap::new()),
-            Error::Unimplemented(_) => status(Code::Unimplemented, message, reason::UNIMPLEMENTED, HashMap::new()),
         }
     }
 }

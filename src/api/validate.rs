@@ -62,9 +62,7 @@ pub fn phase(field: &str, value: String, required: bool) -> Result<String> {
 /// `state`: a UTF-8 JSON document of at most `max` bytes, nested at most
 /// `STATE_DEPTH_MAX` deep.
 pub fn state(value: &[u8], max: usize) -> Result<()> {
-    if value.len() > max {
-        return Err(too_long("state", max));
-    }
+    bytes("state", value, max)?;
     if json_depth(value) > limits::STATE_DEPTH_MAX {
         return Err(Error::invalid(
             "state",
@@ -134,6 +132,45 @@ pub fn optional_timestamp(field: &str, value: Option<prost_types::Timestamp>) ->
         .and_then(|ns| ns.checked_add(i64::from(value.nanos)))
         .map(Some)
         .ok_or_else(out_of_range)
+}
+
+/// A duration in nanoseconds: unset means `default`; otherwise more than
+/// zero and at most `max`.
+pub fn duration(
+    field: &str,
+    value: Option<prost_types::Duration>,
+    default: std::time::Duration,
+    max: std::time::Duration,
+) -> Result<i64> {
+    let as_nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    let Some(value) = value else { return Ok(as_nanos(default)) };
+    let out_of_range = || {
+        Error::invalid(field, InvalidReason::OutOfRange, format!("must be more than 0 and at most {}s", max.as_secs_f64()))
+    };
+    if !(0..1_000_000_000).contains(&value.nanos) || value.seconds < 0 {
+        return Err(out_of_range());
+    }
+    let nanos = value.seconds.checked_mul(1_000_000_000).and_then(|s| s.checked_add(i64::from(value.nanos)));
+    match nanos {
+        Some(n) if n > 0 && n <= as_nanos(max) => Ok(n),
+        _ => Err(out_of_range()),
+    }
+}
+
+/// Bytes of at most `max`.
+pub fn bytes(field: &str, value: &[u8], max: usize) -> Result<()> {
+    if value.len() > max {
+        return Err(too_long(field, max));
+    }
+    Ok(())
+}
+
+/// A lease token: tokens start at 1, so 0 means the field was not set.
+pub fn lease_token(value: u64) -> Result<u64> {
+    if value == 0 {
+        return Err(required_field("lease_token"));
+    }
+    Ok(value)
 }
 
 /// A page size: 0 means `default`; otherwise 1..=`max`.

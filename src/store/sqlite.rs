@@ -6,15 +6,18 @@
 //! contention; reads use a separate pool that WAL lets run beside the writer.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 
-use super::{Error, Store};
+use super::{Error, Fenced, Store};
+use crate::clock::{Clock, system_now};
+use crate::idempotency::{self, BeginArgs, BeginOutcome, BeginPlan, Fence, Held, Plan, Record, RecordState};
 use crate::model::{
     Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
@@ -26,15 +29,21 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request waits for a free connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Write transactions take the write lock at BEGIN, so a transaction that
+/// reads before it writes can never fail to upgrade its lock.
+const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
+
 /// A store in one SQLite file.
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
+    /// The store clock for leases: the sidecar's, as the file is local.
+    clock: Clock,
 }
 
 impl SqliteStore {
     /// Opens (creating if missing) the file at `path` and migrates it.
-    pub async fn open(path: &Path, read_pool_max: u32) -> Result<SqliteStore, Error> {
+    pub async fn open(path: &Path, read_pool_max: u32, clock: Clock) -> Result<SqliteStore, Error> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
@@ -52,13 +61,111 @@ impl SqliteStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;
-        Ok(SqliteStore { writer, reader })
+        Ok(SqliteStore { writer, reader, clock })
+    }
+
+    /// Runs a Complete, Release or Extend plan on the fenced record in one
+    /// write transaction, committing only if the plan writes.
+    async fn fenced<T>(
+        &self,
+        fence: &Fence,
+        plan: impl FnOnce(Option<&Record>, UnixNanos) -> Plan<T>,
+    ) -> Result<Fenced<T>, Error> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let now = self.clock.now();
+        let record = load_record(&mut tx, &fence.namespace, &fence.key, now).await?;
+        match plan(record.as_ref(), now) {
+            Plan::Answer(answer) => {
+                tx.rollback().await?;
+                Ok(answer)
+            }
+            Plan::Write(record, answer) => {
+                save_record(&mut tx, &record).await?;
+                tx.commit().await?;
+                Ok(Ok(answer))
+            }
+        }
     }
 }
 
-fn now() -> UnixNanos {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(since_epoch.as_nanos()).unwrap_or(i64::MAX)
+fn decode_error(what: String) -> sqlx::Error {
+    sqlx::Error::Decode(what.into())
+}
+
+fn record_from_row(row: &SqliteRow) -> Result<Record, sqlx::Error> {
+    let held: i64 = row.try_get("held")?;
+    let attempt: i64 = row.try_get("attempt")?;
+    let lease_token: i64 = row.try_get("lease_token")?;
+    Ok(Record {
+        namespace: row.try_get("namespace")?,
+        key: row.try_get("key")?,
+        held: Held::from_code(held).ok_or_else(|| decode_error(format!("unknown held state {held}")))?,
+        fingerprint: row.try_get("fingerprint")?,
+        attempt: u32::try_from(attempt).map_err(|_| decode_error(format!("attempt {attempt} out of range")))?,
+        lease_token: u64::try_from(lease_token).map_err(|_| decode_error(format!("token {lease_token} < 0")))?,
+        lease_expires_at: row.try_get("lease_expires_at_ns")?,
+        result: row.try_get("result")?,
+        error: row.try_get("error")?,
+        retention: row.try_get("retention_ns")?,
+        created_at: row.try_get("created_at_ns")?,
+        updated_at: row.try_get("updated_at_ns")?,
+        purge_after: row.try_get("purge_after_ns")?,
+    })
+}
+
+/// The key's record, unless absent or past its retention (then its key is free).
+async fn load_record(
+    conn: &mut SqliteConnection,
+    namespace: &str,
+    key: &str,
+    now: UnixNanos,
+) -> Result<Option<Record>, sqlx::Error> {
+    let row = sqlx::query("SELECT * FROM idempotency WHERE namespace = ?1 AND key = ?2")
+        .bind(namespace)
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    Ok(row.as_ref().map(record_from_row).transpose()?.filter(|r| !r.is_purgeable(now)))
+}
+
+/// Writes the whole record, replacing any row for its key.
+async fn save_record(conn: &mut SqliteConnection, r: &Record) -> Result<(), sqlx::Error> {
+    let token = i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token)))?;
+    sqlx::query(
+        "INSERT INTO idempotency (namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns, \
+                                  result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+         ON CONFLICT (namespace, key) DO UPDATE SET \
+           held = excluded.held, fingerprint = excluded.fingerprint, attempt = excluded.attempt, \
+           lease_token = excluded.lease_token, lease_expires_at_ns = excluded.lease_expires_at_ns, \
+           result = excluded.result, error = excluded.error, retention_ns = excluded.retention_ns, \
+           created_at_ns = excluded.created_at_ns, updated_at_ns = excluded.updated_at_ns, \
+           purge_after_ns = excluded.purge_after_ns",
+    )
+    .bind(&r.namespace)
+    .bind(&r.key)
+    .bind(r.held.code())
+    .bind(&r.fingerprint[..])
+    .bind(i64::from(r.attempt))
+    .bind(token)
+    .bind(r.lease_expires_at)
+    .bind(&r.result[..])
+    .bind(&r.error)
+    .bind(r.retention)
+    .bind(r.created_at)
+    .bind(r.updated_at)
+    .bind(r.purge_after)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The next fencing token of the store-wide sequence.
+async fn next_lease_token(conn: &mut SqliteConnection) -> Result<u64, sqlx::Error> {
+    let last: i64 = sqlx::query_scalar("UPDATE lease_tokens SET last = last + 1 WHERE id = 1 RETURNING last")
+        .fetch_one(&mut *conn)
+        .await?;
+    u64::try_from(last).map_err(|_| decode_error(format!("token {last} < 0")))
 }
 
 fn checkpoint_from_row(row: &SqliteRow) -> Result<StoredCheckpoint, sqlx::Error> {
@@ -101,8 +208,8 @@ fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
 #[async_trait]
 impl Store for SqliteStore {
     async fn append(&self, cp: NewCheckpoint) -> Result<Appended, Error> {
-        let mut tx = self.writer.begin().await?;
-        let recorded_at = now();
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let recorded_at = system_now();
         let seq: Option<i64> = sqlx::query_scalar(
             "INSERT INTO checkpoints \
                (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
@@ -253,7 +360,7 @@ impl Store for SqliteStore {
     }
 
     async fn delete_turn(&self, namespace: &str, turn_id: &str) -> Result<u64, Error> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
         let deleted = sqlx::query("DELETE FROM checkpoints WHERE namespace = ?1 AND turn_id = ?2")
             .bind(namespace)
             .bind(turn_id)
@@ -267,6 +374,61 @@ impl Store for SqliteStore {
             .await?;
         tx.commit().await?;
         Ok(deleted)
+    }
+
+    async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error> {
+        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let now = self.clock.now();
+        let record = load_record(&mut tx, &args.namespace, &args.key, now).await?;
+        match idempotency::plan_begin(record.as_ref(), &args, now) {
+            BeginPlan::Answer(answer) => {
+                tx.rollback().await?;
+                Ok(answer)
+            }
+            BeginPlan::Acquire { attempt, previous_lease_expired } => {
+                let lease_token = next_lease_token(&mut tx).await?;
+                let acquired = idempotency::acquired(record.as_ref(), &args, now, lease_token, attempt);
+                save_record(&mut tx, &acquired).await?;
+                tx.commit().await?;
+                Ok(Ok(BeginOutcome::Acquired {
+                    lease_token,
+                    attempt,
+                    lease_expires_at: acquired.lease_expires_at,
+                    previous_lease_expired,
+                }))
+            }
+        }
+    }
+
+    async fn complete(&self, fence: Fence, result: Vec<u8>) -> Result<Fenced<UnixNanos>, Error> {
+        self.fenced(&fence, |record, now| idempotency::plan_complete(record, &fence, &result, now)).await
+    }
+
+    async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<RecordState>, Error> {
+        self.fenced(&fence, |record, now| idempotency::plan_release(record, &fence, &error, permanent, now)).await
+    }
+
+    async fn extend(&self, fence: Fence, lease: i64) -> Result<Fenced<UnixNanos>, Error> {
+        self.fenced(&fence, |record, now| idempotency::plan_extend(record, &fence, lease, now)).await
+    }
+
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {
+        let mut conn = self.reader.acquire().await?;
+        let now = self.clock.now();
+        Ok(load_record(&mut conn, namespace, key, now).await?.map(|record| (record, now)))
+    }
+
+    async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
+        let purged = sqlx::query(
+            "DELETE FROM idempotency WHERE rowid IN \
+               (SELECT rowid FROM idempotency WHERE purge_after_ns <= ?1 LIMIT ?2)",
+        )
+        .bind(self.clock.now())
+        .bind(i64::from(limit))
+        .execute(&self.writer)
+        .await?
+        .rows_affected();
+        Ok(purged)
     }
 
     async fn ping(&self) -> Result<(), Error> {

@@ -14,3 +14,4 @@ mod namespace;
 mod restore;
 mod turns;
 mod validation;
+mod idempotency_model;

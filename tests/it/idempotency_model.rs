@@ -1,0 +1,1 @@
+//! The randomized model test of IdempotencyService (being written).
