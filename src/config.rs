@@ -244,8 +244,7 @@ impl Config {
         let listen = errors.take("listen", args.listen.parse::<Listen>());
         let database = errors.take("database-url", args.database_url.parse::<Database>());
         let state_bytes_max = errors.take("state-bytes-max", number::<usize>(&args.state_bytes_max, 1, 64 << 20));
-        let result_bytes_max =
-            errors.take("result-bytes-max", number::<usize>(&args.result_bytes_max, 1, 64 << 20));
+        let result_bytes_max = errors.take("result-bytes-max", number::<usize>(&args.result_bytes_max, 1, 64 << 20));
         let message_bytes_max =
             errors.take("message-bytes-max", number::<usize>(&args.message_bytes_max, 1024, 256 << 20));
         if let (Some(state), Some(result), Some(message)) = (state_bytes_max, result_bytes_max, message_bytes_max) {

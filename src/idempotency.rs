@@ -264,9 +264,7 @@ pub fn plan_extend(record: Option<&Record>, fence: &Fence, lease: i64, now: Unix
             Plan::Write(extended, lease_expires_at)
         }
         RecordState::Expired => Plan::Answer(Err(Refusal::LeaseLost)),
-        RecordState::Completed | RecordState::Failed | RecordState::Released => {
-            Plan::Answer(Err(Refusal::NotAcquired))
-        }
+        RecordState::Completed | RecordState::Failed | RecordState::Released => Plan::Answer(Err(Refusal::NotAcquired)),
     }
 }
 
@@ -339,7 +337,10 @@ mod tests {
         let Plan::Write(free, RecordState::Released) = plan_release(Some(&held), &fence(7), "", false, 0) else {
             panic!()
         };
-        assert_eq!(plan_begin(Some(&free), &args(b""), 0), BeginPlan::Acquire { attempt: 2, previous_lease_expired: false });
+        assert_eq!(
+            plan_begin(Some(&free), &args(b""), 0),
+            BeginPlan::Acquire { attempt: 2, previous_lease_expired: false }
+        );
         assert_eq!(plan_release(Some(&free), &fence(7), "", false, 0), Plan::Answer(Err(Refusal::NotAcquired)));
     }
 }

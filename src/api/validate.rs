@@ -145,7 +145,11 @@ pub fn duration(
     let as_nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     let Some(value) = value else { return Ok(as_nanos(default)) };
     let out_of_range = || {
-        Error::invalid(field, InvalidReason::OutOfRange, format!("must be more than 0 and at most {}s", max.as_secs_f64()))
+        Error::invalid(
+            field,
+            InvalidReason::OutOfRange,
+            format!("must be more than 0 and at most {}s", max.as_secs_f64()),
+        )
     };
     if !(0..1_000_000_000).contains(&value.nanos) || value.seconds < 0 {
         return Err(out_of_range());

@@ -4,14 +4,22 @@
 //! runs the real binary as a child process on a Unix socket, for tests that
 //! kill or signal it. Both hand out connected clients and return only once
 //! health reports SERVING. A second backend (Postgres) plugs in at `database`.
+//! `TestServer::start_beside` runs a second server on the same store, as
+//! sidecars sharing one would; tests that must see what is physically stored
+//! (e.g. that the sweeper deleted rows) open it read-only through
+//! `TestServer::inspect_store`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
+use sqlx::SqlitePool;
+use sqlx::sqlite::SqliteConnectOptions;
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
+use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use stepwell::config::{Config, Database};
 use stepwell::{Listener, ServeError};
 use tempfile::TempDir;
@@ -26,6 +34,9 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// The generated CheckpointService client every test uses.
 pub type Client = CheckpointServiceClient<Channel>;
+
+/// The generated IdempotencyService client.
+pub type IdempotencyClient = IdempotencyServiceClient<Channel>;
 
 /// A guard against a hung test, not a synchronisation: every wait below is
 /// for a condition, and a passing test never comes near this.
@@ -49,8 +60,9 @@ pub struct TestServer {
     channel: Channel,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServeError>>,
-    // Held so the store outlives the server; removed on drop.
-    _dir: TempDir,
+    // Holds the store, so it outlives every server on it; removed when the
+    // last of them is dropped.
+    dir: Arc<TempDir>,
 }
 
 impl TestServer {
@@ -69,8 +81,18 @@ impl TestServer {
         TestServer::launch(true, |_| {}).await
     }
 
+    /// A second server on this server's store, as a second sidecar sharing
+    /// it would run: its own connections, writer and sweeper, on TCP.
+    pub async fn start_beside(&self) -> TestServer {
+        TestServer::launch_in(self.dir.clone(), false, |_| {}).await
+    }
+
     async fn launch(unix: bool, configure: impl FnOnce(&mut Config)) -> TestServer {
         let dir = tempfile::tempdir().expect("create a temporary directory");
+        TestServer::launch_in(Arc::new(dir), unix, configure).await
+    }
+
+    async fn launch_in(dir: Arc<TempDir>, unix: bool, configure: impl FnOnce(&mut Config)) -> TestServer {
         let mut config = Config::for_database(database(dir.path()));
         configure(&mut config);
         let (listener, target) = if unix {
@@ -90,15 +112,27 @@ impl TestServer {
         }));
         let channel = connect(&target).await;
         wait_for_serving(&channel).await;
-        TestServer { channel, shutdown: Some(shutdown), task, _dir: dir }
+        TestServer { channel, shutdown: Some(shutdown), task, dir }
     }
 
     pub fn client(&self) -> Client {
         CheckpointServiceClient::new(self.channel.clone())
     }
 
+    pub fn idempotency(&self) -> IdempotencyClient {
+        IdempotencyServiceClient::new(self.channel.clone())
+    }
+
     pub fn channel(&self) -> Channel {
         self.channel.clone()
+    }
+
+    /// A read-only connection to the server's store, for tests that check
+    /// what is physically stored rather than what the API shows.
+    pub async fn inspect_store(&self) -> SqlitePool {
+        let Database::Sqlite { path } = database(self.dir.path());
+        let options = SqliteConnectOptions::new().filename(path).read_only(true);
+        SqlitePool::connect_with(options).await.expect("open the test's store read-only")
     }
 
     /// Starts a graceful shutdown without waiting for it.
@@ -165,6 +199,10 @@ impl ChildServer {
 
     pub fn client(&self) -> Client {
         CheckpointServiceClient::new(self.channel.clone())
+    }
+
+    pub fn idempotency(&self) -> IdempotencyClient {
+        IdempotencyServiceClient::new(self.channel.clone())
     }
 
     pub fn channel(&self) -> Channel {

@@ -405,9 +405,24 @@ impl Run {
     async fn complete(&mut self, worker: usize, key: &str) {
         let token = self.pick_token(worker, key);
         let result = if self.rng.chance(80) { format!("receipt-{token}") } else { format!("other-{}", self.step) };
+        let completed = self.complete_with(worker, key, token, result).await;
+        // A client retrying a Complete whose answer it lost: the same result
+        // is OK again, another one is refused.
+        if completed && self.rng.chance(50) {
+            let repeat = if self.rng.chance(50) { format!("receipt-{token}") } else { "changed".to_owned() };
+            self.complete_with(worker, key, token, repeat).await;
+        }
+    }
+
+    /// Sends one Complete and checks it; answers whether it was OK.
+    async fn complete_with(&mut self, worker: usize, key: &str, token: u64, result: String) -> bool {
         let expected = self.model.complete(key, token, result.as_bytes());
-        let request =
-            CompleteRequest { key: key.to_owned(), lease_token: token, result: result.clone().into_bytes(), ..Default::default() };
+        let request = CompleteRequest {
+            key: key.to_owned(),
+            lease_token: token,
+            result: result.clone().into_bytes(),
+            ..Default::default()
+        };
         let actual = match self.client.complete(request).await {
             Ok(_) => Expect::Ok,
             Err(status) => refusal(&status),
@@ -417,6 +432,7 @@ impl Run {
             self.on_completed_result(key, result.as_bytes());
             self.end_lease(worker, key, token);
         }
+        actual == Expect::Ok
     }
 
     async fn release(&mut self, worker: usize, key: &str) {
@@ -433,6 +449,10 @@ impl Run {
         self.check("Release", &expected, &actual);
         if actual == Expect::Ok {
             self.end_lease(worker, key, token);
+            // Reading right after a release covers the RELEASED and FAILED states.
+            if self.rng.chance(50) {
+                self.get(key).await;
+            }
         }
     }
 
@@ -440,7 +460,12 @@ impl Run {
         let token = self.pick_token(worker, key);
         let lease = QUANTUM_S * (2 + self.rng.below(2) as i64);
         let expected = self.model.extend(key, token, lease);
-        let request = ExtendRequest { key: key.to_owned(), lease_token: token, lease: Some(seconds(lease)), ..Default::default() };
+        let request = ExtendRequest {
+            key: key.to_owned(),
+            lease_token: token,
+            lease: Some(seconds(lease)),
+            ..Default::default()
+        };
         let answer = self.client.extend(request).await;
         let actual = match &answer {
             Ok(_) => Expect::Ok,

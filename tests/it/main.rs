@@ -9,9 +9,10 @@ mod support;
 
 mod checkpoint;
 mod durability;
+mod idempotency;
+mod idempotency_model;
 mod lifecycle;
 mod namespace;
 mod restore;
 mod turns;
 mod validation;
-mod idempotency_model;

@@ -1,9 +1,16 @@
 //! Request builders and assertions shared by the test modules: a valid
-//! `checkpoint(turn, phase, ts_ns, state)` request to adjust, readers that
-//! follow page tokens to the end, and checks of the rich error details
-//! (ErrorInfo reason and domain, BadRequest field) every failure carries.
+//! `checkpoint(turn, phase, ts_ns, state)` request to adjust, the
+//! IdempotencyService requests (`begin(key)`, `complete(key, token, result)`
+//! and the rest) in the default namespace, readers that follow page tokens
+//! to the end, and checks of the rich error details (ErrorInfo reason and
+//! domain, BadRequest field) every failure carries.
 
-use stepwell::api::pb::{Checkpoint, CheckpointRequest, ListTurnsRequest, RestoreRequest, TurnStatus, TurnSummary};
+use std::time::Duration;
+
+use stepwell::api::pb::{
+    BeginRequest, Checkpoint, CheckpointRequest, CompleteRequest, ExtendRequest, GetRequest, ListTurnsRequest,
+    ReleaseRequest, RestoreRequest, TurnStatus, TurnSummary,
+};
 use tonic::{Code, Status};
 use tonic_types::{ErrorInfo, StatusExt};
 
@@ -25,6 +32,43 @@ pub fn ts(nanos: i64) -> prost_types::Timestamp {
 pub fn nanos(timestamp: Option<prost_types::Timestamp>) -> i64 {
     let t = timestamp.expect("a timestamp is present");
     t.seconds * 1_000_000_000 + i64::from(t.nanos)
+}
+
+/// A protobuf duration, as requests carry it.
+pub fn duration(d: Duration) -> prost_types::Duration {
+    prost_types::Duration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
+}
+
+/// A Begin of `key` in the default namespace, with the default lease and
+/// retention and no fingerprint.
+pub fn begin(key: &str) -> BeginRequest {
+    BeginRequest { key: key.to_owned(), ..Default::default() }
+}
+
+/// A Begin of `key` whose lease lasts `lease`.
+pub fn begin_leased(key: &str, lease: Duration) -> BeginRequest {
+    BeginRequest { lease: Some(duration(lease)), ..begin(key) }
+}
+
+/// A Complete of `key` by the holder of `lease_token`.
+pub fn complete(key: &str, lease_token: u64, result: &[u8]) -> CompleteRequest {
+    CompleteRequest { key: key.to_owned(), lease_token, result: result.to_vec(), ..Default::default() }
+}
+
+/// A Release of `key` by the holder of `lease_token`: for a new attempt, or
+/// permanently with `error`.
+pub fn release(key: &str, lease_token: u64, permanent: bool, error: &str) -> ReleaseRequest {
+    ReleaseRequest { key: key.to_owned(), lease_token, error: error.to_owned(), permanent, ..Default::default() }
+}
+
+/// An Extend of `key`'s lease to `lease` from now.
+pub fn extend(key: &str, lease_token: u64, lease: Duration) -> ExtendRequest {
+    ExtendRequest { key: key.to_owned(), lease_token, lease: Some(duration(lease)), ..Default::default() }
+}
+
+/// A Get of `key` in the default namespace.
+pub fn get(key: &str) -> GetRequest {
+    GetRequest { key: key.to_owned(), ..Default::default() }
 }
 
 /// A valid checkpoint in the default namespace; tests change fields from here.
