@@ -65,7 +65,8 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_LISTEN", default_value = "127.0.0.1:50051")]
     pub listen: String,
 
-    /// Store to use: sqlite://PATH (created if missing).
+    /// Store to use: sqlite://PATH (created if missing), or
+    /// postgres://USER:PASSWORD@HOST:PORT/DATABASE for a store shared by many sidecars.
     #[arg(long, env = "STEPWELL_DATABASE_URL", default_value = "sqlite://stepwell.db")]
     pub database_url: String,
 
@@ -115,9 +116,21 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_PAGE_SIZE_MAX", default_value = "10000")]
     pub page_size_max: String,
 
-    /// Connections that serve reads (writes always use one connection).
-    #[arg(long, env = "STEPWELL_READ_POOL_MAX", default_value = "4")]
-    pub read_pool_max: String,
+    /// Most database connections: Postgres's pool, or SQLite's readers (SQLite
+    /// writes always use one connection).
+    #[arg(long, env = "STEPWELL_POOL_MAX", default_value = "16")]
+    pub pool_max: String,
+
+    /// How often health re-checks the store, in milliseconds; a failed request
+    /// also triggers a check at once.
+    #[arg(long, env = "STEPWELL_HEALTH_CHECK_INTERVAL_MS", default_value = "1000")]
+    pub health_check_interval_ms: String,
+
+    /// UNSAFE: serve on a Postgres with fsync=off or synchronous_commit=off,
+    /// which can lose writes stepwell has acknowledged. For throwaway
+    /// development databases only.
+    #[arg(long, env = "STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES")]
+    pub unsafe_accept_nondurable_postgres: bool,
 
     /// How long shutdown waits for in-flight requests, in seconds.
     #[arg(long, env = "STEPWELL_SHUTDOWN_GRACE_SECONDS", default_value = "30")]
@@ -166,10 +179,34 @@ impl FromStr for Listen {
 }
 
 /// The store the sidecar writes to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Database {
     /// An SQLite file.
     Sqlite { path: PathBuf },
+    /// A Postgres database; the URL may hold a password, so it is never logged.
+    Postgres { url: String },
+}
+
+impl Database {
+    /// The store, for logs: a Postgres URL without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            Database::Sqlite { path } => format!("sqlite://{}", path.display()),
+            Database::Postgres { url } => match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
+                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+                }
+                _ => url.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
 }
 
 impl FromStr for Database {
@@ -184,7 +221,10 @@ impl FromStr for Database {
             }
             return Ok(Database::Sqlite { path: PathBuf::from(path) });
         }
-        Err("the database URL must start with sqlite://".into())
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(Database::Postgres { url: s.to_owned() });
+        }
+        Err("the database URL must start with sqlite:// or postgres://".into())
     }
 }
 
@@ -225,7 +265,10 @@ pub struct Config {
     pub sweep: Sweep,
     /// The offset tests move to travel in time; not a flag.
     pub clock: Clock,
-    pub read_pool_max: u32,
+    pub pool_max: u32,
+    pub health_check_interval: Duration,
+    /// Serve even on a Postgres that may lose acknowledged writes.
+    pub unsafe_accept_nondurable_postgres: bool,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
 }
@@ -281,7 +324,10 @@ impl Config {
         {
             errors.add("page-size-default", format!("{default} is above --page-size-max {max}"));
         }
-        let read_pool_max = errors.take("read-pool-max", number::<u32>(&args.read_pool_max, 1, 1024));
+        let pool_max = errors.take("pool-max", number::<u32>(&args.pool_max, 1, 1024));
+        let health_check_interval = errors
+            .take("health-check-interval-ms", number::<u64>(&args.health_check_interval_ms, 10, 60_000))
+            .map(Duration::from_millis);
         let grace = errors.take("shutdown-grace-seconds", number::<u64>(&args.shutdown_grace_seconds, 0, 3600));
         let log_format = errors.take(
             "log-format",
@@ -326,14 +372,16 @@ impl Config {
             }),
             _ => None,
         };
-        match (listen, database, limits, sweep_interval, sweep_batch_max, read_pool_max, grace, log_format) {
+        match (listen, database, limits, sweep_interval, sweep_batch_max, pool_max, health_check_interval, grace, log_format)
+        {
             (
                 Some(listen),
                 Some(database),
                 Some(limits),
                 Some(interval),
                 Some(batch_max),
-                Some(read_pool_max),
+                Some(pool_max),
+                Some(health_check_interval),
                 Some(grace),
                 Some(log_format),
             ) if errors.0.is_empty() => Ok(Config {
@@ -342,7 +390,9 @@ impl Config {
                 limits,
                 sweep: Sweep { interval, batch_max },
                 clock: Clock::system(),
-                read_pool_max,
+                pool_max,
+                health_check_interval,
+                unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
                 shutdown_grace: Duration::from_secs(grace),
                 log_format,
             }),
@@ -427,6 +477,13 @@ mod tests {
         assert_eq!("sqlite://a.db".parse(), Ok(Database::Sqlite { path: "a.db".into() }));
         assert_eq!("sqlite:///x/a.db".parse(), Ok(Database::Sqlite { path: "/x/a.db".into() }));
         assert!("sqlite::memory:".parse::<Database>().is_err());
+    }
+
+    #[test]
+    fn postgres_urls_are_logged_without_their_password() {
+        let database: Database = "postgres://app:s3cret@db:5432/stepwell".parse().unwrap();
+        assert_eq!(database.describe(), "postgres://app:***@db:5432/stepwell");
+        assert!(!format!("{database:?}").contains("s3cret"));
     }
 
     #[test]

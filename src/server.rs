@@ -1,29 +1,33 @@
 //! `serve`: binds the services to a listener and runs them until shutdown.
 //!
 //! The listener answers at once, with health NOT_SERVING, while the store
-//! opens and migrates; health turns SERVING only then. On shutdown health
-//! turns NOT_SERVING, new connections are refused, and in-flight RPCs drain
-//! for up to the configured grace before the store closes.
+//! opens and migrates; health turns SERVING only then. A monitor keeps health
+//! true to the store afterwards. On shutdown health turns NOT_SERVING, new
+//! connections are refused, and in-flight RPCs drain for up to the configured
+//! grace before the store closes.
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
 use crate::api::checkpoint::CheckpointApi;
 use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
-use crate::config::{Config, Listen, Sweep};
+use crate::config::{Config, Database, Listen, Sweep};
 use crate::store::{self, Store};
 
 /// A bound socket to serve on.
@@ -102,16 +106,18 @@ pub async fn serve(
             IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
         );
 
-    // Shutdown starts on the caller's signal or when the store cannot open.
+    // Shutdown starts on the caller's signal or when the store cannot open;
+    // `stopping` tells every task that it has.
+    let (stopping_tx, stopping) = watch::channel(false);
     let store_failed = Arc::new(Notify::new());
-    let draining = Arc::new(Notify::new());
     let signal = {
-        let (health, store_failed, draining) = (health.clone(), store_failed.clone(), draining.clone());
+        let (health, store_failed, stopping_tx) = (health.clone(), store_failed.clone(), stopping_tx.clone());
         async move {
             tokio::select! {
                 () = shutdown => tracing::info!("shutting down: draining in-flight requests"),
                 () = store_failed.notified() => {}
             }
+            stopping_tx.send_replace(true);
             set_health(&health, ServingStatus::NotServing).await;
             // Clearing the statuses ends open Watch streams, which would
             // otherwise hold the drain open until the grace runs out.
@@ -119,7 +125,6 @@ pub async fn serve(
             for service in SERVICES {
                 health.clear_service_status(service).await;
             }
-            draining.notify_one();
         }
     };
 
@@ -135,16 +140,24 @@ pub async fn serve(
         Listener::Unix(l, _) => Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)),
     };
 
-    let mut sweeper = None;
+    let mut background = Vec::new();
     let open = async {
-        match store::open(&config).await {
-            Ok(store) => {
-                sweeper = Some(tokio::spawn(sweep(store.clone(), config.sweep.clone())));
+        match open_store(&config, stopping.clone()).await {
+            Ok(Some(store)) => {
+                background.push(tokio::spawn(sweep(store.clone(), config.sweep.clone())));
+                background.push(tokio::spawn(monitor(
+                    store.clone(),
+                    shared.clone(),
+                    health.clone(),
+                    config.health_check_interval,
+                    stopping.clone(),
+                )));
                 shared.set_store(store);
                 set_health(&health, ServingStatus::Serving).await;
-                tracing::info!(listen = %description, "serving");
+                tracing::info!(listen = %description, store = %config.database.describe(), "serving");
                 Ok(())
             }
+            Ok(None) => Ok(()),
             Err(error) => {
                 tracing::error!(%error, "could not open the store");
                 store_failed.notify_one();
@@ -154,9 +167,10 @@ pub async fn serve(
     };
     let grace = config.shutdown_grace;
     let serve_until_drained = async {
+        let mut stopping = stopping.clone();
         tokio::select! {
             result = server => result,
-            () = async { draining.notified().await; tokio::time::sleep(grace).await } => {
+            _ = async { stopping.wait_for(|s| *s).await.ok(); tokio::time::sleep(grace).await } => {
                 tracing::warn!(?grace, "shutdown grace ran out with requests still in flight");
                 Ok(())
             }
@@ -164,9 +178,9 @@ pub async fn serve(
     };
     let (served, opened) = tokio::join!(serve_until_drained, open);
 
-    // A pass is one transaction; aborting it mid-way rolls it back.
-    if let Some(sweeper) = sweeper {
-        sweeper.abort();
+    // A sweeper pass is one transaction; aborting it mid-way rolls it back.
+    for task in background {
+        task.abort();
     }
     if let Ok(store) = shared.store() {
         store.close().await;
@@ -179,6 +193,68 @@ pub async fn serve(
     tracing::info!("stopped");
     Ok(())
 }
+
+/// Opens the store. A shared store (Postgres) that cannot be reached yet is
+/// retried with backoff while health says NOT_SERVING, until it answers or
+/// shutdown begins (then `None`); a refusal such as the durability guard, and
+/// any failure of a local file, is final.
+async fn open_store(config: &Config, mut stopping: watch::Receiver<bool>) -> Result<Option<Arc<dyn Store>>, ServeError> {
+    let retry = matches!(config.database, Database::Postgres { .. });
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let error = tokio::select! {
+            opened = store::open(config) => match opened {
+                Ok(store) => return Ok(Some(store)),
+                Err(error) => error,
+            },
+            _ = stopping.wait_for(|s| *s) => return Ok(None),
+        };
+        if !retry || !matches!(error, store::Error::Database(_)) {
+            return Err(error.into());
+        }
+        tracing::warn!(%error, ?backoff, "the store is unreachable; retrying");
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = stopping.wait_for(|s| *s) => return Ok(None),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Keeps health true to the store: a ping every interval, and at once when a
+/// request found the store unavailable. NOT_SERVING while pings fail, SERVING
+/// again when one succeeds; the store's pool reconnects by itself.
+async fn monitor(
+    store: Arc<dyn Store>,
+    shared: Arc<Shared>,
+    health: HealthReporter,
+    interval: Duration,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let mut serving = true;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shared.store_trouble() => {}
+            _ = stopping.wait_for(|s| *s) => return,
+        }
+        let pinged = tokio::time::timeout(PING_TIMEOUT, store.ping()).await;
+        let ok = matches!(pinged, Ok(Ok(())));
+        if ok != serving && !*stopping.borrow() {
+            serving = ok;
+            if ok {
+                tracing::info!("the store answers again: SERVING");
+                set_health(&health, ServingStatus::Serving).await;
+            } else {
+                tracing::warn!("the store does not answer: NOT_SERVING");
+                set_health(&health, ServingStatus::NotServing).await;
+            }
+        }
+    }
+}
+
+/// How long a health ping may take before the store counts as down.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Purges idempotency records past their retention, forever: a pass every
 /// interval, and further passes at once while a pass comes back full. Each
@@ -207,7 +283,7 @@ async fn sweep(store: Arc<dyn Store>, sweep: Sweep) {
     }
 }
 
-async fn set_health(health: &tonic_health::server::HealthReporter, status: ServingStatus) {
+async fn set_health(health: &HealthReporter, status: ServingStatus) {
     for service in SERVICES {
         health.set_service_status(service, status).await;
     }

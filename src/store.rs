@@ -5,6 +5,7 @@
 //! Every write method returns only after the store committed the write; an
 //! error means nothing of it was committed.
 
+pub mod postgres;
 pub mod sqlite;
 
 use std::sync::Arc;
@@ -26,6 +27,12 @@ pub enum Error {
     /// The schema could not be created or upgraded.
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The database would not keep acknowledged writes; stepwell refuses it.
+    #[error(
+        "refusing a database that would lose acknowledged writes: {0}. Fix the server's settings, or pass \
+         --unsafe-accept-nondurable-postgres for a throwaway database"
+    )]
+    NotDurable(String),
 }
 
 /// The answer to a request on an idempotency record: the value, or why the
@@ -82,7 +89,16 @@ pub trait Store: Send + Sync + 'static {
 pub async fn open(config: &Config) -> Result<Arc<dyn Store>, Error> {
     match &config.database {
         Database::Sqlite { path } => {
-            Ok(Arc::new(sqlite::SqliteStore::open(path, config.read_pool_max, config.clock.clone()).await?))
+            Ok(Arc::new(sqlite::SqliteStore::open(path, config.pool_max, config.clock.clone()).await?))
         }
+        Database::Postgres { url } => Ok(Arc::new(
+            postgres::PostgresStore::open(
+                url,
+                config.pool_max,
+                config.clock.clone(),
+                config.unsafe_accept_nondurable_postgres,
+            )
+            .await?,
+        )),
     }
 }

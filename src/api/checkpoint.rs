@@ -155,18 +155,18 @@ fn to_pb(stored: StoredCheckpoint) -> pb::Checkpoint {
 #[tonic::async_trait]
 impl CheckpointService for CheckpointApi {
     async fn checkpoint(&self, request: Request<CheckpointRequest>) -> Result<Response<CheckpointResponse>, Status> {
-        Ok(Response::new(CheckpointApi::checkpoint(self, request.into_inner()).await?))
+        self.shared.answer(CheckpointApi::checkpoint(self, request.into_inner()).await)
     }
 
     async fn restore(&self, request: Request<RestoreRequest>) -> Result<Response<RestoreResponse>, Status> {
-        Ok(Response::new(CheckpointApi::restore(self, request.into_inner()).await?))
+        self.shared.answer(CheckpointApi::restore(self, request.into_inner()).await)
     }
 
     async fn list_turns(&self, request: Request<ListTurnsRequest>) -> Result<Response<ListTurnsResponse>, Status> {
-        Ok(Response::new(CheckpointApi::list_turns(self, request.into_inner()).await?))
+        self.shared.answer(CheckpointApi::list_turns(self, request.into_inner()).await)
     }
 
     async fn delete_turn(&self, request: Request<DeleteTurnRequest>) -> Result<Response<DeleteTurnResponse>, Status> {
-        Ok(Response::new(CheckpointApi::delete_turn(self, request.into_inner()).await?))
+        self.shared.answer(CheckpointApi::delete_turn(self, request.into_inner()).await)
     }
 }

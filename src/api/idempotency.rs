@@ -125,22 +125,22 @@ fn record_state(state: RecordState) -> pb::RecordState {
 #[tonic::async_trait]
 impl IdempotencyService for IdempotencyApi {
     async fn begin(&self, request: Request<BeginRequest>) -> Result<Response<BeginResponse>, Status> {
-        Ok(Response::new(IdempotencyApi::begin(self, request.into_inner()).await?))
+        self.shared.answer(IdempotencyApi::begin(self, request.into_inner()).await)
     }
 
     async fn complete(&self, request: Request<CompleteRequest>) -> Result<Response<CompleteResponse>, Status> {
-        Ok(Response::new(IdempotencyApi::complete(self, request.into_inner()).await?))
+        self.shared.answer(IdempotencyApi::complete(self, request.into_inner()).await)
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
-        Ok(Response::new(IdempotencyApi::release(self, request.into_inner()).await?))
+        self.shared.answer(IdempotencyApi::release(self, request.into_inner()).await)
     }
 
     async fn extend(&self, request: Request<ExtendRequest>) -> Result<Response<ExtendResponse>, Status> {
-        Ok(Response::new(IdempotencyApi::extend(self, request.into_inner()).await?))
+        self.shared.answer(IdempotencyApi::extend(self, request.into_inner()).await)
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        Ok(Response::new(IdempotencyApi::get(self, request.into_inner()).await?))
+        self.shared.answer(IdempotencyApi::get(self, request.into_inner()).await)
     }
 }

@@ -11,6 +11,9 @@ pub mod validate;
 
 use std::sync::{Arc, OnceLock};
 
+use tokio::sync::Notify;
+use tonic::{Response, Status};
+
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::model::UnixNanos;
@@ -25,16 +28,32 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/stepwell_descriptor.bin"));
 }
 
-/// What every service shares: the store, once it is open, and the limits.
+/// What every service shares: the store, once it is open, the limits, and a
+/// signal that a request found the store unavailable.
 pub struct Shared {
     store: OnceLock<Arc<dyn Store>>,
     limits: Limits,
+    store_trouble: Notify,
 }
 
 impl Shared {
     /// Services start before the store is open; they answer UNAVAILABLE until then.
     pub fn new(limits: Limits) -> Arc<Shared> {
-        Arc::new(Shared { store: OnceLock::new(), limits })
+        Arc::new(Shared { store: OnceLock::new(), limits, store_trouble: Notify::new() })
+    }
+
+    /// Completes when a request has found the store unavailable since the last call.
+    pub async fn store_trouble(&self) {
+        self.store_trouble.notified().await
+    }
+
+    /// Every handler's answer passes here: errors become statuses through the
+    /// one table, and a store failure wakes the health monitor at once.
+    pub fn answer<T>(&self, result: Result<T>) -> Result<Response<T>, Status> {
+        if let Err(Error::Unavailable(_)) = &result {
+            self.store_trouble.notify_one();
+        }
+        result.map(Response::new).map_err(Status::from)
     }
 
     /// Makes the opened store available to the services.

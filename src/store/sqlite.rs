@@ -43,7 +43,7 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if missing) the file at `path` and migrates it.
-    pub async fn open(path: &Path, read_pool_max: u32, clock: Clock) -> Result<SqliteStore, Error> {
+    pub async fn open(path: &Path, pool_max: u32, clock: Clock) -> Result<SqliteStore, Error> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
@@ -57,7 +57,7 @@ impl SqliteStore {
             .await?;
         MIGRATOR.run(&writer).await?;
         let reader = SqlitePoolOptions::new()
-            .max_connections(read_pool_max)
+            .max_connections(pool_max)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options)
             .await?;

@@ -8,6 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use stepwell::api::pb::{Checkpoint, CheckpointRequest};
 
+use crate::backend::TestStore;
 use crate::harness::ChildServer;
 use crate::support::{T0, append, checkpoint, restore, restore_all};
 
@@ -28,8 +29,8 @@ fn burst_checkpoint(writer: usize, i: usize) -> CheckpointRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_checkpoints_survive_sigkill() {
-    let dir = tempfile::tempdir().expect("create a temporary directory");
-    let server = ChildServer::spawn(dir.path()).await;
+    let store = TestStore::new().await;
+    let server = ChildServer::spawn(&store).await;
 
     let writers: Vec<_> = (0..WRITERS)
         .map(|writer| {
@@ -50,7 +51,7 @@ async fn acknowledged_checkpoints_survive_sigkill() {
     let status = server.kill().await;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "the sidecar died by SIGKILL: {status:?}");
 
-    let restarted = ChildServer::spawn(dir.path()).await;
+    let restarted = ChildServer::spawn(&store).await;
     let mut client = restarted.client();
     for (writer, expected) in acknowledged.into_iter().enumerate() {
         let restored = restore_all(&mut client, restore(&format!("turn-{writer}"))).await;

@@ -16,13 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use sqlx::SqlitePool;
-use sqlx::sqlite::SqliteConnectOptions;
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
-use stepwell::config::{Config, Database};
+use stepwell::config::Config;
 use stepwell::{Listener, ServeError};
-use tempfile::TempDir;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -42,11 +39,7 @@ pub type IdempotencyClient = IdempotencyServiceClient<Channel>;
 /// for a condition, and a passing test never comes near this.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);
 
-/// The store a test server runs on, inside the test's own directory. This is
-/// the one place that picks the backend.
-fn database(dir: &Path) -> Database {
-    Database::Sqlite { path: dir.join("stepwell.db") }
-}
+use crate::backend::{Inspector, TestStore};
 
 /// Where a server listens, as a client dials it.
 #[derive(Debug, Clone)]
@@ -62,7 +55,7 @@ pub struct TestServer {
     task: JoinHandle<Result<(), ServeError>>,
     // Holds the store, so it outlives every server on it; removed when the
     // last of them is dropped.
-    dir: Arc<TempDir>,
+    store: Arc<TestStore>,
 }
 
 impl TestServer {
@@ -84,19 +77,18 @@ impl TestServer {
     /// A second server on this server's store, as a second sidecar sharing
     /// it would run: its own connections, writer and sweeper, on TCP.
     pub async fn start_beside(&self) -> TestServer {
-        TestServer::launch_in(self.dir.clone(), false, |_| {}).await
+        TestServer::launch_in(self.store.clone(), false, |_| {}).await
     }
 
     async fn launch(unix: bool, configure: impl FnOnce(&mut Config)) -> TestServer {
-        let dir = tempfile::tempdir().expect("create a temporary directory");
-        TestServer::launch_in(Arc::new(dir), unix, configure).await
+        TestServer::launch_in(Arc::new(TestStore::new().await), unix, configure).await
     }
 
-    async fn launch_in(dir: Arc<TempDir>, unix: bool, configure: impl FnOnce(&mut Config)) -> TestServer {
-        let mut config = Config::for_database(database(dir.path()));
+    async fn launch_in(store: Arc<TestStore>, unix: bool, configure: impl FnOnce(&mut Config)) -> TestServer {
+        let mut config = Config::for_database(store.database());
         configure(&mut config);
         let (listener, target) = if unix {
-            let path = dir.path().join("stepwell.sock");
+            let path = store.dir().join("stepwell.sock");
             let listener = UnixListener::bind(&path).expect("bind a Unix socket");
             (Listener::Unix(listener, path.clone()), Target::Unix(path))
         } else {
@@ -112,7 +104,7 @@ impl TestServer {
         }));
         let channel = connect(&target).await;
         wait_for_serving(&channel).await;
-        TestServer { channel, shutdown: Some(shutdown), task, dir }
+        TestServer { channel, shutdown: Some(shutdown), task, store }
     }
 
     pub fn client(&self) -> Client {
@@ -129,10 +121,8 @@ impl TestServer {
 
     /// A read-only connection to the server's store, for tests that check
     /// what is physically stored rather than what the API shows.
-    pub async fn inspect_store(&self) -> SqlitePool {
-        let Database::Sqlite { path } = database(self.dir.path());
-        let options = SqliteConnectOptions::new().filename(path).read_only(true);
-        SqlitePool::connect_with(options).await.expect("open the test's store read-only")
+    pub async fn inspect_store(&self) -> Inspector {
+        self.store.inspect().await
     }
 
     /// Starts a graceful shutdown without waiting for it.
@@ -175,17 +165,21 @@ impl Drop for Process {
 }
 
 impl ChildServer {
-    /// Starts the binary on `dir/stepwell.db` and `dir/stepwell.sock` and
-    /// waits until it serves.
-    pub async fn spawn(dir: &Path) -> ChildServer {
-        let socket = dir.join("stepwell.sock");
-        let Database::Sqlite { path: db } = database(dir);
+    /// Starts the binary on `store`, listening on `stepwell.sock` in the
+    /// store's directory, and waits until it serves.
+    pub async fn spawn(store: &TestStore) -> ChildServer {
+        ChildServer::spawn_as(store, "stepwell").await
+    }
+
+    /// Like `spawn`, on the socket `NAME.sock`, so several sidecars can share a store.
+    pub async fn spawn_as(store: &TestStore, name: &str) -> ChildServer {
+        let socket = store.dir().join(format!("{name}.sock"));
         let child = Command::new(env!("CARGO_BIN_EXE_stepwell"))
             .arg("serve")
             .arg("--listen")
             .arg(format!("unix:{}", socket.display()))
             .arg("--database-url")
-            .arg(format!("sqlite://{}", db.display()))
+            .arg(store.url())
             .env("STEPWELL_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

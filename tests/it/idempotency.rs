@@ -9,7 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::SqlitePool;
 use stepwell::api::pb::{
     BeginOutcome, BeginRequest, BeginResponse, CompleteRequest, ExtendRequest, GetRequest, GetResponse, RecordState,
     ReleaseRequest,
@@ -19,6 +18,7 @@ use stepwell::config::{Config, Sweep};
 use tokio::sync::Barrier;
 use tonic::{Code, Status};
 
+use crate::backend::{Inspector, TestStore};
 use crate::harness::{ChildServer, IdempotencyClient, TestServer, WAIT_LIMIT};
 use crate::support::{Rejection, assert_error, begin, begin_leased, complete, duration, extend, get, nanos, release};
 
@@ -560,13 +560,13 @@ async fn a_key_past_its_retention_behaves_as_new() {
 }
 
 /// The keys physically stored, in order.
-async fn stored_keys(store: &SqlitePool) -> Vec<String> {
-    sqlx::query_scalar("SELECT key FROM idempotency ORDER BY key").fetch_all(store).await.expect("read the store")
+async fn stored_keys(store: &Inspector) -> Vec<String> {
+    store.idempotency_keys().await
 }
 
 /// How many idempotency rows the store holds.
-async fn stored_count(store: &SqlitePool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM idempotency").fetch_one(store).await.expect("count the rows")
+async fn stored_count(store: &Inspector) -> i64 {
+    store.count("idempotency").await
 }
 
 #[tokio::test]
@@ -811,8 +811,8 @@ fn durable_result(writer: usize, i: usize) -> Vec<u8> {
 async fn completed_keys_survive_sigkill() {
     use std::os::unix::process::ExitStatusExt;
 
-    let dir = tempfile::tempdir().expect("create a temporary directory");
-    let server = ChildServer::spawn(dir.path()).await;
+    let store = TestStore::new().await;
+    let server = ChildServer::spawn(&store).await;
     let writers: Vec<_> = (0..WRITERS)
         .map(|writer| {
             let mut client = server.idempotency();
@@ -835,7 +835,7 @@ async fn completed_keys_survive_sigkill() {
     let status = server.kill().await;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "the sidecar died by SIGKILL: {status:?}");
 
-    let restarted = ChildServer::spawn(dir.path()).await;
+    let restarted = ChildServer::spawn(&store).await;
     let mut client = restarted.idempotency();
     assert_eq!(acknowledged.len(), WRITERS * KEYS_PER_WRITER);
     for (key, result, _) in &acknowledged {

@@ -10,6 +10,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+use crate::backend::TestStore;
 use crate::harness::{ChildServer, TestServer, next_status, watch_health};
 use crate::support::{T0, append, checkpoint, restore, restore_all};
 
@@ -51,8 +52,8 @@ async fn in_process_shutdown_turns_health_not_serving_and_returns() {
 
 #[tokio::test]
 async fn sigterm_turns_health_not_serving_and_exits_zero() {
-    let dir = tempfile::tempdir().expect("create a temporary directory");
-    let server = ChildServer::spawn(dir.path()).await;
+    let store = TestStore::new().await;
+    let server = ChildServer::spawn(&store).await;
     let mut client = server.client();
     append(&mut client, checkpoint("turn-1", "started", T0, "{}")).await;
     let mut watch = watch_health(&server.channel()).await;

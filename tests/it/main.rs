@@ -4,6 +4,7 @@
 //! `support` holds the request builders and assertions; every other module
 //! covers one part of the contract in shared/API.md.
 
+mod backend;
 mod harness;
 mod support;
 

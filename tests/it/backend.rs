@@ -1,0 +1,144 @@
+//! The store a test runs on, and the one place that picks the backend. The
+//! suite runs once per backend: SQLite by default, Postgres when
+//! `STEPWELL_TEST_BACKEND=postgres`, each test then getting a database of its
+//! own on the server at `STEPWELL_TEST_POSTGRES_URL` (scripts/test starts a
+//! throwaway cluster for it). Asking for Postgres without a server fails
+//! loudly; nothing is skipped.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use sqlx::postgres::PgConnection;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{Connection, PgPool, SqlitePool};
+use stepwell::config::Database;
+use tempfile::TempDir;
+
+/// Which backend this run of the suite tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub fn backend() -> Backend {
+    match std::env::var("STEPWELL_TEST_BACKEND").as_deref() {
+        Ok("postgres") => Backend::Postgres,
+        Ok("sqlite") | Err(_) => Backend::Sqlite,
+        Ok(other) => panic!("STEPWELL_TEST_BACKEND={other:?}: use sqlite or postgres"),
+    }
+}
+
+/// A fresh store, and a directory for sockets (and the SQLite file).
+pub struct TestStore {
+    dir: TempDir,
+    database: Database,
+}
+
+impl TestStore {
+    pub async fn new() -> TestStore {
+        let dir = tempfile::tempdir().expect("create a temporary directory");
+        let database = match backend() {
+            Backend::Sqlite => Database::Sqlite { path: dir.path().join("stepwell.db") },
+            Backend::Postgres => Database::Postgres { url: fresh_postgres_database().await },
+        };
+        TestStore { dir, database }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn database(&self) -> Database {
+        self.database.clone()
+    }
+
+    /// The store as the binary's --database-url.
+    pub fn url(&self) -> String {
+        match &self.database {
+            Database::Sqlite { path } => format!("sqlite://{}", path.display()),
+            Database::Postgres { url } => url.clone(),
+        }
+    }
+
+    /// A connection to the store itself, for tests that check what is
+    /// physically stored rather than what the API shows.
+    pub async fn inspect(&self) -> Inspector {
+        match &self.database {
+            Database::Sqlite { path } => Inspector::Sqlite(
+                SqlitePool::connect_with(SqliteConnectOptions::new().filename(path).read_only(true))
+                    .await
+                    .expect("open the test's store read-only"),
+            ),
+            Database::Postgres { url } => {
+                Inspector::Postgres(PgPool::connect(url).await.expect("connect to the test's database"))
+            }
+        }
+    }
+}
+
+/// Reads a store directly.
+pub enum Inspector {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Inspector {
+    /// The idempotency keys stored, in order.
+    pub async fn idempotency_keys(&self) -> Vec<String> {
+        let sql = "SELECT key FROM idempotency ORDER BY key";
+        match self {
+            Inspector::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+            Inspector::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(pool).await,
+        }
+        .expect("read the store")
+    }
+
+    /// How many rows `table` holds.
+    pub async fn count(&self, table: &str) -> i64 {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"));
+        match self {
+            Inspector::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            Inspector::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+        }
+        .expect("count the rows")
+    }
+}
+
+/// The server every Postgres test database lives on.
+pub fn postgres_admin_url() -> String {
+    std::env::var("STEPWELL_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "STEPWELL_TEST_BACKEND=postgres needs STEPWELL_TEST_POSTGRES_URL (postgres://USER@HOST:PORT/DB); \
+             scripts/test starts a throwaway server and sets it"
+        )
+    })
+}
+
+/// Creates an empty database for one test and returns its URL.
+async fn fresh_postgres_database() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let admin = postgres_admin_url();
+    let name = format!("stepwell_test_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
+    let mut conn = PgConnection::connect(&admin).await.expect("connect to STEPWELL_TEST_POSTGRES_URL");
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .expect("create a test database");
+    conn.close().await.ok();
+    with_database(&admin, &name)
+}
+
+/// `url` with its database replaced by `name`.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let host_part = match base[scheme_end..].find('/') {
+        Some(slash) => &base[..scheme_end + slash],
+        None => base,
+    };
+    match query {
+        Some(query) => format!("{host_part}/{name}?{query}"),
+        None => format!("{host_part}/{name}"),
+    }
+}
