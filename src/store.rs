@@ -27,6 +27,9 @@ pub enum Error {
     /// The schema could not be created or upgraded.
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Another sidecar's migration could not be waited for.
+    #[error("could not take the migration lock: {0}")]
+    MigrationLock(#[source] std::io::Error),
     /// The database would not keep acknowledged writes; stepwell refuses it.
     #[error(
         "refusing a database that would lose acknowledged writes: {0}. Fix the server's settings, or pass \

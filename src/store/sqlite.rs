@@ -55,7 +55,11 @@ impl SqliteStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.clone().create_if_missing(true))
             .await?;
+        // Sidecars on one host may share the file and start together; an
+        // exclusive lock beside it lets one migrate while the others wait.
+        let lock = migration_lock(path).await.map_err(Error::MigrationLock)?;
         MIGRATOR.run(&writer).await?;
+        drop(lock);
         let reader = SqlitePoolOptions::new()
             .max_connections(pool_max)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -86,6 +90,19 @@ impl SqliteStore {
             }
         }
     }
+}
+
+/// Takes the exclusive lock on `DB-migrate.lock`, released when the file drops.
+async fn migration_lock(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push("-migrate.lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(lock_path)?;
+        file.lock()?;
+        Ok(file)
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 fn decode_error(what: String) -> sqlx::Error {

@@ -45,6 +45,11 @@ impl TestStore {
         TestStore { dir, database }
     }
 
+    /// A store on a given database, e.g. on a private cluster.
+    pub fn on(database: Database) -> TestStore {
+        TestStore { dir: tempfile::tempdir().expect("create a temporary directory"), database }
+    }
+
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -115,18 +120,23 @@ pub fn postgres_admin_url() -> String {
     })
 }
 
-/// Creates an empty database for one test and returns its URL.
-async fn fresh_postgres_database() -> String {
+/// Creates an empty database for one test on the shared test server and
+/// returns its URL.
+pub async fn fresh_postgres_database() -> String {
+    fresh_database_on(&postgres_admin_url()).await
+}
+
+/// Creates an empty database on the server at `admin` and returns its URL.
+pub async fn fresh_database_on(admin: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let admin = postgres_admin_url();
     let name = format!("stepwell_test_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst));
-    let mut conn = PgConnection::connect(&admin).await.expect("connect to STEPWELL_TEST_POSTGRES_URL");
+    let mut conn = PgConnection::connect(admin).await.expect("connect to the Postgres test server");
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
         .expect("create a test database");
     conn.close().await.ok();
-    with_database(&admin, &name)
+    with_database(admin, &name)
 }
 
 /// `url` with its database replaced by `name`.

@@ -69,6 +69,11 @@ impl TestServer {
         TestServer::launch(false, configure).await
     }
 
+    /// A server on a given store whose configuration `configure` adjusts.
+    pub async fn start_on(store: TestStore, configure: impl FnOnce(&mut Config)) -> TestServer {
+        TestServer::launch_in(Arc::new(store), false, configure).await
+    }
+
     /// A server on a Unix socket with the default configuration.
     pub async fn start_on_unix_socket() -> TestServer {
         TestServer::launch(true, |_| {}).await
@@ -173,13 +178,14 @@ impl ChildServer {
 
     /// Like `spawn`, on the socket `NAME.sock`, so several sidecars can share a store.
     pub async fn spawn_as(store: &TestStore, name: &str) -> ChildServer {
+        ChildServer::spawn_with(store, name, &[]).await
+    }
+
+    /// Like `spawn_as`, with extra flags for `stepwell serve`.
+    pub async fn spawn_with(store: &TestStore, name: &str, flags: &[&str]) -> ChildServer {
         let socket = store.dir().join(format!("{name}.sock"));
-        let child = Command::new(env!("CARGO_BIN_EXE_stepwell"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("unix:{}", socket.display()))
-            .arg("--database-url")
-            .arg(store.url())
+        let child = serve_command(store, &socket)
+            .args(flags)
             .env("STEPWELL_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -269,6 +275,45 @@ async fn connect(target: &Target) -> Channel {
 }
 
 /// Opens a health Watch on the overall server status ("").
+/// `stepwell serve` on `store`, listening on `socket`.
+fn serve_command(store: &TestStore, socket: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stepwell"));
+    command
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .arg("--database-url")
+        .arg(store.url());
+    command
+}
+
+/// Runs `stepwell serve` on `store` with extra flags for a process expected
+/// to refuse to start; returns its exit status and what it wrote to stderr.
+pub fn serve_until_exit(store: &TestStore, flags: &[&str]) -> (ExitStatus, String) {
+    use std::io::Read;
+    let mut child = serve_command(store, &store.dir().join("refused.sock"))
+        .args(flags)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the stepwell binary");
+    let deadline = std::time::Instant::now() + WAIT_LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll the child") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("stepwell kept running; it was expected to refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(10)); // polling for the exit, bounded above
+    };
+    let mut stderr = String::new();
+    child.stderr.take().expect("piped").read_to_string(&mut stderr).expect("read stderr");
+    (status, stderr)
+}
+
 pub async fn watch_health(channel: &Channel) -> Streaming<HealthCheckResponse> {
     HealthClient::new(channel.clone())
         .watch(HealthCheckRequest { service: String::new() })

@@ -6,6 +6,7 @@
 
 mod backend;
 mod harness;
+mod pg_cluster;
 mod support;
 
 mod checkpoint;
@@ -14,6 +15,8 @@ mod idempotency;
 mod idempotency_model;
 mod lifecycle;
 mod namespace;
+mod postgres_only;
 mod restore;
+mod shared_store;
 mod turns;
 mod validation;

@@ -1,0 +1,79 @@
+//! Behaviour that exists only with Postgres: the durability guard that
+//! refuses a server which could lose acknowledged writes, and failing closed
+//! while the database is down, then serving again by itself. These tests run
+//! in the Postgres pass of scripts/test; those that must stop the server or
+//! change its settings use a private cluster.
+
+use stepwell::config::Database;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use crate::backend::{TestStore, fresh_database_on, fresh_postgres_database, postgres_admin_url, with_database};
+use crate::harness::{ChildServer, TestServer, next_status, serve_until_exit, watch_health};
+use crate::pg_cluster::PgCluster;
+use crate::support::{T0, append, checkpoint, restore, restore_all, states};
+
+const OVERRIDE: &str = "--unsafe-accept-nondurable-postgres";
+
+async fn postgres_store(url: String) -> TestStore {
+    TestStore::on(Database::Postgres { url })
+}
+
+#[tokio::test]
+async fn a_database_with_synchronous_commit_off_is_refused_unless_overridden() {
+    let url = fresh_postgres_database().await;
+    let name = url.rsplit('/').next().expect("a database name").to_owned();
+    let mut admin = sqlx::PgConnection::connect(&postgres_admin_url()).await.expect("connect");
+    use sqlx::Connection;
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {name} SET synchronous_commit = off")))
+        .execute(&mut admin)
+        .await
+        .expect("turn synchronous_commit off for the database");
+    let store = postgres_store(url).await;
+
+    let (status, stderr) = serve_until_exit(&store, &[]);
+    assert!(!status.success(), "a non-durable database must be refused");
+    assert!(stderr.contains("synchronous_commit is off"), "the refusal says why: {stderr}");
+    assert!(stderr.contains(OVERRIDE), "the refusal names the override: {stderr}");
+
+    // The loudly named flag overrides the refusal.
+    let server = ChildServer::spawn_with(&store, "unsafe", &[OVERRIDE]).await;
+    let mut client = server.client();
+    append(&mut client, checkpoint("t", "started", T0, "{}")).await;
+}
+
+#[tokio::test]
+async fn a_server_with_fsync_off_is_refused() {
+    let cluster = PgCluster::start(&["fsync=off"]);
+    let store = postgres_store(fresh_database_on(&cluster.url()).await).await;
+    let (status, stderr) = serve_until_exit(&store, &[]);
+    assert!(!status.success(), "a server with fsync=off must be refused");
+    assert!(stderr.contains("fsync is off"), "the refusal says why: {stderr}");
+}
+
+#[tokio::test]
+async fn an_outage_fails_closed_and_the_sidecar_recovers_without_a_restart() {
+    let cluster = PgCluster::start(&[]);
+    let store = postgres_store(with_database(&cluster.url(), "postgres")).await;
+    let server = TestServer::start_on(store, |config| {
+        config.health_check_interval = std::time::Duration::from_millis(50);
+    })
+    .await;
+    let mut client = server.client();
+    let mut health = watch_health(&server.channel()).await;
+    assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
+    append(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
+
+    cluster.stop_immediate();
+    let refused = client.checkpoint(checkpoint("t", "during", T0 + 1, r#"{"n":2}"#)).await;
+    let status = refused.expect_err("a write while the database is down is not acknowledged");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(!status.message().contains("postgres://"), "no URL or SQL reaches the client: {status:?}");
+    assert_eq!(next_status(&mut health).await, Some(ServingStatus::NotServing));
+
+    cluster.start_again();
+    assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
+    append(&mut client, checkpoint("t", "after", T0 + 2, r#"{"n":3}"#)).await;
+    let log = restore_all(&mut client, restore("t")).await;
+    assert_eq!(states(&log), [r#"{"n":1}"#, r#"{"n":3}"#], "the refused write is absent, the others present");
+}
