@@ -55,7 +55,52 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the gRPC API (the default).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Ask a running sidecar whether it serves: exit 0 when SERVING, 1 otherwise.
+    ///
+    /// Calls grpc.health.v1.Health/Check, for container health checks (the
+    /// image has no shell). Why it is not SERVING is printed to stderr.
+    Healthcheck(HealthcheckArgs),
+}
+
+/// Flags of `stepwell healthcheck`.
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// Sidecar to ask: HOST:PORT, or unix:/path/to.sock. A wildcard address
+    /// such as 0.0.0.0 asks the loopback address, so the serve address works.
+    #[arg(long, env = "STEPWELL_LISTEN", default_value = "127.0.0.1:50051")]
+    pub target: String,
+
+    /// Service whose status to ask for; empty means the whole server.
+    #[arg(long, default_value = "")]
+    pub service: String,
+
+    /// How long connecting and answering may take together, in milliseconds.
+    #[arg(long, default_value = "3000")]
+    pub timeout_ms: String,
+}
+
+/// The checked flags of `stepwell healthcheck`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Healthcheck {
+    pub target: Listen,
+    pub service: String,
+    pub timeout: Duration,
+}
+
+impl Healthcheck {
+    /// Checks every flag, and reports every mistake at once.
+    pub fn from_args(args: &HealthcheckArgs) -> Result<Healthcheck, ConfigErrors> {
+        let mut errors = ConfigErrors(Vec::new());
+        let target = errors.take("target", args.target.parse::<Listen>());
+        let timeout = errors.take("timeout-ms", number::<u64>(&args.timeout_ms, 1, 600_000).map(Duration::from_millis));
+        match (target, timeout) {
+            (Some(target), Some(timeout)) if errors.0.is_empty() => {
+                Ok(Healthcheck { target, service: args.service.clone(), timeout })
+            }
+            _ => Err(errors),
+        }
+    }
 }
 
 /// Flags of `stepwell serve`. Each is also read from its environment variable.
@@ -372,8 +417,17 @@ impl Config {
             }),
             _ => None,
         };
-        match (listen, database, limits, sweep_interval, sweep_batch_max, pool_max, health_check_interval, grace, log_format)
-        {
+        match (
+            listen,
+            database,
+            limits,
+            sweep_interval,
+            sweep_batch_max,
+            pool_max,
+            health_check_interval,
+            grace,
+            log_format,
+        ) {
             (
                 Some(listen),
                 Some(database),
@@ -484,6 +538,19 @@ mod tests {
         let database: Database = "postgres://app:s3cret@db:5432/stepwell".parse().unwrap();
         assert_eq!(database.describe(), "postgres://app:***@db:5432/stepwell");
         assert!(!format!("{database:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn checks_healthcheck_flags() {
+        let args =
+            HealthcheckArgs { target: "unix:/run/s.sock".into(), service: String::new(), timeout_ms: "250".into() };
+        let checked = Healthcheck::from_args(&args).unwrap();
+        assert_eq!(checked.target, Listen::Unix("/run/s.sock".into()));
+        assert_eq!(checked.timeout, Duration::from_millis(250));
+        let args = HealthcheckArgs { target: "nowhere".into(), service: String::new(), timeout_ms: "0".into() };
+        let errors = Healthcheck::from_args(&args).unwrap_err().0;
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("--target") && errors[1].starts_with("--timeout-ms"), "{errors:?}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - `clock`: the one clock per store that leases are computed on;
 //! - `store`: the one `Store` trait and its backends, the only code with SQL;
 //! - `config`: every flag, environment variable and limit;
+//! - `probe`: the health client behind `stepwell healthcheck`;
 //! - `server` (this file): `serve`, which wires the parts to a listener.
 
 pub mod api;
@@ -18,6 +19,7 @@ pub mod config;
 pub mod error;
 pub mod idempotency;
 pub mod model;
+pub mod probe;
 pub mod store;
 pub mod telemetry;
 

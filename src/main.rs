@@ -1,10 +1,13 @@
 //! The `stepwell` binary: parses the command line, starts logging, and calls
-//! `serve` until SIGTERM or SIGINT. Configuration errors exit with code 64.
+//! `serve` until SIGTERM or SIGINT; or, as `stepwell healthcheck`, asks a
+//! running sidecar whether it serves (exit 0) or not (exit 1). Configuration
+//! errors exit with code 64.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use stepwell::config::{Cli, Command, Config, ServeArgs};
+use stepwell::config::{Cli, Command, Config, Healthcheck, HealthcheckArgs, ServeArgs};
+use stepwell::probe::{self, ServingStatus};
 use stepwell::{Listener, serve, telemetry};
 
 /// EX_USAGE from sysexits.h: the configuration is wrong.
@@ -20,7 +23,37 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Some(Command::Serve(args)) => run_server(&args),
+        Some(Command::Healthcheck(args)) => run_healthcheck(&args),
         None => run_server(&ServeArgs::default()),
+    }
+}
+
+/// Exit 0 when the target answers SERVING; otherwise say why on stderr and exit 1.
+fn run_healthcheck(args: &HealthcheckArgs) -> ExitCode {
+    let check = match Healthcheck::from_args(args) {
+        Ok(check) => check,
+        Err(errors) => {
+            eprint!("stepwell healthcheck: {errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("stepwell healthcheck: could not start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(probe::check(&check.target, &check.service, check.timeout)) {
+        Ok(ServingStatus::Serving) => ExitCode::SUCCESS,
+        Ok(status) => {
+            eprintln!("stepwell healthcheck: {} is {}", probe::describe(&check.target), status.as_str_name());
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("stepwell healthcheck: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 

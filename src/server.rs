@@ -198,7 +198,10 @@ pub async fn serve(
 /// retried with backoff while health says NOT_SERVING, until it answers or
 /// shutdown begins (then `None`); a refusal such as the durability guard, and
 /// any failure of a local file, is final.
-async fn open_store(config: &Config, mut stopping: watch::Receiver<bool>) -> Result<Option<Arc<dyn Store>>, ServeError> {
+async fn open_store(
+    config: &Config,
+    mut stopping: watch::Receiver<bool>,
+) -> Result<Option<Arc<dyn Store>>, ServeError> {
     let retry = matches!(config.database, Database::Postgres { .. });
     let mut backoff = Duration::from_millis(100);
     loop {

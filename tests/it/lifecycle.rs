@@ -68,6 +68,30 @@ async fn sigterm_turns_health_not_serving_and_exits_zero() {
     assert!(!socket.exists(), "the Unix socket file is removed at shutdown");
 }
 
+/// Runs `stepwell healthcheck` against `target`; answers its exit code and stderr.
+fn healthcheck(target: &str) -> (Option<i32>, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stepwell"))
+        .args(["healthcheck", "--target", target, "--timeout-ms", "5000"])
+        .output()
+        .expect("run stepwell healthcheck");
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn the_healthcheck_subcommand_exits_zero_only_while_serving() {
+    let store = TestStore::new().await;
+    let server = ChildServer::spawn(&store).await;
+    let target = format!("unix:{}", server.socket_path().display());
+    let (code, stderr) = healthcheck(&target);
+    assert_eq!(code, Some(0), "SERVING: {stderr}");
+
+    server.kill().await;
+    let (code, stderr) = healthcheck(&target);
+    assert_eq!(code, Some(1), "nothing serves any more");
+    assert!(stderr.contains("could not connect"), "it says why: {stderr}");
+    assert_eq!(healthcheck("not an address").0, Some(64), "a bad target is a usage error");
+}
+
 /// The services a reflection version lists, by the generated client of
 /// that version (the two versions have identical shapes but distinct types).
 macro_rules! reflected_services {
