@@ -166,6 +166,20 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_POOL_MAX", default_value = "16")]
     pub pool_max: String,
 
+    /// Most write requests waiting to be committed; more are refused with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "STEPWELL_WRITE_QUEUE_MAX", default_value = "10000")]
+    pub write_queue_max: String,
+
+    /// Most write requests one transaction commits (group commit).
+    #[arg(long, env = "STEPWELL_WRITE_BATCH_MAX", default_value = "256")]
+    pub write_batch_max: String,
+
+    /// Transactions a Postgres store commits side by side (SQLite always
+    /// commits one at a time).
+    #[arg(long, env = "STEPWELL_WRITE_CONCURRENCY", default_value = "4")]
+    pub write_concurrency: String,
+
     /// How often health re-checks the store, in milliseconds; a failed request
     /// also triggers a check at once.
     #[arg(long, env = "STEPWELL_HEALTH_CHECK_INTERVAL_MS", default_value = "1000")]
@@ -294,6 +308,9 @@ pub struct Limits {
     pub retention_max: Duration,
 }
 
+/// How writes are grouped into transactions.
+pub use crate::store::writer::WriterConfig as Writes;
+
 /// The background purge of idempotency records past their retention.
 #[derive(Debug, Clone)]
 pub struct Sweep {
@@ -308,6 +325,7 @@ pub struct Config {
     pub database: Database,
     pub limits: Limits,
     pub sweep: Sweep,
+    pub writes: Writes,
     /// The offset tests move to travel in time; not a flag.
     pub clock: Clock,
     pub pool_max: u32,
@@ -370,6 +388,9 @@ impl Config {
             errors.add("page-size-default", format!("{default} is above --page-size-max {max}"));
         }
         let pool_max = errors.take("pool-max", number::<u32>(&args.pool_max, 1, 1024));
+        let write_queue_max = errors.take("write-queue-max", number::<usize>(&args.write_queue_max, 1, 1_000_000));
+        let write_batch_max = errors.take("write-batch-max", number::<usize>(&args.write_batch_max, 1, 1024));
+        let write_concurrency = errors.take("write-concurrency", number::<usize>(&args.write_concurrency, 1, 64));
         let health_check_interval = errors
             .take("health-check-interval-ms", number::<u64>(&args.health_check_interval_ms, 10, 60_000))
             .map(Duration::from_millis);
@@ -417,10 +438,20 @@ impl Config {
             }),
             _ => None,
         };
+        let writes = match (write_queue_max, write_batch_max, write_concurrency, &database) {
+            (Some(queue_max), Some(batch_max), Some(concurrency), Some(database)) => Some(Writes {
+                queue_max,
+                batch_max,
+                // SQLite admits one writer; more tasks would only queue on its lock.
+                concurrency: if matches!(database, Database::Sqlite { .. }) { 1 } else { concurrency },
+            }),
+            _ => None,
+        };
         match (
             listen,
             database,
             limits,
+            writes,
             sweep_interval,
             sweep_batch_max,
             pool_max,
@@ -432,6 +463,7 @@ impl Config {
                 Some(listen),
                 Some(database),
                 Some(limits),
+                Some(writes),
                 Some(interval),
                 Some(batch_max),
                 Some(pool_max),
@@ -443,6 +475,7 @@ impl Config {
                 database,
                 limits,
                 sweep: Sweep { interval, batch_max },
+                writes,
                 clock: Clock::system(),
                 pool_max,
                 health_check_interval,

@@ -50,6 +50,10 @@ pub enum Error {
     #[error("the store is unavailable")]
     Unavailable(#[source] store::Error),
 
+    /// Too many writes are waiting; nothing was stored. Retry with backoff.
+    #[error("too many writes are waiting; retry later")]
+    Overloaded,
+
     /// The server is shutting down or not yet ready.
     #[error("{0}")]
     NotReady(&'static str),
@@ -95,7 +99,10 @@ impl Error {
 
 impl From<store::Error> for Error {
     fn from(error: store::Error) -> Self {
-        Error::Unavailable(error)
+        match error {
+            store::Error::QueueFull => Error::Overloaded,
+            error => Error::Unavailable(error),
+        }
     }
 }
 

@@ -28,6 +28,7 @@ use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
 use crate::config::{Config, Database, Listen, Sweep};
+use crate::store::writer::Writer;
 use crate::store::{self, Store};
 
 /// A bound socket to serve on.
@@ -144,6 +145,8 @@ pub async fn serve(
     let open = async {
         match open_store(&config, stopping.clone()).await {
             Ok(Some(store)) => {
+                let (writer, writers) = Writer::start(store.clone(), &config.writes);
+                background.extend(writers);
                 background.push(tokio::spawn(sweep(store.clone(), config.sweep.clone())));
                 background.push(tokio::spawn(monitor(
                     store.clone(),
@@ -152,7 +155,7 @@ pub async fn serve(
                     config.health_check_interval,
                     stopping.clone(),
                 )));
-                shared.set_store(store);
+                shared.set_writer(writer);
                 set_health(&health, ServingStatus::Serving).await;
                 tracing::info!(listen = %description, store = %config.database.describe(), "serving");
                 Ok(())
@@ -178,7 +181,8 @@ pub async fn serve(
     };
     let (served, opened) = tokio::join!(serve_until_drained, open);
 
-    // A sweeper pass is one transaction; aborting it mid-way rolls it back.
+    // Requests have drained, so the writers are idle. A batch or sweeper
+    // pass cut short is one transaction, rolled back and never acknowledged.
     for task in background {
         task.abort();
     }

@@ -2,11 +2,15 @@
 //! `open`, which picks the backend from the configured database once at
 //! start-up. Only `store` and its submodules contain SQL.
 //!
-//! Every write method returns only after the store committed the write; an
-//! error means nothing of it was committed.
+//! Writes reach a backend in batches (`Store::write`), one transaction each,
+//! from the group-commit `writer`; `batch` holds what a batch means. A write
+//! is answered only after the store committed its batch; an error means
+//! nothing of the batch was committed.
 
+pub mod batch;
 pub mod postgres;
 pub mod sqlite;
+pub mod writer;
 
 use std::sync::Arc;
 
@@ -36,20 +40,62 @@ pub enum Error {
          --unsafe-accept-nondurable-postgres for a throwaway database"
     )]
     NotDurable(String),
+    /// The batch this write was in failed; every request in it gets this.
+    #[error("{0}")]
+    Batch(Arc<Error>),
+    /// The write queue is full: the store is not keeping up.
+    #[error("the write queue is full")]
+    QueueFull,
+    /// The writer stopped (the server is shutting down).
+    #[error("the writer has stopped")]
+    WriterStopped,
 }
 
 /// The answer to a request on an idempotency record: the value, or why the
 /// record refused it (nothing changed).
 pub type Fenced<T> = Result<T, Refusal>;
 
+/// One write request.
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// Append a checkpoint unless its (namespace, turn_id, phase, timestamp)
+    /// is stored already, and update its turn's summary.
+    Append(NewCheckpoint),
+    /// Delete a turn's checkpoints and summary.
+    DeleteTurn { namespace: String, turn_id: String },
+    /// Acquire a key's lease, or say why not.
+    Begin(BeginArgs),
+    /// Record the result under a lease.
+    Complete { fence: Fence, result: Vec<u8> },
+    /// Give the key back, or fail it permanently with `error`.
+    Release { fence: Fence, error: String, permanent: bool },
+    /// Move a live lease's expiry to `lease` nanoseconds from now.
+    Extend { fence: Fence, lease: i64 },
+}
+
+/// The answer to one write request, once its batch committed.
+#[derive(Debug, Clone)]
+pub enum Written {
+    Appended(Appended),
+    /// How many checkpoints went.
+    Deleted(u64),
+    Begun(Fenced<BeginOutcome>),
+    /// When the result was recorded.
+    Completed(Fenced<UnixNanos>),
+    Released(Fenced<RecordState>),
+    /// The new lease expiry.
+    Extended(Fenced<UnixNanos>),
+}
+
 /// A backend that stores checkpoint logs and idempotency records. The lease
-/// rules are `crate::idempotency`'s; a backend loads the record under its
-/// write lock, follows the plan, and commits.
+/// rules are `crate::idempotency`'s and the meaning of a batch is
+/// `batch`'s; a backend loads what a batch needs under its write lock,
+/// follows their plans, and commits.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Appends a checkpoint unless its (namespace, turn_id, phase, timestamp)
-    /// is stored already, and updates its turn's summary, in one commit.
-    async fn append(&self, checkpoint: NewCheckpoint) -> Result<Appended, Error>;
+    /// Commits a batch of writes in one transaction and answers each, in
+    /// batch order. An error means nothing of the batch was committed.
+    async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error>;
 
     /// One page of a turn's checkpoints in restore order, and whether more follow.
     async fn restore(&self, query: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error>;
@@ -59,21 +105,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// One page of turn summaries ordered by turn id, and whether more follow.
     async fn list_turns(&self, query: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error>;
-
-    /// Deletes a turn's checkpoints and summary; returns how many checkpoints went.
-    async fn delete_turn(&self, namespace: &str, turn_id: &str) -> Result<u64, Error>;
-
-    /// Begin: acquire the key's lease, or say why not.
-    async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error>;
-
-    /// Complete: record the result; answers when it was recorded.
-    async fn complete(&self, fence: Fence, result: Vec<u8>) -> Result<Fenced<UnixNanos>, Error>;
-
-    /// Release: give the key back, or fail it permanently with `error`.
-    async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<RecordState>, Error>;
-
-    /// Extend: move a live lease's expiry to `lease` nanoseconds from now.
-    async fn extend(&self, fence: Fence, lease: i64) -> Result<Fenced<UnixNanos>, Error>;
 
     /// The key's record, unless absent or past its retention, with the store's time.
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;

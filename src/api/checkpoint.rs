@@ -43,7 +43,7 @@ impl CheckpointApi {
                 false,
             )?,
         };
-        let (inserted, stored) = match self.shared.store()?.append(checkpoint).await? {
+        let (inserted, stored) = match self.shared.writer()?.append(checkpoint).await? {
             Appended::Inserted(stored) => (true, stored),
             Appended::Duplicate(stored) => (false, stored),
             Appended::Conflict => return Err(Error::CheckpointConflict),
@@ -132,7 +132,7 @@ impl CheckpointApi {
     async fn delete_turn(&self, req: DeleteTurnRequest) -> Result<DeleteTurnResponse> {
         let namespace = validate::namespace(req.namespace)?;
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?;
-        let deleted = self.shared.store()?.delete_turn(&namespace, &turn_id).await?;
+        let deleted = self.shared.writer()?.delete_turn(namespace, turn_id).await?;
         Ok(DeleteTurnResponse { deleted })
     }
 }

@@ -42,7 +42,7 @@ impl IdempotencyApi {
             lease: validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?,
             retention: validate::duration("retention", req.retention, limits.retention_default, limits.retention_max)?,
         };
-        let outcome = self.shared.store()?.begin(args).await??;
+        let outcome = self.shared.writer()?.begin(args).await??;
         let response = match outcome {
             rules::BeginOutcome::Acquired { lease_token, attempt, lease_expires_at, previous_lease_expired } => {
                 BeginResponse {
@@ -73,14 +73,14 @@ impl IdempotencyApi {
     async fn complete(&self, req: CompleteRequest) -> Result<CompleteResponse> {
         let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
         validate::bytes("result", &req.result, self.shared.limits().result_bytes_max)?;
-        let completed_at = self.shared.store()?.complete(fence, req.result).await??;
+        let completed_at = self.shared.writer()?.complete(fence, req.result).await??;
         Ok(CompleteResponse { completed_at: Some(timestamp(completed_at)) })
     }
 
     async fn release(&self, req: ReleaseRequest) -> Result<ReleaseResponse> {
         let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
         validate::bytes("error", req.error.as_bytes(), limits::ERROR_BYTES_MAX)?;
-        let state = self.shared.store()?.release(fence, req.error, req.permanent).await??;
+        let state = self.shared.writer()?.release(fence, req.error, req.permanent).await??;
         Ok(ReleaseResponse { state: record_state(state).into() })
     }
 
@@ -88,7 +88,7 @@ impl IdempotencyApi {
         let limits = self.shared.limits();
         let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
         let lease = validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?;
-        let lease_expires_at = self.shared.store()?.extend(fence, lease).await??;
+        let lease_expires_at = self.shared.writer()?.extend(fence, lease).await??;
         Ok(ExtendResponse { lease_expires_at: Some(timestamp(lease_expires_at)) })
     }
 

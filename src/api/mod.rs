@@ -18,6 +18,7 @@ use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::model::UnixNanos;
 use crate::store::Store;
+use crate::store::writer::Writer;
 
 /// The generated protobuf types, servers and clients of `stepwell.v1`.
 pub mod pb {
@@ -28,10 +29,10 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/stepwell_descriptor.bin"));
 }
 
-/// What every service shares: the store, once it is open, the limits, and a
-/// signal that a request found the store unavailable.
+/// What every service shares: the store's writer, once the store is open,
+/// the limits, and a signal that a request found the store unavailable.
 pub struct Shared {
-    store: OnceLock<Arc<dyn Store>>,
+    writer: OnceLock<Writer>,
     limits: Limits,
     store_trouble: Notify,
 }
@@ -39,7 +40,7 @@ pub struct Shared {
 impl Shared {
     /// Services start before the store is open; they answer UNAVAILABLE until then.
     pub fn new(limits: Limits) -> Arc<Shared> {
-        Arc::new(Shared { store: OnceLock::new(), limits, store_trouble: Notify::new() })
+        Arc::new(Shared { writer: OnceLock::new(), limits, store_trouble: Notify::new() })
     }
 
     /// Completes when a request has found the store unavailable since the last call.
@@ -57,14 +58,19 @@ impl Shared {
     }
 
     /// Makes the opened store available to the services.
-    pub fn set_store(&self, store: Arc<dyn Store>) {
-        // Only serve() sets the store, once; a second set would be a bug.
-        assert!(self.store.set(store).is_ok(), "the store is set once");
+    pub fn set_writer(&self, writer: Writer) {
+        // Only serve() sets the writer, once; a second set would be a bug.
+        assert!(self.writer.set(writer).is_ok(), "the writer is set once");
     }
 
-    /// The store, if it is open.
+    /// Every write goes through the writer, once the store is open.
+    pub fn writer(&self) -> Result<&Writer> {
+        self.writer.get().ok_or(Error::NotReady("the store is not open yet"))
+    }
+
+    /// The store, for reads, once it is open.
     pub fn store(&self) -> Result<&Arc<dyn Store>> {
-        self.store.get().ok_or(Error::NotReady("the store is not open yet"))
+        self.writer().map(Writer::store)
     }
 
     pub fn limits(&self) -> &Limits {

@@ -27,6 +27,7 @@ pub mod reason {
     pub const KEY_NOT_FOUND: &str = "KEY_NOT_FOUND";
     pub const STORE_UNAVAILABLE: &str = "STORE_UNAVAILABLE";
     pub const NOT_READY: &str = "NOT_READY";
+    pub const OVERLOADED: &str = "OVERLOADED";
 }
 
 fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, String>) -> Status {
@@ -63,6 +64,7 @@ impl From<Error> for Status {
                 tracing::warn!(error = %source, "store unavailable; request not acknowledged");
                 status(Code::Unavailable, message, reason::STORE_UNAVAILABLE, HashMap::new())
             }
+            Error::Overloaded => status(Code::ResourceExhausted, message, reason::OVERLOADED, HashMap::new()),
             Error::NotReady(_) => status(Code::Unavailable, message, reason::NOT_READY, HashMap::new()),
         }
     }

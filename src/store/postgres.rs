@@ -17,11 +17,14 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 
-use super::{Error, Fenced, Store};
+use std::collections::HashMap;
+
+use super::batch::{self, CheckpointKey, TurnDelta, checkpoint_key};
+use super::{Error, Store, Write, Written};
 use crate::clock::{Clock, system_now};
-use crate::idempotency::{self, BeginArgs, BeginOutcome, BeginPlan, Fence, Held, Plan, Record, RecordState};
+use crate::idempotency::{Held, Record};
 use crate::model::{
-    Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
+    Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -55,46 +58,6 @@ impl PostgresStore {
             .await?;
         MIGRATOR.run(&pool).await?;
         Ok(PostgresStore { pool, clock })
-    }
-
-    /// Begins a write transaction on `namespace/key`: takes the key's advisory
-    /// lock, then reads the store's time.
-    async fn lock_key(
-        &self,
-        namespace: &str,
-        key: &str,
-    ) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, UnixNanos), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        // The lock is taken in the FROM clause, so the time is read after it is held.
-        let now: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT {DB_NOW_NS} FROM (SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))) AS locked"
-        )))
-        .bind(namespace)
-        .bind(key)
-        .fetch_one(&mut *tx)
-        .await?;
-        Ok((tx, now.saturating_add(self.clock.offset())))
-    }
-
-    /// Runs a Complete, Release or Extend plan on the fenced record.
-    async fn fenced<T>(
-        &self,
-        fence: &Fence,
-        plan: impl FnOnce(Option<&Record>, UnixNanos) -> Plan<T>,
-    ) -> Result<Fenced<T>, Error> {
-        let (mut tx, now) = self.lock_key(&fence.namespace, &fence.key).await?;
-        let record = load_record(&mut tx, &fence.namespace, &fence.key, now).await?;
-        match plan(record.as_ref(), now) {
-            Plan::Answer(answer) => {
-                tx.rollback().await?;
-                Ok(answer)
-            }
-            Plan::Write(record, answer) => {
-                save_record(&mut tx, &record).await?;
-                tx.commit().await?;
-                Ok(Ok(answer))
-            }
-        }
     }
 }
 
@@ -184,28 +147,187 @@ fn record_from_row(row: &PgRow) -> Result<Record, sqlx::Error> {
     })
 }
 
-/// The key's record, unless absent or past its retention.
-async fn load_record(
-    conn: &mut PgConnection,
-    namespace: &str,
-    key: &str,
-    now: UnixNanos,
-) -> Result<Option<Record>, sqlx::Error> {
-    let row = sqlx::query("SELECT * FROM idempotency WHERE namespace = $1 AND key = $2")
-        .bind(namespace)
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await?;
-    Ok(row.as_ref().map(record_from_row).transpose()?.filter(|r| !r.is_purgeable(now)))
+/// Takes the advisory locks of the batch's keys, in one sorted order so that
+/// concurrent batches never deadlock, then reads the database's clock: one
+/// round trip. The locks last until the transaction ends.
+async fn lock_keys(conn: &mut PgConnection, keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error> {
+    let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "WITH locks AS MATERIALIZED ( \
+           SELECT pg_advisory_xact_lock(h) FROM ( \
+             SELECT DISTINCT hashtextextended(n || '/' || k, 0) AS h FROM UNNEST($1::text[], $2::text[]) AS u(n, k) \
+             ORDER BY h) sorted) \
+         SELECT {DB_NOW_NS} FROM (SELECT count(*) FROM locks) locked"
+    )))
+    .bind(namespaces)
+    .bind(names)
+    .fetch_one(&mut *conn)
+    .await
 }
 
-/// Writes the whole record, replacing any row for its key.
-async fn save_record(conn: &mut PgConnection, r: &Record) -> Result<(), sqlx::Error> {
-    let token = i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token)))?;
+/// Inserts the batch's new checkpoints in one statement; answers the `seq` of
+/// each key it inserted (a key already stored is skipped).
+async fn insert_checkpoints<'b>(
+    conn: &mut PgConnection,
+    unique: &[&'b NewCheckpoint],
+    recorded_at: UnixNanos,
+) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
+    let column = |f: fn(&'b NewCheckpoint) -> &'b str| unique.iter().map(|cp| f(cp)).collect::<Vec<&str>>();
+    let rows = sqlx::query(
+        "INSERT INTO checkpoints \
+           (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
+         SELECT n, t, p, ts, s, st, te, v, $9 \
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::bool[], $8::text[]) \
+           AS u(n, t, p, ts, s, st, te, v) \
+         ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING \
+         RETURNING namespace, turn_id, phase, ts_ns, seq",
+    )
+    .bind(column(|cp| &cp.namespace))
+    .bind(column(|cp| &cp.turn_id))
+    .bind(column(|cp| &cp.phase))
+    .bind(unique.iter().map(|cp| cp.timestamp).collect::<Vec<i64>>())
+    .bind(column(|cp| &cp.session_id))
+    .bind(unique.iter().map(|cp| &cp.state[..]).collect::<Vec<&[u8]>>())
+    .bind(unique.iter().map(|cp| cp.terminal).collect::<Vec<bool>>())
+    .bind(column(|cp| &cp.workflow_version))
+    .bind(recorded_at)
+    .fetch_all(&mut *conn)
+    .await?;
+    let index: HashMap<CheckpointKey<'_>, usize> =
+        unique.iter().enumerate().map(|(i, cp)| (checkpoint_key(cp), i)).collect();
+    let mut inserted = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let (namespace, turn_id, phase): (String, String, String) =
+            (row.try_get("namespace")?, row.try_get("turn_id")?, row.try_get("phase")?);
+        let ts: i64 = row.try_get("ts_ns")?;
+        let &i = index
+            .get(&(namespace.as_str(), turn_id.as_str(), phase.as_str(), ts))
+            .ok_or_else(|| decode_error("RETURNING named a checkpoint the batch did not insert".into()))?;
+        inserted.insert(checkpoint_key(unique[i]), row.try_get("seq")?);
+    }
+    Ok(inserted)
+}
+
+/// The stored rows of checkpoints the batch found already there.
+async fn fetch_checkpoints<'b>(
+    conn: &mut PgConnection,
+    keys: &[CheckpointKey<'b>],
+) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = sqlx::query(
+        "SELECT c.* FROM checkpoints c \
+         JOIN UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) AS k(namespace, turn_id, phase, ts_ns) \
+           USING (namespace, turn_id, phase, ts_ns)",
+    )
+    .bind(keys.iter().map(|k| k.0).collect::<Vec<&str>>())
+    .bind(keys.iter().map(|k| k.1).collect::<Vec<&str>>())
+    .bind(keys.iter().map(|k| k.2).collect::<Vec<&str>>())
+    .bind(keys.iter().map(|k| k.3).collect::<Vec<i64>>())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let stored = checkpoint_from_row(&row)?;
+        let c = &stored.checkpoint;
+        let key = keys
+            .iter()
+            .find(|k| **k == (c.namespace.as_str(), c.turn_id.as_str(), c.phase.as_str(), c.timestamp))
+            .copied()
+            .ok_or_else(|| decode_error("fetched a checkpoint the batch did not ask for".into()))?;
+        found.insert(key, stored);
+    }
+    Ok(found)
+}
+
+/// Merges the batch's summary changes into the turns, one row per turn.
+/// Concurrent appends may commit out of seq order, so "latest" compares
+/// (timestamp, seq).
+async fn upsert_turns(conn: &mut PgConnection, deltas: &[TurnDelta]) -> Result<(), sqlx::Error> {
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let text = |f: fn(&TurnDelta) -> &str| deltas.iter().map(f).collect::<Vec<&str>>();
+    let int = |f: fn(&TurnDelta) -> i64| deltas.iter().map(f).collect::<Vec<i64>>();
+    sqlx::query(
+        "INSERT INTO turns (namespace, turn_id, checkpoint_count, first_ts_ns, last_ts_ns, last_seq, last_phase, \
+                            terminal, session_id, session_ts_ns, workflow_version, version_ts_ns) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], \
+                              $7::text[], $8::bool[], $9::text[], $10::bigint[], $11::text[], $12::bigint[]) \
+         ON CONFLICT (namespace, turn_id) DO UPDATE SET \
+           checkpoint_count = turns.checkpoint_count + excluded.checkpoint_count, \
+           first_ts_ns = LEAST(turns.first_ts_ns, excluded.first_ts_ns), \
+           last_phase = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                        THEN excluded.last_phase ELSE turns.last_phase END, \
+           terminal = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                      THEN excluded.terminal ELSE turns.terminal END, \
+           last_seq = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                      THEN excluded.last_seq ELSE turns.last_seq END, \
+           last_ts_ns = GREATEST(turns.last_ts_ns, excluded.last_ts_ns), \
+           session_id = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
+                        THEN excluded.session_id ELSE turns.session_id END, \
+           session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
+                           THEN excluded.session_ts_ns ELSE turns.session_ts_ns END, \
+           workflow_version = CASE WHEN excluded.workflow_version <> '' \
+                               AND excluded.version_ts_ns >= turns.version_ts_ns \
+                              THEN excluded.workflow_version ELSE turns.workflow_version END, \
+           version_ts_ns = CASE WHEN excluded.workflow_version <> '' AND excluded.version_ts_ns >= turns.version_ts_ns \
+                           THEN excluded.version_ts_ns ELSE turns.version_ts_ns END",
+    )
+    .bind(text(|d| &d.namespace))
+    .bind(text(|d| &d.turn_id))
+    .bind(int(|d| d.count))
+    .bind(int(|d| d.first_ts))
+    .bind(int(|d| d.last_ts))
+    .bind(int(|d| d.last_seq))
+    .bind(text(|d| &d.last_phase))
+    .bind(deltas.iter().map(|d| d.terminal).collect::<Vec<bool>>())
+    .bind(text(|d| &d.session_id))
+    .bind(int(|d| d.session_ts))
+    .bind(text(|d| &d.workflow_version))
+    .bind(int(|d| d.version_ts))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The records of the batch's keys, past retention or not.
+async fn load_records(
+    conn: &mut PgConnection,
+    keys: &[(&str, &str)],
+) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
+    let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
+    let rows = sqlx::query(
+        "SELECT i.* FROM idempotency i \
+         JOIN UNNEST($1::text[], $2::text[]) AS k(namespace, key) USING (namespace, key)",
+    )
+    .bind(namespaces)
+    .bind(names)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(|row| record_from_row(row).map(|r| ((r.namespace.clone(), r.key.clone()), r))).collect()
+}
+
+/// Writes whole records, replacing the rows of their keys.
+async fn save_records(conn: &mut PgConnection, records: &[Record]) -> Result<(), sqlx::Error> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut tokens = Vec::with_capacity(records.len());
+    for r in records {
+        tokens.push(
+            i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token)))?,
+        );
+    }
+    let int = |f: fn(&Record) -> i64| records.iter().map(f).collect::<Vec<i64>>();
+    let bytes = |f: fn(&Record) -> &[u8]| records.iter().map(f).collect::<Vec<&[u8]>>();
     sqlx::query(
         "INSERT INTO idempotency (namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns, \
                                   result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bytea[], $5::bigint[], $6::bigint[], \
+                              $7::bigint[], $8::bytea[], $9::bytea[], $10::bigint[], $11::bigint[], $12::bigint[], \
+                              $13::bigint[]) \
          ON CONFLICT (namespace, key) DO UPDATE SET \
            held = excluded.held, fingerprint = excluded.fingerprint, attempt = excluded.attempt, \
            lease_token = excluded.lease_token, lease_expires_at_ns = excluded.lease_expires_at_ns, \
@@ -213,22 +335,52 @@ async fn save_record(conn: &mut PgConnection, r: &Record) -> Result<(), sqlx::Er
            created_at_ns = excluded.created_at_ns, updated_at_ns = excluded.updated_at_ns, \
            purge_after_ns = excluded.purge_after_ns",
     )
-    .bind(&r.namespace)
-    .bind(&r.key)
-    .bind(r.held.code())
-    .bind(&r.fingerprint[..])
-    .bind(i64::from(r.attempt))
-    .bind(token)
-    .bind(r.lease_expires_at)
-    .bind(&r.result[..])
-    .bind(r.error.as_bytes())
-    .bind(r.retention)
-    .bind(r.created_at)
-    .bind(r.updated_at)
-    .bind(r.purge_after)
+    .bind(records.iter().map(|r| r.namespace.as_str()).collect::<Vec<&str>>())
+    .bind(records.iter().map(|r| r.key.as_str()).collect::<Vec<&str>>())
+    .bind(int(|r| r.held.code()))
+    .bind(bytes(|r| &r.fingerprint))
+    .bind(int(|r| i64::from(r.attempt)))
+    .bind(tokens)
+    .bind(int(|r| r.lease_expires_at))
+    .bind(bytes(|r| &r.result))
+    .bind(bytes(|r| r.error.as_bytes()))
+    .bind(int(|r| r.retention))
+    .bind(int(|r| r.created_at))
+    .bind(int(|r| r.updated_at))
+    .bind(int(|r| r.purge_after))
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// `count` fresh fencing tokens from the store-wide sequence, in increasing order.
+async fn lease_tokens(conn: &mut PgConnection, count: usize) -> Result<Vec<u64>, sqlx::Error> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let count = i64::try_from(count).map_err(|_| decode_error("too many tokens".into()))?;
+    let mut tokens: Vec<i64> = sqlx::query_scalar("SELECT nextval('lease_tokens') FROM generate_series(1, $1)")
+        .bind(count)
+        .fetch_all(&mut *conn)
+        .await?;
+    tokens.sort_unstable();
+    tokens.into_iter().map(|t| u64::try_from(t).map_err(|_| decode_error(format!("token {t} < 0")))).collect()
+}
+
+/// Deletes a turn's checkpoints and summary; answers how many checkpoints went.
+async fn delete_turn(conn: &mut PgConnection, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error> {
+    let deleted = sqlx::query("DELETE FROM checkpoints WHERE namespace = $1 AND turn_id = $2")
+        .bind(namespace)
+        .bind(turn_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    sqlx::query("DELETE FROM turns WHERE namespace = $1 AND turn_id = $2")
+        .bind(namespace)
+        .bind(turn_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(deleted)
 }
 
 /// Splits `limit + 1` fetched rows into a page and whether more follow.
@@ -240,89 +392,45 @@ fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn append(&self, cp: NewCheckpoint) -> Result<Appended, Error> {
+    async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error> {
         let mut tx = self.pool.begin().await?;
         let recorded_at = system_now();
-        let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO checkpoints \
-               (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING \
-             RETURNING seq",
-        )
-        .bind(&cp.namespace)
-        .bind(&cp.turn_id)
-        .bind(&cp.phase)
-        .bind(cp.timestamp)
-        .bind(&cp.session_id)
-        .bind(&cp.state[..])
-        .bind(cp.terminal)
-        .bind(&cp.workflow_version)
-        .bind(recorded_at)
-        .fetch_optional(&mut *tx)
-        .await?;
+        // Locks first, in one order, then everything else: concurrent batches
+        // (other writers, other sidecars) take their locks in one order.
+        let keys = batch::idempotency_keys(&batch);
+        let now =
+            if keys.is_empty() { 0 } else { lock_keys(&mut tx, &keys).await?.saturating_add(self.clock.offset()) };
 
-        let Some(seq) = seq else {
-            // The conflicting row is committed: ON CONFLICT waited for it.
-            let row = sqlx::query(
-                "SELECT * FROM checkpoints WHERE namespace = $1 AND turn_id = $2 AND phase = $3 AND ts_ns = $4",
-            )
-            .bind(&cp.namespace)
-            .bind(&cp.turn_id)
-            .bind(&cp.phase)
-            .bind(cp.timestamp)
-            .fetch_one(&mut *tx)
-            .await?;
-            let stored = checkpoint_from_row(&row)?;
-            tx.rollback().await?;
-            return Ok(if cp.same_content(&stored.checkpoint) {
-                Appended::Duplicate(stored)
-            } else {
-                Appended::Conflict
-            });
+        let unique = batch::unique_appends(&batch);
+        let sources = if unique.is_empty() {
+            HashMap::new()
+        } else {
+            let inserted = insert_checkpoints(&mut tx, &unique, recorded_at).await?;
+            let missing: Vec<CheckpointKey<'_>> =
+                unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
+            let existing = fetch_checkpoints(&mut tx, &missing).await?;
+            let new = unique.iter().filter_map(|cp| inserted.get(&checkpoint_key(cp)).map(|&seq| (*cp, seq)));
+            upsert_turns(&mut tx, &batch::turn_deltas(new)).await?;
+            batch::append_sources(&batch, &inserted, &existing)
         };
 
-        // As on SQLite, but concurrent appends may commit out of seq order,
-        // so "latest" compares (timestamp, seq) rather than the timestamp alone.
-        sqlx::query(
-            "INSERT INTO turns (namespace, turn_id, session_id, first_ts_ns, last_ts_ns, last_seq, last_phase, \
-                                checkpoint_count, terminal, workflow_version, session_ts_ns, version_ts_ns) \
-             VALUES ($1, $2, $3, $4, $4, $5, $6, 1, $7, $8, \
-                     CASE WHEN $3 = '' THEN $9 ELSE $4 END, CASE WHEN $8 = '' THEN $9 ELSE $4 END) \
-             ON CONFLICT (namespace, turn_id) DO UPDATE SET \
-               session_id = CASE WHEN excluded.session_id <> '' AND excluded.last_ts_ns >= turns.session_ts_ns \
-                            THEN excluded.session_id ELSE turns.session_id END, \
-               session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.last_ts_ns >= turns.session_ts_ns \
-                               THEN excluded.last_ts_ns ELSE turns.session_ts_ns END, \
-               workflow_version = CASE WHEN excluded.workflow_version <> '' \
-                                   AND excluded.last_ts_ns >= turns.version_ts_ns \
-                                  THEN excluded.workflow_version ELSE turns.workflow_version END, \
-               version_ts_ns = CASE WHEN excluded.workflow_version <> '' \
-                                AND excluded.last_ts_ns >= turns.version_ts_ns \
-                               THEN excluded.last_ts_ns ELSE turns.version_ts_ns END, \
-               first_ts_ns = LEAST(turns.first_ts_ns, excluded.first_ts_ns), \
-               checkpoint_count = turns.checkpoint_count + 1, \
-               last_phase = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                            THEN excluded.last_phase ELSE turns.last_phase END, \
-               terminal = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                          THEN excluded.terminal ELSE turns.terminal END, \
-               last_seq = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                          THEN excluded.last_seq ELSE turns.last_seq END, \
-               last_ts_ns = GREATEST(turns.last_ts_ns, excluded.last_ts_ns)",
-        )
-        .bind(&cp.namespace)
-        .bind(&cp.turn_id)
-        .bind(&cp.session_id)
-        .bind(cp.timestamp)
-        .bind(seq)
-        .bind(&cp.phase)
-        .bind(cp.terminal)
-        .bind(&cp.workflow_version)
-        .bind(i64::MIN)
-        .execute(&mut *tx)
-        .await?;
+        let mut answered = if keys.is_empty() {
+            HashMap::new()
+        } else {
+            let records = load_records(&mut tx, &keys).await?;
+            let tokens = lease_tokens(&mut tx, batch::tokens_needed(&batch)).await?;
+            let (answered, changed) = batch::plan_idempotency(&batch, records, now, &mut tokens.into_iter());
+            save_records(&mut tx, &changed).await?;
+            answered
+        };
+
+        for (index, write) in batch.iter().enumerate() {
+            if let Write::DeleteTurn { namespace, turn_id } = write {
+                answered.insert(index, Written::Deleted(delete_turn(&mut tx, namespace, turn_id).await?));
+            }
+        }
         tx.commit().await?;
-        Ok(Appended::Inserted(StoredCheckpoint { checkpoint: cp, recorded_at, seq }))
+        Ok(batch::answers(batch, sources, answered, recorded_at))
     }
 
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
@@ -384,59 +492,6 @@ impl Store for PostgresStore {
         .await?;
         let turns = rows.iter().map(turn_from_row).collect::<Result<Vec<_>, _>>()?;
         Ok(page(turns, q.limit))
-    }
-
-    async fn delete_turn(&self, namespace: &str, turn_id: &str) -> Result<u64, Error> {
-        let mut tx = self.pool.begin().await?;
-        let deleted = sqlx::query("DELETE FROM checkpoints WHERE namespace = $1 AND turn_id = $2")
-            .bind(namespace)
-            .bind(turn_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        sqlx::query("DELETE FROM turns WHERE namespace = $1 AND turn_id = $2")
-            .bind(namespace)
-            .bind(turn_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(deleted)
-    }
-
-    async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error> {
-        let (mut tx, now) = self.lock_key(&args.namespace, &args.key).await?;
-        let record = load_record(&mut tx, &args.namespace, &args.key, now).await?;
-        match idempotency::plan_begin(record.as_ref(), &args, now) {
-            BeginPlan::Answer(answer) => {
-                tx.rollback().await?;
-                Ok(answer)
-            }
-            BeginPlan::Acquire { attempt, previous_lease_expired } => {
-                let token: i64 = sqlx::query_scalar("SELECT nextval('lease_tokens')").fetch_one(&mut *tx).await?;
-                let lease_token = u64::try_from(token).map_err(|_| decode_error(format!("token {token} < 0")))?;
-                let acquired = idempotency::acquired(record.as_ref(), &args, now, lease_token, attempt);
-                save_record(&mut tx, &acquired).await?;
-                tx.commit().await?;
-                Ok(Ok(BeginOutcome::Acquired {
-                    lease_token,
-                    attempt,
-                    lease_expires_at: acquired.lease_expires_at,
-                    previous_lease_expired,
-                }))
-            }
-        }
-    }
-
-    async fn complete(&self, fence: Fence, result: Vec<u8>) -> Result<Fenced<UnixNanos>, Error> {
-        self.fenced(&fence, |record, now| idempotency::plan_complete(record, &fence, &result, now)).await
-    }
-
-    async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<RecordState>, Error> {
-        self.fenced(&fence, |record, now| idempotency::plan_release(record, &fence, &error, permanent, now)).await
-    }
-
-    async fn extend(&self, fence: Fence, lease: i64) -> Result<Fenced<UnixNanos>, Error> {
-        self.fenced(&fence, |record, now| idempotency::plan_extend(record, &fence, lease, now)).await
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {

@@ -15,11 +15,16 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 
-use super::{Error, Fenced, Store};
+use std::collections::HashMap;
+
+use sqlx::{QueryBuilder, Sqlite};
+
+use super::batch::{self, CheckpointKey, TurnDelta, checkpoint_key};
+use super::{Error, Store, Write, Written};
 use crate::clock::{Clock, system_now};
-use crate::idempotency::{self, BeginArgs, BeginOutcome, BeginPlan, Fence, Held, Plan, Record, RecordState};
+use crate::idempotency::{Held, Record};
 use crate::model::{
-    Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
+    Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -67,29 +72,6 @@ impl SqliteStore {
             .await?;
         Ok(SqliteStore { writer, reader, clock })
     }
-
-    /// Runs a Complete, Release or Extend plan on the fenced record in one
-    /// write transaction, committing only if the plan writes.
-    async fn fenced<T>(
-        &self,
-        fence: &Fence,
-        plan: impl FnOnce(Option<&Record>, UnixNanos) -> Plan<T>,
-    ) -> Result<Fenced<T>, Error> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let now = self.clock.now();
-        let record = load_record(&mut tx, &fence.namespace, &fence.key, now).await?;
-        match plan(record.as_ref(), now) {
-            Plan::Answer(answer) => {
-                tx.rollback().await?;
-                Ok(answer)
-            }
-            Plan::Write(record, answer) => {
-                save_record(&mut tx, &record).await?;
-                tx.commit().await?;
-                Ok(Ok(answer))
-            }
-        }
-    }
 }
 
 /// Takes the exclusive lock on `DB-migrate.lock`, released when the file drops.
@@ -103,6 +85,36 @@ async fn migration_lock(path: &Path) -> std::io::Result<std::fs::File> {
     })
     .await
     .map_err(std::io::Error::other)?
+}
+
+fn checkpoint_from_row(row: &SqliteRow) -> Result<StoredCheckpoint, sqlx::Error> {
+    Ok(StoredCheckpoint {
+        checkpoint: NewCheckpoint {
+            namespace: row.try_get("namespace")?,
+            turn_id: row.try_get("turn_id")?,
+            session_id: row.try_get("session_id")?,
+            phase: row.try_get("phase")?,
+            state: row.try_get("state")?,
+            timestamp: row.try_get("ts_ns")?,
+            terminal: row.try_get("terminal")?,
+            workflow_version: row.try_get("workflow_version")?,
+        },
+        recorded_at: row.try_get("recorded_at_ns")?,
+        seq: row.try_get("seq")?,
+    })
+}
+
+fn turn_from_row(row: &SqliteRow) -> Result<TurnSummary, sqlx::Error> {
+    Ok(TurnSummary {
+        turn_id: row.try_get("turn_id")?,
+        session_id: row.try_get("session_id")?,
+        first_timestamp: row.try_get("first_ts_ns")?,
+        last_timestamp: row.try_get("last_ts_ns")?,
+        last_phase: row.try_get("last_phase")?,
+        checkpoint_count: row.try_get::<i64, _>("checkpoint_count")?.try_into().unwrap_or_default(),
+        terminal: row.try_get("terminal")?,
+        workflow_version: row.try_get("workflow_version")?,
+    })
 }
 
 fn decode_error(what: String) -> sqlx::Error {
@@ -145,74 +157,209 @@ async fn load_record(
     Ok(row.as_ref().map(record_from_row).transpose()?.filter(|r| !r.is_purgeable(now)))
 }
 
-/// Writes the whole record, replacing any row for its key.
-async fn save_record(conn: &mut SqliteConnection, r: &Record) -> Result<(), sqlx::Error> {
-    let token = i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token)))?;
-    sqlx::query(
+/// Inserts the batch's new checkpoints in one statement; answers the `seq` of
+/// each key it inserted (a key already stored is skipped).
+async fn insert_checkpoints<'b>(
+    conn: &mut SqliteConnection,
+    unique: &[&'b NewCheckpoint],
+    recorded_at: UnixNanos,
+) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
+    let mut query = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO checkpoints \
+           (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) ",
+    );
+    query.push_values(unique, |mut row, cp| {
+        row.push_bind(&cp.namespace)
+            .push_bind(&cp.turn_id)
+            .push_bind(&cp.phase)
+            .push_bind(cp.timestamp)
+            .push_bind(&cp.session_id)
+            .push_bind(&cp.state[..])
+            .push_bind(cp.terminal)
+            .push_bind(&cp.workflow_version)
+            .push_bind(recorded_at);
+    });
+    query.push(
+        " ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING RETURNING namespace, turn_id, phase, ts_ns, seq",
+    );
+    let rows = query.build().fetch_all(&mut *conn).await?;
+    let index: HashMap<CheckpointKey<'_>, usize> =
+        unique.iter().enumerate().map(|(i, cp)| (checkpoint_key(cp), i)).collect();
+    let mut inserted = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let (namespace, turn_id, phase): (String, String, String) =
+            (row.try_get("namespace")?, row.try_get("turn_id")?, row.try_get("phase")?);
+        let ts: i64 = row.try_get("ts_ns")?;
+        let &i = index
+            .get(&(namespace.as_str(), turn_id.as_str(), phase.as_str(), ts))
+            .ok_or_else(|| decode_error("RETURNING named a checkpoint the batch did not insert".into()))?;
+        inserted.insert(checkpoint_key(unique[i]), row.try_get("seq")?);
+    }
+    Ok(inserted)
+}
+
+/// The stored rows of checkpoints the batch found already there.
+async fn fetch_checkpoints<'b>(
+    conn: &mut SqliteConnection,
+    keys: &[CheckpointKey<'b>],
+) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut query =
+        QueryBuilder::<Sqlite>::new("SELECT * FROM checkpoints WHERE (namespace, turn_id, phase, ts_ns) IN (");
+    query.push_values(keys, |mut row, key| {
+        row.push_bind(key.0).push_bind(key.1).push_bind(key.2).push_bind(key.3);
+    });
+    query.push(")");
+    let rows = query.build().fetch_all(&mut *conn).await?;
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let stored = checkpoint_from_row(&row)?;
+        let c = &stored.checkpoint;
+        let key = keys
+            .iter()
+            .find(|k| **k == (c.namespace.as_str(), c.turn_id.as_str(), c.phase.as_str(), c.timestamp))
+            .copied()
+            .ok_or_else(|| decode_error("fetched a checkpoint the batch did not ask for".into()))?;
+        found.insert(key, stored);
+    }
+    Ok(found)
+}
+
+/// Merges the batch's summary changes into the turns, one row per turn.
+async fn upsert_turns(conn: &mut SqliteConnection, deltas: &[TurnDelta]) -> Result<(), sqlx::Error> {
+    if deltas.is_empty() {
+        return Ok(());
+    }
+    let mut query = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO turns (namespace, turn_id, checkpoint_count, first_ts_ns, last_ts_ns, last_seq, last_phase, \
+                            terminal, session_id, session_ts_ns, workflow_version, version_ts_ns) ",
+    );
+    query.push_values(deltas, |mut row, d| {
+        row.push_bind(&d.namespace)
+            .push_bind(&d.turn_id)
+            .push_bind(d.count)
+            .push_bind(d.first_ts)
+            .push_bind(d.last_ts)
+            .push_bind(d.last_seq)
+            .push_bind(&d.last_phase)
+            .push_bind(d.terminal)
+            .push_bind(&d.session_id)
+            .push_bind(d.session_ts)
+            .push_bind(&d.workflow_version)
+            .push_bind(d.version_ts);
+    });
+    // SET sees the old row as `turns` and the batch's change as `excluded`.
+    query.push(
+        " ON CONFLICT (namespace, turn_id) DO UPDATE SET \
+           checkpoint_count = turns.checkpoint_count + excluded.checkpoint_count, \
+           first_ts_ns = min(turns.first_ts_ns, excluded.first_ts_ns), \
+           last_phase = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                        THEN excluded.last_phase ELSE turns.last_phase END, \
+           terminal = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                      THEN excluded.terminal ELSE turns.terminal END, \
+           last_seq = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                      THEN excluded.last_seq ELSE turns.last_seq END, \
+           last_ts_ns = max(turns.last_ts_ns, excluded.last_ts_ns), \
+           session_id = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
+                        THEN excluded.session_id ELSE turns.session_id END, \
+           session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
+                           THEN excluded.session_ts_ns ELSE turns.session_ts_ns END, \
+           workflow_version = CASE WHEN excluded.workflow_version <> '' \
+                               AND excluded.version_ts_ns >= turns.version_ts_ns \
+                              THEN excluded.workflow_version ELSE turns.workflow_version END, \
+           version_ts_ns = CASE WHEN excluded.workflow_version <> '' AND excluded.version_ts_ns >= turns.version_ts_ns \
+                           THEN excluded.version_ts_ns ELSE turns.version_ts_ns END",
+    );
+    query.build().execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// The records of the batch's keys, past retention or not.
+async fn load_records(
+    conn: &mut SqliteConnection,
+    keys: &[(&str, &str)],
+) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
+    let mut query = QueryBuilder::<Sqlite>::new("SELECT * FROM idempotency WHERE (namespace, key) IN (");
+    query.push_values(keys, |mut row, (namespace, key)| {
+        row.push_bind(*namespace).push_bind(*key);
+    });
+    query.push(")");
+    let rows = query.build().fetch_all(&mut *conn).await?;
+    rows.iter().map(|row| record_from_row(row).map(|r| ((r.namespace.clone(), r.key.clone()), r))).collect()
+}
+
+/// Writes whole records, replacing the rows of their keys.
+async fn save_records(conn: &mut SqliteConnection, records: &[Record]) -> Result<(), sqlx::Error> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let mut query = QueryBuilder::<Sqlite>::new(
         "INSERT INTO idempotency (namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns, \
-                                  result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
-         ON CONFLICT (namespace, key) DO UPDATE SET \
+                                  result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns) ",
+    );
+    let mut tokens = Vec::with_capacity(records.len());
+    for r in records {
+        tokens.push(
+            i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token)))?,
+        );
+    }
+    query.push_values(records.iter().zip(tokens), |mut row, (r, token)| {
+        row.push_bind(&r.namespace)
+            .push_bind(&r.key)
+            .push_bind(r.held.code())
+            .push_bind(&r.fingerprint[..])
+            .push_bind(i64::from(r.attempt))
+            .push_bind(token)
+            .push_bind(r.lease_expires_at)
+            .push_bind(&r.result[..])
+            .push_bind(&r.error)
+            .push_bind(r.retention)
+            .push_bind(r.created_at)
+            .push_bind(r.updated_at)
+            .push_bind(r.purge_after);
+    });
+    query.push(
+        " ON CONFLICT (namespace, key) DO UPDATE SET \
            held = excluded.held, fingerprint = excluded.fingerprint, attempt = excluded.attempt, \
            lease_token = excluded.lease_token, lease_expires_at_ns = excluded.lease_expires_at_ns, \
            result = excluded.result, error = excluded.error, retention_ns = excluded.retention_ns, \
            created_at_ns = excluded.created_at_ns, updated_at_ns = excluded.updated_at_ns, \
            purge_after_ns = excluded.purge_after_ns",
-    )
-    .bind(&r.namespace)
-    .bind(&r.key)
-    .bind(r.held.code())
-    .bind(&r.fingerprint[..])
-    .bind(i64::from(r.attempt))
-    .bind(token)
-    .bind(r.lease_expires_at)
-    .bind(&r.result[..])
-    .bind(&r.error)
-    .bind(r.retention)
-    .bind(r.created_at)
-    .bind(r.updated_at)
-    .bind(r.purge_after)
-    .execute(&mut *conn)
-    .await?;
+    );
+    query.build().execute(&mut *conn).await?;
     Ok(())
 }
 
-/// The next fencing token of the store-wide sequence.
-async fn next_lease_token(conn: &mut SqliteConnection) -> Result<u64, sqlx::Error> {
-    let last: i64 = sqlx::query_scalar("UPDATE lease_tokens SET last = last + 1 WHERE id = 1 RETURNING last")
+/// `count` fresh fencing tokens from the store-wide sequence, in increasing order.
+async fn lease_tokens(conn: &mut SqliteConnection, count: usize) -> Result<Vec<u64>, sqlx::Error> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let count = u64::try_from(count).map_err(|_| decode_error("too many tokens".into()))?;
+    let last: i64 = sqlx::query_scalar("UPDATE lease_tokens SET last = last + ?1 WHERE id = 1 RETURNING last")
+        .bind(count as i64)
         .fetch_one(&mut *conn)
         .await?;
-    u64::try_from(last).map_err(|_| decode_error(format!("token {last} < 0")))
+    let last = u64::try_from(last).map_err(|_| decode_error(format!("token {last} < 0")))?;
+    Ok((last + 1 - count..=last).collect())
 }
 
-fn checkpoint_from_row(row: &SqliteRow) -> Result<StoredCheckpoint, sqlx::Error> {
-    Ok(StoredCheckpoint {
-        checkpoint: NewCheckpoint {
-            namespace: row.try_get("namespace")?,
-            turn_id: row.try_get("turn_id")?,
-            session_id: row.try_get("session_id")?,
-            phase: row.try_get("phase")?,
-            state: row.try_get("state")?,
-            timestamp: row.try_get("ts_ns")?,
-            terminal: row.try_get("terminal")?,
-            workflow_version: row.try_get("workflow_version")?,
-        },
-        recorded_at: row.try_get("recorded_at_ns")?,
-        seq: row.try_get("seq")?,
-    })
-}
-
-fn turn_from_row(row: &SqliteRow) -> Result<TurnSummary, sqlx::Error> {
-    Ok(TurnSummary {
-        turn_id: row.try_get("turn_id")?,
-        session_id: row.try_get("session_id")?,
-        first_timestamp: row.try_get("first_ts_ns")?,
-        last_timestamp: row.try_get("last_ts_ns")?,
-        last_phase: row.try_get("last_phase")?,
-        checkpoint_count: row.try_get::<i64, _>("checkpoint_count")?.try_into().unwrap_or_default(),
-        terminal: row.try_get("terminal")?,
-        workflow_version: row.try_get("workflow_version")?,
-    })
+/// Deletes a turn's checkpoints and summary; answers how many checkpoints went.
+async fn delete_turn(conn: &mut SqliteConnection, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error> {
+    let deleted = sqlx::query("DELETE FROM checkpoints WHERE namespace = ?1 AND turn_id = ?2")
+        .bind(namespace)
+        .bind(turn_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    sqlx::query("DELETE FROM turns WHERE namespace = ?1 AND turn_id = ?2")
+        .bind(namespace)
+        .bind(turn_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(deleted)
 }
 
 /// Splits `limit + 1` fetched rows into a page and whether more follow.
@@ -224,93 +371,42 @@ fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn append(&self, cp: NewCheckpoint) -> Result<Appended, Error> {
+    async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error> {
         let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+        let now = self.clock.now();
         let recorded_at = system_now();
-        let seq: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO checkpoints \
-               (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-             ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING \
-             RETURNING seq",
-        )
-        .bind(&cp.namespace)
-        .bind(&cp.turn_id)
-        .bind(&cp.phase)
-        .bind(cp.timestamp)
-        .bind(&cp.session_id)
-        .bind(&cp.state[..])
-        .bind(cp.terminal)
-        .bind(&cp.workflow_version)
-        .bind(recorded_at)
-        .fetch_optional(&mut *tx)
-        .await?;
 
-        let Some(seq) = seq else {
-            let row = sqlx::query(
-                "SELECT seq, namespace, turn_id, session_id, phase, ts_ns, state, terminal, workflow_version, \
-                        recorded_at_ns \
-                 FROM checkpoints WHERE namespace = ?1 AND turn_id = ?2 AND phase = ?3 AND ts_ns = ?4",
-            )
-            .bind(&cp.namespace)
-            .bind(&cp.turn_id)
-            .bind(&cp.phase)
-            .bind(cp.timestamp)
-            .fetch_one(&mut *tx)
-            .await?;
-            let stored = checkpoint_from_row(&row)?;
-            tx.rollback().await?;
-            return Ok(if cp.same_content(&stored.checkpoint) {
-                Appended::Duplicate(stored)
-            } else {
-                Appended::Conflict
-            });
+        let unique = batch::unique_appends(&batch);
+        let sources = if unique.is_empty() {
+            HashMap::new()
+        } else {
+            let inserted = insert_checkpoints(&mut tx, &unique, recorded_at).await?;
+            let missing: Vec<CheckpointKey<'_>> =
+                unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
+            let existing = fetch_checkpoints(&mut tx, &missing).await?;
+            let new = unique.iter().filter_map(|cp| inserted.get(&checkpoint_key(cp)).map(|&seq| (*cp, seq)));
+            upsert_turns(&mut tx, &batch::turn_deltas(new)).await?;
+            batch::append_sources(&batch, &inserted, &existing)
         };
 
-        // The new checkpoint has the greatest seq, so it is the turn's latest
-        // whenever its timestamp is not older than the latest one's. The
-        // session and version are those of the latest checkpoint that named
-        // one; a checkpoint may arrive late with an older timestamp, so each
-        // remembers the timestamp it came from. SET sees the old row.
-        sqlx::query(
-            "INSERT INTO turns (namespace, turn_id, session_id, first_ts_ns, last_ts_ns, last_seq, last_phase, \
-                                checkpoint_count, terminal, workflow_version, session_ts_ns, version_ts_ns) \
-             VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, 1, ?7, ?8, \
-                     CASE WHEN ?3 = '' THEN ?9 ELSE ?4 END, CASE WHEN ?8 = '' THEN ?9 ELSE ?4 END) \
-             ON CONFLICT (namespace, turn_id) DO UPDATE SET \
-               session_id = CASE WHEN excluded.session_id <> '' AND excluded.last_ts_ns >= turns.session_ts_ns \
-                            THEN excluded.session_id ELSE turns.session_id END, \
-               session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.last_ts_ns >= turns.session_ts_ns \
-                               THEN excluded.last_ts_ns ELSE turns.session_ts_ns END, \
-               workflow_version = CASE WHEN excluded.workflow_version <> '' \
-                                   AND excluded.last_ts_ns >= turns.version_ts_ns \
-                                  THEN excluded.workflow_version ELSE turns.workflow_version END, \
-               version_ts_ns = CASE WHEN excluded.workflow_version <> '' \
-                                AND excluded.last_ts_ns >= turns.version_ts_ns \
-                               THEN excluded.last_ts_ns ELSE turns.version_ts_ns END, \
-               first_ts_ns = min(turns.first_ts_ns, excluded.first_ts_ns), \
-               checkpoint_count = turns.checkpoint_count + 1, \
-               last_phase = CASE WHEN excluded.last_ts_ns >= turns.last_ts_ns \
-                            THEN excluded.last_phase ELSE turns.last_phase END, \
-               terminal = CASE WHEN excluded.last_ts_ns >= turns.last_ts_ns \
-                          THEN excluded.terminal ELSE turns.terminal END, \
-               last_seq = CASE WHEN excluded.last_ts_ns >= turns.last_ts_ns \
-                          THEN excluded.last_seq ELSE turns.last_seq END, \
-               last_ts_ns = max(turns.last_ts_ns, excluded.last_ts_ns)",
-        )
-        .bind(&cp.namespace)
-        .bind(&cp.turn_id)
-        .bind(&cp.session_id)
-        .bind(cp.timestamp)
-        .bind(seq)
-        .bind(&cp.phase)
-        .bind(cp.terminal)
-        .bind(&cp.workflow_version)
-        .bind(i64::MIN)
-        .execute(&mut *tx)
-        .await?;
+        let keys = batch::idempotency_keys(&batch);
+        let mut answered = if keys.is_empty() {
+            HashMap::new()
+        } else {
+            let records = load_records(&mut tx, &keys).await?;
+            let tokens = lease_tokens(&mut tx, batch::tokens_needed(&batch)).await?;
+            let (answered, changed) = batch::plan_idempotency(&batch, records, now, &mut tokens.into_iter());
+            save_records(&mut tx, &changed).await?;
+            answered
+        };
+
+        for (index, write) in batch.iter().enumerate() {
+            if let Write::DeleteTurn { namespace, turn_id } = write {
+                answered.insert(index, Written::Deleted(delete_turn(&mut tx, namespace, turn_id).await?));
+            }
+        }
         tx.commit().await?;
-        Ok(Appended::Inserted(StoredCheckpoint { checkpoint: cp, recorded_at, seq }))
+        Ok(batch::answers(batch, sources, answered, recorded_at))
     }
 
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
@@ -374,59 +470,6 @@ impl Store for SqliteStore {
         .await?;
         let turns = rows.iter().map(turn_from_row).collect::<Result<Vec<_>, _>>()?;
         Ok(page(turns, q.limit))
-    }
-
-    async fn delete_turn(&self, namespace: &str, turn_id: &str) -> Result<u64, Error> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let deleted = sqlx::query("DELETE FROM checkpoints WHERE namespace = ?1 AND turn_id = ?2")
-            .bind(namespace)
-            .bind(turn_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        sqlx::query("DELETE FROM turns WHERE namespace = ?1 AND turn_id = ?2")
-            .bind(namespace)
-            .bind(turn_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(deleted)
-    }
-
-    async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let now = self.clock.now();
-        let record = load_record(&mut tx, &args.namespace, &args.key, now).await?;
-        match idempotency::plan_begin(record.as_ref(), &args, now) {
-            BeginPlan::Answer(answer) => {
-                tx.rollback().await?;
-                Ok(answer)
-            }
-            BeginPlan::Acquire { attempt, previous_lease_expired } => {
-                let lease_token = next_lease_token(&mut tx).await?;
-                let acquired = idempotency::acquired(record.as_ref(), &args, now, lease_token, attempt);
-                save_record(&mut tx, &acquired).await?;
-                tx.commit().await?;
-                Ok(Ok(BeginOutcome::Acquired {
-                    lease_token,
-                    attempt,
-                    lease_expires_at: acquired.lease_expires_at,
-                    previous_lease_expired,
-                }))
-            }
-        }
-    }
-
-    async fn complete(&self, fence: Fence, result: Vec<u8>) -> Result<Fenced<UnixNanos>, Error> {
-        self.fenced(&fence, |record, now| idempotency::plan_complete(record, &fence, &result, now)).await
-    }
-
-    async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<RecordState>, Error> {
-        self.fenced(&fence, |record, now| idempotency::plan_release(record, &fence, &error, permanent, now)).await
-    }
-
-    async fn extend(&self, fence: Fence, lease: i64) -> Result<Fenced<UnixNanos>, Error> {
-        self.fenced(&fence, |record, now| idempotency::plan_extend(record, &fence, lease, now)).await
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {

@@ -1,0 +1,311 @@
+//! The backend-independent half of a group commit: what a batch of writes
+//! means, decided in memory so that a backend runs a constant number of
+//! statements per batch, however large it is.
+//!
+//! Every request in a batch was in flight at the same time, so any order of
+//! them is a valid order; a batch runs its appends first, then its
+//! idempotency requests (in arrival order, against records loaded once), then
+//! its deletions. Per-request answers are exactly what the requests would get
+//! one at a time: a second identical append in one batch is a duplicate of
+//! the first, and a second Begin on one key sees the first's lease.
+
+use std::collections::HashMap;
+
+use super::{Fenced, Write, Written};
+use crate::idempotency::{self, BeginPlan, Plan, Record};
+use crate::model::{Appended, NewCheckpoint, StoredCheckpoint, UnixNanos};
+
+/// The deduplication key of a checkpoint.
+pub type CheckpointKey<'a> = (&'a str, &'a str, &'a str, i64);
+
+pub fn checkpoint_key(cp: &NewCheckpoint) -> CheckpointKey<'_> {
+    (&cp.namespace, &cp.turn_id, &cp.phase, cp.timestamp)
+}
+
+/// The batch's appends to insert: the first of each key, sorted by key so
+/// that concurrent batches take index locks in one order.
+pub fn unique_appends(batch: &[Write]) -> Vec<&NewCheckpoint> {
+    let mut seen = HashMap::new();
+    let mut unique = Vec::new();
+    for write in batch {
+        if let Write::Append(cp) = write
+            && seen.insert(checkpoint_key(cp), ()).is_none()
+        {
+            unique.push(cp);
+        }
+    }
+    unique.sort_by(|a, b| checkpoint_key(a).cmp(&checkpoint_key(b)));
+    unique
+}
+
+/// What decides an append's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendSource {
+    /// This append inserted its checkpoint, as `seq`.
+    Inserted(i64),
+    /// The first append of the same key in this batch, at this index, did.
+    SameAs(usize),
+    /// The key was stored before the batch.
+    Stored(StoredCheckpoint),
+}
+
+/// The source of each append's answer, by its index in the batch, given the
+/// `seq` of each key this batch inserted and the rows of keys already stored.
+pub fn append_sources(
+    batch: &[Write],
+    inserted: &HashMap<CheckpointKey<'_>, i64>,
+    existing: &HashMap<CheckpointKey<'_>, StoredCheckpoint>,
+) -> HashMap<usize, AppendSource> {
+    let mut first_index: HashMap<CheckpointKey<'_>, usize> = HashMap::new();
+    let mut sources = HashMap::new();
+    for (index, write) in batch.iter().enumerate() {
+        let Write::Append(cp) = write else { continue };
+        let key = checkpoint_key(cp);
+        let source = match (inserted.get(&key), first_index.get(&key)) {
+            (Some(_), Some(&first)) => AppendSource::SameAs(first),
+            (Some(&seq), None) => {
+                first_index.insert(key, index);
+                AppendSource::Inserted(seq)
+            }
+            // The store neither inserted the key nor found it: a backend bug.
+            (None, _) => AppendSource::Stored(existing.get(&key).expect("an append not inserted is stored").clone()),
+        };
+        sources.insert(index, source);
+    }
+    sources
+}
+
+/// Every request's answer in batch order: appends from their sources (moving
+/// each inserted checkpoint into its answer, without a copy), the others from
+/// `answered`.
+pub fn answers(
+    batch: Vec<Write>,
+    mut sources: HashMap<usize, AppendSource>,
+    mut answered: HashMap<usize, Written>,
+    recorded_at: UnixNanos,
+) -> Vec<Written> {
+    let mut answers: Vec<Written> = Vec::with_capacity(batch.len());
+    for (index, write) in batch.into_iter().enumerate() {
+        let Write::Append(cp) = write else {
+            answers.push(answered.remove(&index).expect("every request of the batch is answered"));
+            continue;
+        };
+        let stored = match sources.remove(&index).expect("every append has a source") {
+            AppendSource::Inserted(seq) => {
+                answers.push(Written::Appended(Appended::Inserted(StoredCheckpoint {
+                    checkpoint: cp,
+                    recorded_at,
+                    seq,
+                })));
+                continue;
+            }
+            AppendSource::SameAs(first) => match &answers[first] {
+                Written::Appended(Appended::Inserted(stored)) => stored.clone(),
+                _ => unreachable!("the first append of an inserted key was inserted"),
+            },
+            AppendSource::Stored(stored) => stored,
+        };
+        let outcome =
+            if cp.same_content(&stored.checkpoint) { Appended::Duplicate(stored) } else { Appended::Conflict };
+        answers.push(Written::Appended(outcome));
+    }
+    answers
+}
+
+/// How one batch changes one turn's summary: merged into the stored row with
+/// the same rules as a single append (see the turns table in the migrations).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnDelta {
+    pub namespace: String,
+    pub turn_id: String,
+    pub count: i64,
+    pub first_ts: i64,
+    pub last_ts: i64,
+    pub last_seq: i64,
+    pub last_phase: String,
+    pub terminal: bool,
+    /// The session of the latest inserted checkpoint naming one, or "".
+    pub session_id: String,
+    /// Its timestamp, or i64::MIN when none named one.
+    pub session_ts: i64,
+    pub workflow_version: String,
+    pub version_ts: i64,
+}
+
+/// The summary changes of the checkpoints a batch inserted, one per turn,
+/// sorted by turn so that concurrent batches lock turns in one order.
+pub fn turn_deltas<'a>(inserted: impl IntoIterator<Item = (&'a NewCheckpoint, i64)>) -> Vec<TurnDelta> {
+    let mut deltas: HashMap<(&str, &str), TurnDelta> = HashMap::new();
+    for (cp, seq) in inserted {
+        let delta = deltas.entry((&cp.namespace, &cp.turn_id)).or_insert_with(|| TurnDelta {
+            namespace: cp.namespace.clone(),
+            turn_id: cp.turn_id.clone(),
+            count: 0,
+            first_ts: cp.timestamp,
+            last_ts: i64::MIN,
+            last_seq: i64::MIN,
+            last_phase: String::new(),
+            terminal: false,
+            session_id: String::new(),
+            session_ts: i64::MIN,
+            workflow_version: String::new(),
+            version_ts: i64::MIN,
+        });
+        delta.count += 1;
+        delta.first_ts = delta.first_ts.min(cp.timestamp);
+        if (cp.timestamp, seq) > (delta.last_ts, delta.last_seq) {
+            (delta.last_ts, delta.last_seq) = (cp.timestamp, seq);
+            delta.last_phase.clone_from(&cp.phase);
+            delta.terminal = cp.terminal;
+        }
+        if !cp.session_id.is_empty() && cp.timestamp >= delta.session_ts {
+            delta.session_id.clone_from(&cp.session_id);
+            delta.session_ts = cp.timestamp;
+        }
+        if !cp.workflow_version.is_empty() && cp.timestamp >= delta.version_ts {
+            delta.workflow_version.clone_from(&cp.workflow_version);
+            delta.version_ts = cp.timestamp;
+        }
+    }
+    let mut deltas: Vec<TurnDelta> = deltas.into_values().collect();
+    deltas.sort_by(|a, b| (&a.namespace, &a.turn_id).cmp(&(&b.namespace, &b.turn_id)));
+    deltas
+}
+
+/// The (namespace, key) of every idempotency request in the batch, distinct
+/// and sorted, so that concurrent batches lock keys in one order.
+pub fn idempotency_keys(batch: &[Write]) -> Vec<(&str, &str)> {
+    let mut keys: Vec<(&str, &str)> = batch
+        .iter()
+        .filter_map(|write| match write {
+            Write::Begin(args) => Some((args.namespace.as_str(), args.key.as_str())),
+            Write::Complete { fence, .. } | Write::Release { fence, .. } | Write::Extend { fence, .. } => {
+                Some((fence.namespace.as_str(), fence.key.as_str()))
+            }
+            Write::Append(_) | Write::DeleteTurn { .. } => None,
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// How many fencing tokens the batch may need: one per Begin.
+pub fn tokens_needed(batch: &[Write]) -> usize {
+    batch.iter().filter(|write| matches!(write, Write::Begin(_))).count()
+}
+
+/// Plans every idempotency request of the batch in arrival order against
+/// `records` (loaded once, keyed by namespace and key), updating them in
+/// memory as each request writes. Returns each request's answer (by its index
+/// in the batch) and the records to save. Records past their retention count
+/// as absent. `tokens` yields fresh fencing tokens in increasing order.
+pub fn plan_idempotency(
+    batch: &[Write],
+    mut records: HashMap<(String, String), Record>,
+    now: UnixNanos,
+    tokens: &mut impl Iterator<Item = u64>,
+) -> (HashMap<usize, Written>, Vec<Record>) {
+    let mut changed: HashMap<(String, String), ()> = HashMap::new();
+    let mut answers = HashMap::new();
+    for (index, write) in batch.iter().enumerate() {
+        let (namespace, key) = match write {
+            Write::Begin(args) => (&args.namespace, &args.key),
+            Write::Complete { fence, .. } | Write::Release { fence, .. } | Write::Extend { fence, .. } => {
+                (&fence.namespace, &fence.key)
+            }
+            Write::Append(_) | Write::DeleteTurn { .. } => continue,
+        };
+        let id = (namespace.clone(), key.clone());
+        let current = records.get(&id).filter(|r| !r.is_purgeable(now));
+        let (answer, record) = match write {
+            Write::Begin(args) => match idempotency::plan_begin(current, args, now) {
+                BeginPlan::Answer(answer) => (Written::Begun(answer), None),
+                BeginPlan::Acquire { attempt, previous_lease_expired } => {
+                    let lease_token = tokens.next().expect("one token per Begin was allocated");
+                    let acquired = idempotency::acquired(current, args, now, lease_token, attempt);
+                    let outcome = idempotency::BeginOutcome::Acquired {
+                        lease_token,
+                        attempt,
+                        lease_expires_at: acquired.lease_expires_at,
+                        previous_lease_expired,
+                    };
+                    (Written::Begun(Ok(outcome)), Some(acquired))
+                }
+            },
+            Write::Complete { fence, result } => {
+                split(idempotency::plan_complete(current, fence, result, now), Written::Completed)
+            }
+            Write::Release { fence, error, permanent } => {
+                split(idempotency::plan_release(current, fence, error, *permanent, now), Written::Released)
+            }
+            Write::Extend { fence, lease } => {
+                split(idempotency::plan_extend(current, fence, *lease, now), Written::Extended)
+            }
+            Write::Append(_) | Write::DeleteTurn { .. } => unreachable!("filtered above"),
+        };
+        if let Some(record) = record {
+            records.insert(id.clone(), record);
+            changed.insert(id, ());
+        }
+        answers.insert(index, answer);
+    }
+    let mut to_save: Vec<Record> = changed.into_keys().filter_map(|id| records.remove(&id)).collect();
+    to_save.sort_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
+    (answers, to_save)
+}
+
+fn split<T>(plan: Plan<T>, wrap: fn(Fenced<T>) -> Written) -> (Written, Option<Record>) {
+    match plan {
+        Plan::Answer(answer) => (wrap(answer), None),
+        Plan::Write(record, answer) => (wrap(Ok(answer)), Some(record)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cp(turn: &str, phase: &str, ts: i64, state: &str) -> NewCheckpoint {
+        NewCheckpoint {
+            namespace: "default".into(),
+            turn_id: turn.into(),
+            session_id: String::new(),
+            phase: phase.into(),
+            state: state.as_bytes().to_vec(),
+            timestamp: ts,
+            terminal: false,
+            workflow_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_repeated_append_in_one_batch_is_a_duplicate_or_a_conflict() {
+        let batch = vec![
+            Write::Append(cp("t", "p", 1, "{}")),
+            Write::Append(cp("t", "p", 1, "{}")),
+            Write::Append(cp("t", "p", 1, "[]")),
+        ];
+        assert_eq!(unique_appends(&batch).len(), 1);
+        let inserted = HashMap::from([(("default", "t", "p", 1), 7)]);
+        let sources = append_sources(&batch, &inserted, &HashMap::new());
+        drop(inserted);
+        let outcomes = answers(batch, sources, HashMap::new(), 0);
+        assert!(matches!(&outcomes[0], Written::Appended(Appended::Inserted(s)) if s.seq == 7));
+        assert!(matches!(&outcomes[1], Written::Appended(Appended::Duplicate(s)) if s.seq == 7));
+        assert!(matches!(outcomes[2], Written::Appended(Appended::Conflict)));
+    }
+
+    #[test]
+    fn turn_deltas_keep_the_latest_checkpoint_and_named_values() {
+        let mut early = cp("t", "early", 5, "{}");
+        early.session_id = "s-early".into();
+        let late = cp("t", "late", 9, "{}");
+        let deltas = turn_deltas([(&late, 2), (&early, 3)]);
+        assert_eq!(deltas.len(), 1);
+        let d = &deltas[0];
+        assert_eq!((d.count, d.first_ts, d.last_ts, d.last_seq, d.last_phase.as_str()), (2, 5, 9, 2, "late"));
+        assert_eq!((d.session_id.as_str(), d.session_ts), ("s-early", 5));
+        assert_eq!(d.version_ts, i64::MIN);
+    }
+}
