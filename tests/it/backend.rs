@@ -82,6 +82,63 @@ impl TestStore {
     }
 }
 
+impl TestStore {
+    /// Runs a statement on the store itself, in the backend's own dialect:
+    /// how tests inject faults (e.g. a trigger that fails some inserts).
+    pub async fn execute(&self, sqlite: &str, postgres: &str) {
+        match &self.database {
+            Database::Sqlite { path } => {
+                let mut conn = sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path))
+                    .await
+                    .expect("open the test's store");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(sqlite.to_owned())).execute(&mut conn).await.expect("run SQL");
+            }
+            Database::Postgres { url } => {
+                let mut conn = PgConnection::connect(url).await.expect("connect to the test's database");
+                sqlx::raw_sql(sqlx::AssertSqlSafe(postgres.to_owned())).execute(&mut conn).await.expect("run SQL");
+            }
+        }
+    }
+
+    /// Takes the store's write lock from outside the sidecar, so its writes
+    /// wait until `WriteLock::release`.
+    pub async fn hold_write_lock(&self) -> WriteLock {
+        match &self.database {
+            Database::Sqlite { path } => {
+                let mut conn = sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path))
+                    .await
+                    .expect("open the test's store");
+                sqlx::raw_sql("BEGIN EXCLUSIVE").execute(&mut conn).await.expect("take the write lock");
+                WriteLock::Sqlite(conn)
+            }
+            Database::Postgres { url } => {
+                let mut conn = PgConnection::connect(url).await.expect("connect to the test's database");
+                sqlx::raw_sql("BEGIN; LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")
+                    .execute(&mut conn)
+                    .await
+                    .expect("take the write lock");
+                WriteLock::Postgres(conn)
+            }
+        }
+    }
+}
+
+/// A write lock on a store, held by a test.
+pub enum WriteLock {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(PgConnection),
+}
+
+impl WriteLock {
+    pub async fn release(self) {
+        match self {
+            WriteLock::Sqlite(mut conn) => sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.map(drop),
+            WriteLock::Postgres(mut conn) => sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.map(drop),
+        }
+        .expect("release the write lock");
+    }
+}
+
 /// Reads a store directly.
 pub enum Inspector {
     Sqlite(SqlitePool),

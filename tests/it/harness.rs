@@ -124,6 +124,11 @@ impl TestServer {
         self.channel.clone()
     }
 
+    /// The store this server runs on.
+    pub fn store(&self) -> &TestStore {
+        &self.store
+    }
+
     /// A read-only connection to the server's store, for tests that check
     /// what is physically stored rather than what the API shows.
     pub async fn inspect_store(&self) -> Inspector {

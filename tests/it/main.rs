@@ -11,6 +11,7 @@ mod support;
 
 mod checkpoint;
 mod durability;
+mod group_commit;
 mod idempotency;
 mod idempotency_model;
 mod lifecycle;
