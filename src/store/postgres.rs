@@ -5,10 +5,12 @@
 //! together migrate once.
 //!
 //! Lease arithmetic runs on the database server's clock (plus the test
-//! offset), so sidecars with skewed clocks agree on who holds a lease. Every
-//! idempotency write first takes a transaction-scoped advisory lock on its
-//! key, which serializes requests for one key across all sidecars, including
-//! requests for a key that has no row yet.
+//! offset), so sidecars with skewed clocks agree on who holds a lease. A
+//! batch first takes transaction-scoped advisory locks on all its idempotency
+//! keys, in one sorted order, which serializes requests for one key across
+//! all writers and sidecars, including requests for a key with no row yet.
+//! Multi-row statements take their rows from `UNNEST` arrays, so a batch is a
+//! constant number of round trips.
 
 use std::str::FromStr;
 use std::time::Duration;

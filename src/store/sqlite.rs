@@ -2,8 +2,10 @@
 //! so a commit has reached the disk before any write is acknowledged.
 //!
 //! Writes go through a pool of exactly one connection, because SQLite admits
-//! one writer at a time and a queue in front of it is cheaper than lock
-//! contention; reads use a separate pool that WAL lets run beside the writer.
+//! one writer at a time and the group-commit queue in front of it is cheaper
+//! than lock contention; reads use a separate pool that WAL lets run beside
+//! the writer. A batch is one `BEGIN IMMEDIATE` transaction of multi-row
+//! statements.
 
 use std::path::Path;
 use std::time::Duration;
