@@ -43,6 +43,10 @@ pub enum Error {
     /// The batch this write was in failed; every request in it gets this.
     #[error("{0}")]
     Batch(Arc<Error>),
+    /// A checkpoint that conflicted on insert was gone when fetched: deleted
+    /// meanwhile by another sidecar. Nothing of the batch was acknowledged.
+    #[error("a conflicting checkpoint was deleted during the batch")]
+    Vanished,
     /// The write queue is full: the store is not keeping up.
     #[error("the write queue is full")]
     QueueFull,

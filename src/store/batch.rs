@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use super::{Fenced, Write, Written};
+use super::{Error, Fenced, Write, Written};
 use crate::idempotency::{self, BeginPlan, Plan, Record};
 use crate::model::{Appended, NewCheckpoint, StoredCheckpoint, UnixNanos};
 
@@ -51,11 +51,15 @@ pub enum AppendSource {
 
 /// The source of each append's answer, by its index in the batch, given the
 /// `seq` of each key this batch inserted and the rows of keys already stored.
+///
+/// A key neither inserted nor found was deleted between the insert and the
+/// fetch (a DeleteTurn from another sidecar); the batch then fails as a whole
+/// and its callers retry.
 pub fn append_sources(
     batch: &[Write],
     inserted: &HashMap<CheckpointKey<'_>, i64>,
     existing: &HashMap<CheckpointKey<'_>, StoredCheckpoint>,
-) -> HashMap<usize, AppendSource> {
+) -> Result<HashMap<usize, AppendSource>, Error> {
     let mut first_index: HashMap<CheckpointKey<'_>, usize> = HashMap::new();
     let mut sources = HashMap::new();
     for (index, write) in batch.iter().enumerate() {
@@ -67,12 +71,11 @@ pub fn append_sources(
                 first_index.insert(key, index);
                 AppendSource::Inserted(seq)
             }
-            // The store neither inserted the key nor found it: a backend bug.
-            (None, _) => AppendSource::Stored(existing.get(&key).expect("an append not inserted is stored").clone()),
+            (None, _) => AppendSource::Stored(existing.get(&key).ok_or(Error::Vanished)?.clone()),
         };
         sources.insert(index, source);
     }
-    sources
+    Ok(sources)
 }
 
 /// Every request's answer in batch order: appends from their sources (moving
@@ -110,66 +113,6 @@ pub fn answers(
         answers.push(Written::Appended(outcome));
     }
     answers
-}
-
-/// How one batch changes one turn's summary: merged into the stored row with
-/// the same rules as a single append (see the turns table in the migrations).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnDelta {
-    pub namespace: String,
-    pub turn_id: String,
-    pub count: i64,
-    pub first_ts: i64,
-    pub last_ts: i64,
-    pub last_seq: i64,
-    pub last_phase: String,
-    pub terminal: bool,
-    /// The session of the latest inserted checkpoint naming one, or "".
-    pub session_id: String,
-    /// Its timestamp, or i64::MIN when none named one.
-    pub session_ts: i64,
-    pub workflow_version: String,
-    pub version_ts: i64,
-}
-
-/// The summary changes of the checkpoints a batch inserted, one per turn,
-/// sorted by turn so that concurrent batches lock turns in one order.
-pub fn turn_deltas<'a>(inserted: impl IntoIterator<Item = (&'a NewCheckpoint, i64)>) -> Vec<TurnDelta> {
-    let mut deltas: HashMap<(&str, &str), TurnDelta> = HashMap::new();
-    for (cp, seq) in inserted {
-        let delta = deltas.entry((&cp.namespace, &cp.turn_id)).or_insert_with(|| TurnDelta {
-            namespace: cp.namespace.clone(),
-            turn_id: cp.turn_id.clone(),
-            count: 0,
-            first_ts: cp.timestamp,
-            last_ts: i64::MIN,
-            last_seq: i64::MIN,
-            last_phase: String::new(),
-            terminal: false,
-            session_id: String::new(),
-            session_ts: i64::MIN,
-            workflow_version: String::new(),
-            version_ts: i64::MIN,
-        });
-        delta.count += 1;
-        delta.first_ts = delta.first_ts.min(cp.timestamp);
-        if (cp.timestamp, seq) > (delta.last_ts, delta.last_seq) {
-            (delta.last_ts, delta.last_seq) = (cp.timestamp, seq);
-            delta.last_phase.clone_from(&cp.phase);
-            delta.terminal = cp.terminal;
-        }
-        if !cp.session_id.is_empty() && cp.timestamp >= delta.session_ts {
-            delta.session_id.clone_from(&cp.session_id);
-            delta.session_ts = cp.timestamp;
-        }
-        if !cp.workflow_version.is_empty() && cp.timestamp >= delta.version_ts {
-            delta.workflow_version.clone_from(&cp.workflow_version);
-            delta.version_ts = cp.timestamp;
-        }
-    }
-    let mut deltas: Vec<TurnDelta> = deltas.into_values().collect();
-    deltas.sort_by(|a, b| (&a.namespace, &a.turn_id).cmp(&(&b.namespace, &b.turn_id)));
-    deltas
 }
 
 /// The (namespace, key) of every idempotency request in the batch, distinct
@@ -288,24 +231,11 @@ mod tests {
         ];
         assert_eq!(unique_appends(&batch).len(), 1);
         let inserted = HashMap::from([(("default", "t", "p", 1), 7)]);
-        let sources = append_sources(&batch, &inserted, &HashMap::new());
+        let sources = append_sources(&batch, &inserted, &HashMap::new()).unwrap();
         drop(inserted);
         let outcomes = answers(batch, sources, HashMap::new(), 0);
         assert!(matches!(&outcomes[0], Written::Appended(Appended::Inserted(s)) if s.seq == 7));
         assert!(matches!(&outcomes[1], Written::Appended(Appended::Duplicate(s)) if s.seq == 7));
         assert!(matches!(outcomes[2], Written::Appended(Appended::Conflict)));
-    }
-
-    #[test]
-    fn turn_deltas_keep_the_latest_checkpoint_and_named_values() {
-        let mut early = cp("t", "early", 5, "{}");
-        early.session_id = "s-early".into();
-        let late = cp("t", "late", 9, "{}");
-        let deltas = turn_deltas([(&late, 2), (&early, 3)]);
-        assert_eq!(deltas.len(), 1);
-        let d = &deltas[0];
-        assert_eq!((d.count, d.first_ts, d.last_ts, d.last_seq, d.last_phase.as_str()), (2, 5, 9, 2, "late"));
-        assert_eq!((d.session_id.as_str(), d.session_ts), ("s-early", 5));
-        assert_eq!(d.version_ts, i64::MIN);
     }
 }

@@ -21,7 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRo
 
 use std::collections::HashMap;
 
-use super::batch::{self, CheckpointKey, TurnDelta, checkpoint_key};
+use super::batch::{self, CheckpointKey, checkpoint_key};
 use super::{Error, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::{Held, Record};
@@ -53,13 +53,55 @@ impl PostgresStore {
     pub async fn open(url: &str, pool_max: u32, clock: Clock, allow_nondurable: bool) -> Result<PostgresStore, Error> {
         let options = PgConnectOptions::from_str(url)?.application_name("stepwell");
         check_durability(&options, allow_nondurable).await?;
+        // No ping before each use: a broken connection fails its batch
+        // (UNAVAILABLE, nothing acknowledged), is dropped, and the health
+        // monitor notices.
         let pool = PgPoolOptions::new()
             .max_connections(pool_max)
+            .test_before_acquire(false)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.options([("synchronous_commit", "on")]))
             .await?;
         MIGRATOR.run(&pool).await?;
         Ok(PostgresStore { pool, clock })
+    }
+
+    /// The statements of one batch. Locks first, in one order, then
+    /// everything else, so that concurrent batches (other writer tasks, other
+    /// sidecars) take their locks in one order.
+    async fn write_in(
+        &self,
+        conn: &mut PgConnection,
+        batch: &[Write],
+        unique: &[&NewCheckpoint],
+        keys: &[(&str, &str)],
+        recorded_at: UnixNanos,
+    ) -> Result<(HashMap<usize, batch::AppendSource>, HashMap<usize, Written>), Error> {
+        let now = if keys.is_empty() { 0 } else { lock_keys(conn, keys).await?.saturating_add(self.clock.offset()) };
+        let sources = if unique.is_empty() {
+            HashMap::new()
+        } else {
+            let inserted = insert_checkpoints(conn, unique, recorded_at).await?;
+            let missing: Vec<CheckpointKey<'_>> =
+                unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
+            let existing = fetch_checkpoints(conn, &missing).await?;
+            batch::append_sources(batch, &inserted, &existing)?
+        };
+        let mut answered = if keys.is_empty() {
+            HashMap::new()
+        } else {
+            let records = load_records(conn, keys).await?;
+            let tokens = lease_tokens(conn, batch::tokens_needed(batch)).await?;
+            let (answered, changed) = batch::plan_idempotency(batch, records, now, &mut tokens.into_iter());
+            save_records(conn, &changed).await?;
+            answered
+        };
+        for (index, write) in batch.iter().enumerate() {
+            if let Write::DeleteTurn { namespace, turn_id } = write {
+                answered.insert(index, Written::Deleted(delete_turn(conn, namespace, turn_id).await?));
+            }
+        }
+        Ok((sources, answered))
     }
 }
 
@@ -167,22 +209,65 @@ async fn lock_keys(conn: &mut PgConnection, keys: &[(&str, &str)]) -> Result<Uni
     .await
 }
 
-/// Inserts the batch's new checkpoints in one statement; answers the `seq` of
-/// each key it inserted (a key already stored is skipped).
+/// Inserts the batch's new checkpoints and updates their turns in one
+/// statement; answers the `seq` of each key it inserted (a key already stored
+/// is skipped).
 async fn insert_checkpoints<'b>(
     conn: &mut PgConnection,
     unique: &[&'b NewCheckpoint],
     recorded_at: UnixNanos,
 ) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
     let column = |f: fn(&'b NewCheckpoint) -> &'b str| unique.iter().map(|cp| f(cp)).collect::<Vec<&str>>();
+    // One statement inserts the checkpoints and merges each turn's summary:
+    // the latest inserted checkpoint by (timestamp, seq) per turn, and the
+    // latest that named a session or version, as a single append would.
     let rows = sqlx::query(
-        "INSERT INTO checkpoints \
-           (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
-         SELECT n, t, p, ts, s, st, te, v, $9 \
-         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::bool[], $8::text[]) \
-           AS u(n, t, p, ts, s, st, te, v) \
-         ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING \
-         RETURNING namespace, turn_id, phase, ts_ns, seq",
+        "WITH ins AS ( \
+           INSERT INTO checkpoints \
+             (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
+           SELECT n, t, p, ts, s, st, te, v, $9 \
+           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bytea[], $7::bool[], \
+                       $8::text[]) AS u(n, t, p, ts, s, st, te, v) \
+           ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING \
+           RETURNING namespace, turn_id, phase, ts_ns, seq, session_id, terminal, workflow_version), \
+         deltas AS ( \
+           SELECT namespace, turn_id, count(*) AS checkpoint_count, min(ts_ns) AS first_ts_ns, \
+             max(ts_ns) AS last_ts_ns, \
+             (array_agg(seq ORDER BY ts_ns DESC, seq DESC))[1] AS last_seq, \
+             (array_agg(phase ORDER BY ts_ns DESC, seq DESC))[1] AS last_phase, \
+             (array_agg(terminal ORDER BY ts_ns DESC, seq DESC))[1] AS terminal, \
+             coalesce((array_agg(session_id ORDER BY ts_ns DESC, seq DESC) \
+                       FILTER (WHERE session_id <> ''))[1], '') AS session_id, \
+             coalesce(max(ts_ns) FILTER (WHERE session_id <> ''), -9223372036854775808) AS session_ts_ns, \
+             coalesce((array_agg(workflow_version ORDER BY ts_ns DESC, seq DESC) \
+                       FILTER (WHERE workflow_version <> ''))[1], '') AS workflow_version, \
+             coalesce(max(ts_ns) FILTER (WHERE workflow_version <> ''), -9223372036854775808) AS version_ts_ns \
+           FROM ins GROUP BY namespace, turn_id), \
+         summary AS ( \
+           INSERT INTO turns (namespace, turn_id, checkpoint_count, first_ts_ns, last_ts_ns, last_seq, last_phase, \
+                              terminal, session_id, session_ts_ns, workflow_version, version_ts_ns) \
+           SELECT * FROM deltas ORDER BY namespace, turn_id \
+           ON CONFLICT (namespace, turn_id) DO UPDATE SET \
+             checkpoint_count = turns.checkpoint_count + excluded.checkpoint_count, \
+             first_ts_ns = LEAST(turns.first_ts_ns, excluded.first_ts_ns), \
+             last_phase = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                          THEN excluded.last_phase ELSE turns.last_phase END, \
+             terminal = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                        THEN excluded.terminal ELSE turns.terminal END, \
+             last_seq = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
+                        THEN excluded.last_seq ELSE turns.last_seq END, \
+             last_ts_ns = GREATEST(turns.last_ts_ns, excluded.last_ts_ns), \
+             session_id = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
+                          THEN excluded.session_id ELSE turns.session_id END, \
+             session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
+                             THEN excluded.session_ts_ns ELSE turns.session_ts_ns END, \
+             workflow_version = CASE WHEN excluded.workflow_version <> '' \
+                                 AND excluded.version_ts_ns >= turns.version_ts_ns \
+                                THEN excluded.workflow_version ELSE turns.workflow_version END, \
+             version_ts_ns = CASE WHEN excluded.workflow_version <> '' \
+                              AND excluded.version_ts_ns >= turns.version_ts_ns \
+                             THEN excluded.version_ts_ns ELSE turns.version_ts_ns END) \
+         SELECT namespace, turn_id, phase, ts_ns, seq FROM ins",
     )
     .bind(column(|cp| &cp.namespace))
     .bind(column(|cp| &cp.turn_id))
@@ -241,57 +326,6 @@ async fn fetch_checkpoints<'b>(
         found.insert(key, stored);
     }
     Ok(found)
-}
-
-/// Merges the batch's summary changes into the turns, one row per turn.
-/// Concurrent appends may commit out of seq order, so "latest" compares
-/// (timestamp, seq).
-async fn upsert_turns(conn: &mut PgConnection, deltas: &[TurnDelta]) -> Result<(), sqlx::Error> {
-    if deltas.is_empty() {
-        return Ok(());
-    }
-    let text = |f: fn(&TurnDelta) -> &str| deltas.iter().map(f).collect::<Vec<&str>>();
-    let int = |f: fn(&TurnDelta) -> i64| deltas.iter().map(f).collect::<Vec<i64>>();
-    sqlx::query(
-        "INSERT INTO turns (namespace, turn_id, checkpoint_count, first_ts_ns, last_ts_ns, last_seq, last_phase, \
-                            terminal, session_id, session_ts_ns, workflow_version, version_ts_ns) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], \
-                              $7::text[], $8::bool[], $9::text[], $10::bigint[], $11::text[], $12::bigint[]) \
-         ON CONFLICT (namespace, turn_id) DO UPDATE SET \
-           checkpoint_count = turns.checkpoint_count + excluded.checkpoint_count, \
-           first_ts_ns = LEAST(turns.first_ts_ns, excluded.first_ts_ns), \
-           last_phase = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                        THEN excluded.last_phase ELSE turns.last_phase END, \
-           terminal = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                      THEN excluded.terminal ELSE turns.terminal END, \
-           last_seq = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                      THEN excluded.last_seq ELSE turns.last_seq END, \
-           last_ts_ns = GREATEST(turns.last_ts_ns, excluded.last_ts_ns), \
-           session_id = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
-                        THEN excluded.session_id ELSE turns.session_id END, \
-           session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
-                           THEN excluded.session_ts_ns ELSE turns.session_ts_ns END, \
-           workflow_version = CASE WHEN excluded.workflow_version <> '' \
-                               AND excluded.version_ts_ns >= turns.version_ts_ns \
-                              THEN excluded.workflow_version ELSE turns.workflow_version END, \
-           version_ts_ns = CASE WHEN excluded.workflow_version <> '' AND excluded.version_ts_ns >= turns.version_ts_ns \
-                           THEN excluded.version_ts_ns ELSE turns.version_ts_ns END",
-    )
-    .bind(text(|d| &d.namespace))
-    .bind(text(|d| &d.turn_id))
-    .bind(int(|d| d.count))
-    .bind(int(|d| d.first_ts))
-    .bind(int(|d| d.last_ts))
-    .bind(int(|d| d.last_seq))
-    .bind(text(|d| &d.last_phase))
-    .bind(deltas.iter().map(|d| d.terminal).collect::<Vec<bool>>())
-    .bind(text(|d| &d.session_id))
-    .bind(int(|d| d.session_ts))
-    .bind(text(|d| &d.workflow_version))
-    .bind(int(|d| d.version_ts))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
 }
 
 /// The records of the batch's keys, past retention or not.
@@ -385,6 +419,25 @@ async fn delete_turn(conn: &mut PgConnection, namespace: &str, turn_id: &str) ->
     Ok(deleted)
 }
 
+/// A restored checkpoint, from the restore query's columns by position; the
+/// namespace and turn are the query's.
+fn page_row(row: &PgRow, q: &RestoreQuery) -> Result<StoredCheckpoint, sqlx::Error> {
+    Ok(StoredCheckpoint {
+        seq: row.try_get(0)?,
+        checkpoint: NewCheckpoint {
+            namespace: q.namespace.clone(),
+            turn_id: q.turn_id.clone(),
+            session_id: row.try_get(1)?,
+            phase: row.try_get(2)?,
+            timestamp: row.try_get(3)?,
+            state: row.try_get(4)?,
+            terminal: row.try_get(5)?,
+            workflow_version: row.try_get(6)?,
+        },
+        recorded_at: row.try_get(7)?,
+    })
+}
+
 /// Splits `limit + 1` fetched rows into a page and whether more follow.
 fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
     let more = rows.len() > limit as usize;
@@ -395,53 +448,31 @@ fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
 #[async_trait]
 impl Store for PostgresStore {
     async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error> {
-        let mut tx = self.pool.begin().await?;
         let recorded_at = system_now();
-        // Locks first, in one order, then everything else: concurrent batches
-        // (other writers, other sidecars) take their locks in one order.
-        let keys = batch::idempotency_keys(&batch);
-        let now =
-            if keys.is_empty() { 0 } else { lock_keys(&mut tx, &keys).await?.saturating_add(self.clock.offset()) };
-
         let unique = batch::unique_appends(&batch);
-        let sources = if unique.is_empty() {
-            HashMap::new()
+        let keys = batch::idempotency_keys(&batch);
+        let deletes = batch.iter().any(|w| matches!(w, Write::DeleteTurn { .. }));
+        // A batch of appends alone is one statement, atomic and durable by
+        // itself (one round trip); anything more is a transaction.
+        let (sources, answered) = if keys.is_empty() && !deletes {
+            let mut conn = self.pool.acquire().await?;
+            self.write_in(&mut conn, &batch, &unique, &keys, recorded_at).await?
         } else {
-            let inserted = insert_checkpoints(&mut tx, &unique, recorded_at).await?;
-            let missing: Vec<CheckpointKey<'_>> =
-                unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
-            let existing = fetch_checkpoints(&mut tx, &missing).await?;
-            let new = unique.iter().filter_map(|cp| inserted.get(&checkpoint_key(cp)).map(|&seq| (*cp, seq)));
-            upsert_turns(&mut tx, &batch::turn_deltas(new)).await?;
-            batch::append_sources(&batch, &inserted, &existing)
+            let mut tx = self.pool.begin().await?;
+            let written = self.write_in(&mut tx, &batch, &unique, &keys, recorded_at).await?;
+            tx.commit().await?;
+            written
         };
-
-        let mut answered = if keys.is_empty() {
-            HashMap::new()
-        } else {
-            let records = load_records(&mut tx, &keys).await?;
-            let tokens = lease_tokens(&mut tx, batch::tokens_needed(&batch)).await?;
-            let (answered, changed) = batch::plan_idempotency(&batch, records, now, &mut tokens.into_iter());
-            save_records(&mut tx, &changed).await?;
-            answered
-        };
-
-        for (index, write) in batch.iter().enumerate() {
-            if let Write::DeleteTurn { namespace, turn_id } = write {
-                answered.insert(index, Written::Deleted(delete_turn(&mut tx, namespace, turn_id).await?));
-            }
-        }
-        tx.commit().await?;
         Ok(batch::answers(batch, sources, answered, recorded_at))
     }
 
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
         let sql = if q.newest_first {
-            "SELECT * FROM checkpoints \
+            "SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns FROM checkpoints \
              WHERE namespace = $1 AND turn_id = $2 AND ($3::text IS NULL OR phase = $3) AND (ts_ns, seq) < ($4, $5) \
              ORDER BY ts_ns DESC, seq DESC LIMIT $6"
         } else {
-            "SELECT * FROM checkpoints \
+            "SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns FROM checkpoints \
              WHERE namespace = $1 AND turn_id = $2 AND ($3::text IS NULL OR phase = $3) AND (ts_ns, seq) > ($4, $5) \
              ORDER BY ts_ns, seq LIMIT $6"
         };
@@ -459,7 +490,7 @@ impl Store for PostgresStore {
             .bind(i64::from(q.limit) + 1)
             .fetch_all(&self.pool)
             .await?;
-        let checkpoints = rows.iter().map(checkpoint_from_row).collect::<Result<Vec<_>, _>>()?;
+        let checkpoints = rows.iter().map(|row| page_row(row, q)).collect::<Result<Vec<_>, _>>()?;
         Ok(page(checkpoints, q.limit))
     }
 

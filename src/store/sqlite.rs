@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use sqlx::{QueryBuilder, Sqlite};
 
-use super::batch::{self, CheckpointKey, TurnDelta, checkpoint_key};
+use super::batch::{self, CheckpointKey, checkpoint_key};
 use super::{Error, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::{Held, Record};
@@ -57,8 +57,10 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
+        // Connections to a local file do not go stale: no ping before each use.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.clone().create_if_missing(true))
             .await?;
@@ -67,12 +69,51 @@ impl SqliteStore {
         let lock = migration_lock(path).await.map_err(Error::MigrationLock)?;
         MIGRATOR.run(&writer).await?;
         drop(lock);
+        // A restore page of up to 10000 rows crosses from the connection's
+        // thread without waiting on the reader at every 50th row.
         let reader = SqlitePoolOptions::new()
             .max_connections(pool_max)
+            .test_before_acquire(false)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
+            .connect_with(options.row_buffer_size(1024))
             .await?;
         Ok(SqliteStore { writer, reader, clock })
+    }
+
+    /// The statements of one batch, on the writer connection.
+    async fn write_in(
+        &self,
+        conn: &mut SqliteConnection,
+        batch: &[Write],
+        unique: &[&NewCheckpoint],
+        keys: &[(&str, &str)],
+        recorded_at: UnixNanos,
+    ) -> Result<(HashMap<usize, batch::AppendSource>, HashMap<usize, Written>), Error> {
+        let sources = if unique.is_empty() {
+            HashMap::new()
+        } else {
+            let inserted = insert_checkpoints(conn, unique, recorded_at).await?;
+            let missing: Vec<CheckpointKey<'_>> =
+                unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
+            let existing = fetch_checkpoints(conn, &missing).await?;
+            batch::append_sources(batch, &inserted, &existing)?
+        };
+        let mut answered = if keys.is_empty() {
+            HashMap::new()
+        } else {
+            let now = self.clock.now();
+            let records = load_records(conn, keys).await?;
+            let tokens = lease_tokens(conn, batch::tokens_needed(batch)).await?;
+            let (answered, changed) = batch::plan_idempotency(batch, records, now, &mut tokens.into_iter());
+            save_records(conn, &changed).await?;
+            answered
+        };
+        for (index, write) in batch.iter().enumerate() {
+            if let Write::DeleteTurn { namespace, turn_id } = write {
+                answered.insert(index, Written::Deleted(delete_turn(conn, namespace, turn_id).await?));
+            }
+        }
+        Ok((sources, answered))
     }
 }
 
@@ -229,55 +270,6 @@ async fn fetch_checkpoints<'b>(
     Ok(found)
 }
 
-/// Merges the batch's summary changes into the turns, one row per turn.
-async fn upsert_turns(conn: &mut SqliteConnection, deltas: &[TurnDelta]) -> Result<(), sqlx::Error> {
-    if deltas.is_empty() {
-        return Ok(());
-    }
-    let mut query = QueryBuilder::<Sqlite>::new(
-        "INSERT INTO turns (namespace, turn_id, checkpoint_count, first_ts_ns, last_ts_ns, last_seq, last_phase, \
-                            terminal, session_id, session_ts_ns, workflow_version, version_ts_ns) ",
-    );
-    query.push_values(deltas, |mut row, d| {
-        row.push_bind(&d.namespace)
-            .push_bind(&d.turn_id)
-            .push_bind(d.count)
-            .push_bind(d.first_ts)
-            .push_bind(d.last_ts)
-            .push_bind(d.last_seq)
-            .push_bind(&d.last_phase)
-            .push_bind(d.terminal)
-            .push_bind(&d.session_id)
-            .push_bind(d.session_ts)
-            .push_bind(&d.workflow_version)
-            .push_bind(d.version_ts);
-    });
-    // SET sees the old row as `turns` and the batch's change as `excluded`.
-    query.push(
-        " ON CONFLICT (namespace, turn_id) DO UPDATE SET \
-           checkpoint_count = turns.checkpoint_count + excluded.checkpoint_count, \
-           first_ts_ns = min(turns.first_ts_ns, excluded.first_ts_ns), \
-           last_phase = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                        THEN excluded.last_phase ELSE turns.last_phase END, \
-           terminal = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                      THEN excluded.terminal ELSE turns.terminal END, \
-           last_seq = CASE WHEN (excluded.last_ts_ns, excluded.last_seq) > (turns.last_ts_ns, turns.last_seq) \
-                      THEN excluded.last_seq ELSE turns.last_seq END, \
-           last_ts_ns = max(turns.last_ts_ns, excluded.last_ts_ns), \
-           session_id = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
-                        THEN excluded.session_id ELSE turns.session_id END, \
-           session_ts_ns = CASE WHEN excluded.session_id <> '' AND excluded.session_ts_ns >= turns.session_ts_ns \
-                           THEN excluded.session_ts_ns ELSE turns.session_ts_ns END, \
-           workflow_version = CASE WHEN excluded.workflow_version <> '' \
-                               AND excluded.version_ts_ns >= turns.version_ts_ns \
-                              THEN excluded.workflow_version ELSE turns.workflow_version END, \
-           version_ts_ns = CASE WHEN excluded.workflow_version <> '' AND excluded.version_ts_ns >= turns.version_ts_ns \
-                           THEN excluded.version_ts_ns ELSE turns.version_ts_ns END",
-    );
-    query.build().execute(&mut *conn).await?;
-    Ok(())
-}
-
 /// The records of the batch's keys, past retention or not.
 async fn load_records(
     conn: &mut SqliteConnection,
@@ -364,6 +356,25 @@ async fn delete_turn(conn: &mut SqliteConnection, namespace: &str, turn_id: &str
     Ok(deleted)
 }
 
+/// A restored checkpoint, from the restore query's columns by position; the
+/// namespace and turn are the query's.
+fn page_row(row: &SqliteRow, q: &RestoreQuery) -> Result<StoredCheckpoint, sqlx::Error> {
+    Ok(StoredCheckpoint {
+        seq: row.try_get(0)?,
+        checkpoint: NewCheckpoint {
+            namespace: q.namespace.clone(),
+            turn_id: q.turn_id.clone(),
+            session_id: row.try_get(1)?,
+            phase: row.try_get(2)?,
+            timestamp: row.try_get(3)?,
+            state: row.try_get(4)?,
+            terminal: row.try_get(5)?,
+            workflow_version: row.try_get(6)?,
+        },
+        recorded_at: row.try_get(7)?,
+    })
+}
+
 /// Splits `limit + 1` fetched rows into a page and whether more follow.
 fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
     let more = rows.len() > limit as usize;
@@ -374,51 +385,32 @@ fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
 #[async_trait]
 impl Store for SqliteStore {
     async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error> {
-        let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
-        let now = self.clock.now();
         let recorded_at = system_now();
-
         let unique = batch::unique_appends(&batch);
-        let sources = if unique.is_empty() {
-            HashMap::new()
-        } else {
-            let inserted = insert_checkpoints(&mut tx, &unique, recorded_at).await?;
-            let missing: Vec<CheckpointKey<'_>> =
-                unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
-            let existing = fetch_checkpoints(&mut tx, &missing).await?;
-            let new = unique.iter().filter_map(|cp| inserted.get(&checkpoint_key(cp)).map(|&seq| (*cp, seq)));
-            upsert_turns(&mut tx, &batch::turn_deltas(new)).await?;
-            batch::append_sources(&batch, &inserted, &existing)
-        };
-
         let keys = batch::idempotency_keys(&batch);
-        let mut answered = if keys.is_empty() {
-            HashMap::new()
+        let deletes = batch.iter().any(|w| matches!(w, Write::DeleteTurn { .. }));
+        // A batch of appends alone is one statement (the trigger keeps the
+        // turns), atomic and durable by itself; anything more is a transaction.
+        let (sources, answered) = if keys.is_empty() && !deletes {
+            let mut conn = self.writer.acquire().await?;
+            self.write_in(&mut conn, &batch, &unique, &keys, recorded_at).await?
         } else {
-            let records = load_records(&mut tx, &keys).await?;
-            let tokens = lease_tokens(&mut tx, batch::tokens_needed(&batch)).await?;
-            let (answered, changed) = batch::plan_idempotency(&batch, records, now, &mut tokens.into_iter());
-            save_records(&mut tx, &changed).await?;
-            answered
+            let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;
+            let written = self.write_in(&mut tx, &batch, &unique, &keys, recorded_at).await?;
+            tx.commit().await?;
+            written
         };
-
-        for (index, write) in batch.iter().enumerate() {
-            if let Write::DeleteTurn { namespace, turn_id } = write {
-                answered.insert(index, Written::Deleted(delete_turn(&mut tx, namespace, turn_id).await?));
-            }
-        }
-        tx.commit().await?;
         Ok(batch::answers(batch, sources, answered, recorded_at))
     }
 
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
         let sql = if q.newest_first {
-            "SELECT seq, namespace, turn_id, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
+            "SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
              FROM checkpoints \
              WHERE namespace = ?1 AND turn_id = ?2 AND (?3 IS NULL OR phase = ?3) AND (ts_ns, seq) < (?4, ?5) \
              ORDER BY ts_ns DESC, seq DESC LIMIT ?6"
         } else {
-            "SELECT seq, namespace, turn_id, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
+            "SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
              FROM checkpoints \
              WHERE namespace = ?1 AND turn_id = ?2 AND (?3 IS NULL OR phase = ?3) AND (ts_ns, seq) > (?4, ?5) \
              ORDER BY ts_ns, seq LIMIT ?6"
@@ -437,7 +429,7 @@ impl Store for SqliteStore {
             .bind(i64::from(q.limit) + 1)
             .fetch_all(&self.reader)
             .await?;
-        let checkpoints = rows.iter().map(checkpoint_from_row).collect::<Result<Vec<_>, _>>()?;
+        let checkpoints = rows.iter().map(|row| page_row(row, q)).collect::<Result<Vec<_>, _>>()?;
         Ok(page(checkpoints, q.limit))
     }
 
