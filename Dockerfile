@@ -17,6 +17,8 @@ COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto proto
 COPY migrations migrations
 COPY src src
+# The workspace's other member (the benchmark) must be present for --locked.
+COPY bench bench
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin stepwell \

@@ -1,0 +1,138 @@
+//! Baseline (a), "direct": what an application gets by writing each
+//! checkpoint itself with sqlx, one `INSERT ... ON CONFLICT DO NOTHING` per
+//! transaction, into a table created by stepwell's own first migration (so
+//! its shape and indexes are stepwell's; the turns summary stepwell also
+//! keeps is left empty). Same durability as the sidecar: SQLite in WAL mode
+//! with `synchronous=FULL` through one writer connection that all callers
+//! share (a pool of one), and Postgres through a pool with
+//! `synchronous_commit=on`, one connection per caller.
+//!
+//! The keys and payloads are those of W1's `Append`, so the two are compared
+//! on identical rows.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::SqlitePoolOptions;
+use sqlx::{PgPool, SqlitePool};
+
+use crate::load::{CallResult, Failure, Workload};
+use crate::payload::Payloads;
+use crate::stores::sqlite_options;
+use crate::workloads::{NAMESPACE, checkpoint_key};
+
+/// stepwell's checkpoint schema for each backend (the turns table comes along, unused).
+const SQLITE_SCHEMA: &str = include_str!("../../migrations/sqlite/0001_checkpoints.sql");
+pub const POSTGRES_SCHEMA: &str = include_str!("../../migrations/postgres/0001_checkpoints.sql");
+
+const SQLITE_INSERT: &str = "INSERT INTO checkpoints \
+    (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
+    VALUES (?1, ?2, ?3, ?4, '', ?5, 0, '', ?6) ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING";
+const POSTGRES_INSERT: &str = "INSERT INTO checkpoints \
+    (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
+    VALUES ($1, $2, $3, $4, '', $5, false, '', $6) ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING";
+
+#[derive(Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Inserts W1's checkpoints directly; each must be new (one row affected).
+pub struct DirectInsert {
+    pool: Pool,
+    run: String,
+    payloads: Arc<Payloads>,
+}
+
+impl DirectInsert {
+    /// A new SQLite file at `path` with stepwell's checkpoint table, written
+    /// through one connection.
+    pub async fn sqlite(path: &Path, run: String, payloads: Arc<Payloads>) -> Result<DirectInsert, String> {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(sqlite_options(path).create_if_missing(true))
+            .await
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        sqlx::raw_sql(SQLITE_SCHEMA).execute(&pool).await.map_err(|e| format!("create the schema: {e}"))?;
+        Ok(DirectInsert { pool: Pool::Sqlite(pool), run, payloads })
+    }
+
+    /// The empty database at `url`, given stepwell's checkpoint table and
+    /// written through a pool of `connections` with `synchronous_commit=on`.
+    pub async fn postgres(
+        url: &str,
+        connections: u32,
+        run: String,
+        payloads: Arc<Payloads>,
+    ) -> Result<DirectInsert, String> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| e.to_string())?
+            .application_name("stepwell-bench-direct")
+            .options([("synchronous_commit", "on")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .min_connections(connections)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options)
+            .await
+            .map_err(|e| format!("connect to {url}: {e}"))?;
+        sqlx::raw_sql(POSTGRES_SCHEMA).execute(&pool).await.map_err(|e| format!("create the schema: {e}"))?;
+        Ok(DirectInsert { pool: Pool::Postgres(pool), run, payloads })
+    }
+
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+impl Workload for DirectInsert {
+    fn call(&self, caller: usize, k: u64) -> BoxFuture<'static, CallResult> {
+        let (turn_id, phase, ts) = checkpoint_key(&self.run, caller, k);
+        let state = self.payloads.get(caller, k).to_vec();
+        let pool = self.pool.clone();
+        async move {
+            let recorded_at =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64);
+            let inserted = match pool {
+                Pool::Sqlite(pool) => sqlx::query(SQLITE_INSERT)
+                    .bind(NAMESPACE)
+                    .bind(&turn_id)
+                    .bind(&phase)
+                    .bind(ts)
+                    .bind(state)
+                    .bind(recorded_at)
+                    .execute(&pool)
+                    .await
+                    .map(|done| done.rows_affected()),
+                Pool::Postgres(pool) => sqlx::query(POSTGRES_INSERT)
+                    .bind(NAMESPACE)
+                    .bind(&turn_id)
+                    .bind(&phase)
+                    .bind(ts)
+                    .bind(state)
+                    .bind(recorded_at)
+                    .execute(&pool)
+                    .await
+                    .map(|done| done.rows_affected()),
+            }
+            .map_err(|e| Failure::Error(e.to_string()))?;
+            if inserted != 1 {
+                return Err(Failure::Check(format!(
+                    "inserting new checkpoint {turn_id}/{phase} affected {inserted} rows"
+                )));
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,126 @@
+//! One stepwell sidecar process under test: started from the built binary on
+//! a free loopback port and a given store, ready once `grpc.health` says
+//! SERVING, and stopped with SIGTERM (or killed, if the harness is dropped
+//! mid-run). Its log goes to a file, shown when it fails to start.
+//!
+//! `STEPWELL_*` variables in the harness's environment reach the sidecar, so
+//! a flag can be tried without editing the harness (e.g.
+//! `STEPWELL_WRITE_BATCH_MAX=512 bench/run --quick`); the report records them.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+use tonic::transport::{Channel, Endpoint};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+/// How long a sidecar may take to open and migrate its store.
+const READY_LIMIT: Duration = Duration::from_secs(60);
+/// How long a stopping sidecar may drain before it is killed.
+const STOP_LIMIT: Duration = Duration::from_secs(15);
+
+pub struct Sidecar {
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Sidecar {
+    /// Starts `binary` serving `database_url`, logging to `log`, and waits
+    /// until it is SERVING.
+    pub async fn start(binary: &Path, database_url: &str, log: &Path) -> Result<Sidecar, String> {
+        let addr = free_port().map_err(|e| format!("no free port: {e}"))?;
+        let log_file = std::fs::File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
+        let child = Command::new(binary)
+            .arg("serve")
+            .args(["--listen", &addr.to_string(), "--database-url", database_url])
+            .env("STEPWELL_LOG", std::env::var("STEPWELL_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log_file)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("start {}: {e}", binary.display()))?;
+        let mut sidecar = Sidecar { child, addr, log: log.to_owned() };
+        match sidecar.wait_until_serving().await {
+            Ok(()) => Ok(sidecar),
+            Err(why) => Err(format!("the sidecar did not become ready: {why}\n{}", sidecar.log_tail())),
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// `n` separate HTTP/2 connections to the sidecar.
+    pub async fn connect(&self, n: usize) -> Result<Vec<Channel>, String> {
+        let mut channels = Vec::with_capacity(n);
+        for _ in 0..n.max(1) {
+            channels.push(self.connect_one().await.map_err(|e| format!("connect to {}: {e}", self.addr))?);
+        }
+        Ok(channels)
+    }
+
+    async fn connect_one(&self) -> Result<Channel, tonic::transport::Error> {
+        Endpoint::from_shared(format!("http://{}", self.addr))?.tcp_nodelay(true).connect().await
+    }
+
+    async fn wait_until_serving(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_LIMIT;
+        let mut last = String::from("no answer yet");
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return Err(format!("it exited with {status}"));
+            }
+            match self.connect_one().await {
+                Ok(channel) => {
+                    let answer = HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await;
+                    match answer.map(|r| r.into_inner().status) {
+                        Ok(status) if status == ServingStatus::Serving as i32 => return Ok(()),
+                        Ok(status) => last = format!("health status {status}"),
+                        Err(status) => last = format!("health check failed: {}", status.message()),
+                    }
+                }
+                Err(error) => last = format!("connect: {error}"),
+            }
+            // Polling for readiness: the process gives no other signal.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(format!("not SERVING within {READY_LIMIT:?} ({last})"))
+    }
+
+    /// SIGTERM, then waits for the drain; kills it if it takes too long.
+    /// Fails if the sidecar had already died.
+    pub async fn stop(mut self) -> Result<(), String> {
+        if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!("the sidecar died during the run ({status})\n{}", self.log_tail()));
+        }
+        if let Some(pid) = self.child.id() {
+            // SAFETY: signalling a child we spawned and have not reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+        }
+        match tokio::time::timeout(STOP_LIMIT, self.child.wait()).await {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                Err(format!("the sidecar did not stop within {STOP_LIMIT:?} of SIGTERM"))
+            }
+        }
+    }
+
+    /// The end of the sidecar's log, for error messages.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        format!("--- last lines of {} ---\n{}", self.log.display(), lines[lines.len().saturating_sub(20)..].join("\n"))
+    }
+}
+
+/// A loopback port nothing listens on right now.
+fn free_port() -> std::io::Result<SocketAddr> {
+    TcpListener::bind("127.0.0.1:0")?.local_addr()
+}

@@ -1,0 +1,599 @@
+//! The plan of a run and how each point is measured. Per backend, in order:
+//! W1 1 KB appends at each concurrency, each followed by the direct-SQL
+//! baseline (a) and, on Postgres, pgbench (b) at the same concurrency (so
+//! slow drifts of the machine hit all three alike); then the W1 variants
+//! (200 B, 20 KB, 10% duplicate retries), W1 at a fixed rate of half the
+//! 64-caller throughput, W2 restores, W3 idempotency.
+//!
+//! Every point gets a fresh store (an SQLite file in the run's temporary
+//! directory, or a new database on the Postgres server), removed once the
+//! point is measured, and every stepwell point its own sidecar process, so
+//! points do not inherit each other's data, and the sidecar's CPU and the
+//! store's size belong to that point alone.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+use crate::direct::{DirectInsert, POSTGRES_SCHEMA};
+use crate::load::{Pace, Window, Workload, drive, run_all};
+use crate::meter::Meters;
+use crate::payload::Payloads;
+use crate::pgbench;
+use crate::report::{Backend, Point, Row, System};
+use crate::sidecar::Sidecar;
+use crate::stores::{
+    Database, PgServer, SqliteFiles, lsn, pg_execute, pg_footprint, remove_sqlite, sqlite_footprint,
+    sqlite_truncate_wal,
+};
+use crate::workloads::{Append, BeginComplete, Restore, TURN_LENGTH};
+
+/// How long and how wide a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Every workload once, about a second each, at 64 callers: a check, not a measurement.
+    Smoke,
+    /// Every point, short windows: about two minutes.
+    Quick,
+    /// Every point, 3 s warm-up and 12 s windows: about ten minutes.
+    Full,
+}
+
+/// What a mode measures.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub warmup_s: f64,
+    pub measure_s: f64,
+    /// Concurrencies of the W1 1 KB series and its baselines.
+    pub callers: Vec<usize>,
+    /// W2: turns of 100 checkpoints written per populating caller.
+    pub restore_turns_per_caller: u64,
+}
+
+impl Mode {
+    pub fn plan(self) -> Plan {
+        match self {
+            Mode::Smoke => Plan { warmup_s: 0.2, measure_s: 0.6, callers: vec![64], restore_turns_per_caller: 1 },
+            Mode::Quick => {
+                Plan { warmup_s: 1.0, measure_s: 2.0, callers: vec![1, 16, 64, 256], restore_turns_per_caller: 2 }
+            }
+            Mode::Full => {
+                Plan { warmup_s: 3.0, measure_s: 12.0, callers: vec![1, 16, 64, 256], restore_turns_per_caller: 8 }
+            }
+        }
+    }
+}
+
+impl Plan {
+    fn window(&self) -> Window {
+        Window { warmup: Duration::from_secs_f64(self.warmup_s), measure: Duration::from_secs_f64(self.measure_s) }
+    }
+}
+
+/// Callers of the W1 variants and of W3.
+const WIDE: usize = 64;
+/// Callers of W2.
+const RESTORE_CALLERS: usize = 16;
+/// Callers that fill the store W2 restores from.
+const POPULATE_CALLERS: usize = 64;
+/// The fixed-rate point runs at this share of the 64-caller closed-loop throughput.
+const FIXED_RATE_SHARE: f64 = 0.5;
+/// Most outstanding calls of the fixed-rate point.
+const FIXED_MAX_IN_FLIGHT: usize = 4096;
+/// Without pg_waldump: WAL a Postgres server may write on its own
+/// (checkpointer, bgwriter records) while W3's repeated Begins run, and
+/// still count as "nothing"; a single committed write per Begin would be
+/// over 100 bytes each.
+const PG_BACKGROUND_WAL_BYTES: u64 = 1024;
+/// How many WAL records of the pairs phase the control reads.
+const WAL_CONTROL_RECORDS: u64 = 10_000;
+
+/// What the suite needs from the command line.
+pub struct Settings {
+    pub mode: Mode,
+    pub stepwell: PathBuf,
+    pub pg_bindir: Option<PathBuf>,
+    pub backends: Vec<Backend>,
+    /// HTTP/2 connections the load generator opens (at most one per caller).
+    pub channels: usize,
+    /// Only points whose id contains one of these.
+    pub only: Vec<String>,
+}
+
+/// A store under test.
+enum Store {
+    Sqlite(PathBuf),
+    Postgres(Database),
+}
+
+impl Store {
+    fn url(&self) -> String {
+        match self {
+            Store::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Store::Postgres(database) => database.url.clone(),
+        }
+    }
+}
+
+pub struct Suite {
+    settings: Settings,
+    plan: Plan,
+    dir: PathBuf,
+    pg: Option<PgServer>,
+    pub rows: Vec<Row>,
+    started: Instant,
+}
+
+/// An error that stops a point, as text for its row.
+type Fallible<T> = Result<T, String>;
+
+impl Suite {
+    pub fn new(settings: Settings, dir: &Path, pg: Option<PgServer>) -> Suite {
+        let plan = settings.mode.plan();
+        Suite { settings, plan, dir: dir.to_owned(), pg, rows: Vec::new(), started: Instant::now() }
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Runs every planned point, recording a row for each.
+    pub async fn run(&mut self) {
+        for backend in self.settings.backends.clone() {
+            for callers in self.plan.callers.clone() {
+                self.append(backend, "w1-1kb", 1024, callers, 0, None).await;
+                self.direct(backend, callers).await;
+                if backend == Backend::Postgres {
+                    self.pgbench(callers).await;
+                }
+            }
+            self.append(backend, "w1-200b", 200, WIDE, 0, None).await;
+            self.append(backend, "w1-20kb", 20 * 1024, WIDE, 0, None).await;
+            self.append(backend, "w1-dup10", 1024, WIDE, 10, None).await;
+            let base = self.rows.iter().find(|r| {
+                r.backend == backend && r.system == System::Stepwell && r.series == "w1-1kb" && r.callers == WIDE
+            });
+            let rate = base.map_or(1000.0, |r| (r.throughput_per_s * FIXED_RATE_SHARE).max(10.0)).round();
+            self.append(backend, "w1-1kb", 1024, WIDE, 0, Some(rate)).await;
+            self.restore(backend).await;
+            self.idempotency(backend).await;
+        }
+    }
+
+    fn selected(&self, point: &Point) -> bool {
+        let id = point.id();
+        self.settings.only.is_empty() || self.settings.only.iter().any(|only| id.contains(only.as_str()))
+    }
+
+    /// Records a row, printing a line of progress.
+    fn record(&mut self, row: Row) {
+        let cpu = row.server_cpu_us_per_op.map_or(String::new(), |c| format!(", server {c:.1} µs/op"));
+        let problem = row.first_problem.as_ref().map_or(String::new(), |p| format!("  PROBLEM: {p}"));
+        eprintln!(
+            "[{:>4.0}s] {:<44} {:>8.0}/s  p50 {:>7.3} ms  p99 {:>7.3} ms{cpu}{problem}",
+            self.started.elapsed().as_secs_f64(),
+            row.id,
+            row.throughput_per_s,
+            row.latency.p50_ms,
+            row.latency.p99_ms,
+        );
+        self.rows.push(row);
+    }
+
+    fn point(series: &'static str, workload: String, backend: Backend, system: System, callers: usize) -> Point {
+        Point { series, workload, backend, system, callers, pace: "closed".into() }
+    }
+
+    fn pg(&self) -> Fallible<&PgServer> {
+        self.pg.as_ref().ok_or_else(|| "no Postgres server (set STEPWELL_TEST_POSTGRES_URL or use bench/run)".into())
+    }
+
+    async fn fresh_store(&self, backend: Backend, label: &str) -> Fallible<Store> {
+        match backend {
+            Backend::Sqlite => Ok(Store::Sqlite(self.dir.join(format!("{}.db", file_name(label))))),
+            Backend::Postgres => Ok(Store::Postgres(self.pg()?.fresh_database(label).await?)),
+        }
+    }
+
+    /// Runs `measure` on a fresh store named after `label`, then removes the
+    /// store: a dropped database leaves autovacuum nothing to do in later
+    /// points, and removed files keep the disk from filling up.
+    async fn with_fresh_store<R>(
+        &self,
+        backend: Backend,
+        label: &str,
+        measure: impl AsyncFnOnce(&Store) -> Fallible<R>,
+    ) -> Fallible<R> {
+        let store = self.fresh_store(backend, label).await?;
+        let result = measure(&store).await;
+        let removed = match &store {
+            Store::Sqlite(path) => remove_sqlite(path),
+            Store::Postgres(database) => self.pg()?.drop_database(database).await,
+        };
+        if let Err(why) = removed {
+            eprintln!("warning: could not remove the store of {label}: {why}");
+        }
+        result
+    }
+
+    /// What to meter for a point on `backend` (the Postgres server only for Postgres rows).
+    fn meters(&self, backend: Backend, sidecar: Option<u32>) -> Meters {
+        let postgres = self.pg.as_ref().and_then(|pg| pg.postmaster).filter(|_| backend == Backend::Postgres);
+        Meters { sidecar, postgres, external_load: None }
+    }
+
+    /// A sidecar on `store` and connections to it for `callers` callers.
+    async fn sidecar(&self, store: &Store, label: &str, callers: usize) -> Fallible<(Sidecar, Vec<Channel>)> {
+        let log = self.dir.join(format!("{}.log", file_name(label)));
+        let sidecar = Sidecar::start(&self.settings.stepwell, &store.url(), &log).await?;
+        let channels = sidecar.connect(callers.min(self.settings.channels)).await?;
+        Ok((sidecar, channels))
+    }
+
+    /// W1: appends of `size`-byte states; `rate` makes it fixed-rate.
+    async fn append(
+        &mut self,
+        backend: Backend,
+        series: &'static str,
+        size: usize,
+        callers: usize,
+        duplicate_percent: u64,
+        rate: Option<f64>,
+    ) {
+        let mut workload = format!("W1 append {}", human_size(size));
+        if duplicate_percent > 0 {
+            workload.push_str(&format!(", {duplicate_percent}% duplicate retries"));
+        }
+        let mut point = Self::point(series, workload, backend, System::Stepwell, callers);
+        let pace = match rate {
+            Some(rate) => {
+                point.pace = format!("fixed {rate:.0}/s");
+                Pace::Fixed { rate, lanes: callers, max_in_flight: FIXED_MAX_IN_FLIGHT }
+            }
+            None => Pace::Closed { callers },
+        };
+        if !self.selected(&point) {
+            return;
+        }
+        let measure = async |store: &Store| self.measure_append(&point, store, size, duplicate_percent, pace).await;
+        let row = self.with_fresh_store(backend, &point.id(), measure).await;
+        self.record(row.unwrap_or_else(|why| point.failed(why)));
+    }
+
+    async fn measure_append(
+        &self,
+        point: &Point,
+        store: &Store,
+        size: usize,
+        duplicate_percent: u64,
+        pace: Pace,
+    ) -> Fallible<Row> {
+        let (sidecar, channels) = self.sidecar(store, &point.id(), point.callers).await?;
+        let payloads = Arc::new(Payloads::new(size));
+        let workload = Append { channels, run: "w1".into(), payloads, duplicate_percent };
+        let measured =
+            drive(Arc::new(workload), pace, self.plan.window(), self.meters(point.backend, sidecar.pid())).await;
+        let mut row = point.row(&measured, false);
+        if duplicate_percent > 0 {
+            row.extra.insert("duplicate_retry_percent".into(), duplicate_percent.into());
+        }
+        if let Pace::Fixed { rate, .. } = pace {
+            row.extra.insert("target_rate_per_s".into(), rate.into());
+            row.notes.push(format!(
+                "open loop at {rate:.0}/s ({:.0}% of the 64-caller closed-loop rate); latency from each call's intended send time",
+                FIXED_RATE_SHARE * 100.0
+            ));
+        }
+        self.footprint(store, &mut row).await;
+        stop(sidecar, &mut row).await;
+        Ok(row)
+    }
+
+    /// Stores the bytes per checkpoint of `store` into `row`.
+    async fn footprint(&self, store: &Store, row: &mut Row) {
+        let measured = match store {
+            Store::Sqlite(path) => sqlite_footprint(path).await.map(|f| {
+                row.extra.insert("sqlite_files".into(), json!(f));
+                (f.checkpointed.total(), f.checkpoints)
+            }),
+            Store::Postgres(database) => pg_footprint(&database.url).await.map(|(count, bytes)| {
+                row.extra.insert("postgres_relation_bytes".into(), bytes.into());
+                (bytes as u64, count)
+            }),
+        };
+        match measured {
+            Ok((bytes, count)) if count > 0 => {
+                row.disk_bytes_per_checkpoint = Some(bytes as f64 / count as f64);
+                row.extra.insert("checkpoints_stored".into(), count.into());
+            }
+            Ok(_) => {}
+            Err(why) => row.notes.push(format!("size on disk not measured: {why}")),
+        }
+    }
+
+    /// Baseline (a): one INSERT per transaction from sqlx.
+    async fn direct(&mut self, backend: Backend, callers: usize) {
+        let point = Self::point("w1-1kb", "W1 append 1 KB".into(), backend, System::Direct, callers);
+        if !self.selected(&point) {
+            return;
+        }
+        let row = self
+            .with_fresh_store(backend, &point.id(), async |store: &Store| self.measure_direct(&point, store).await)
+            .await;
+        self.record(row.unwrap_or_else(|why| point.failed(why)));
+    }
+
+    async fn measure_direct(&self, point: &Point, store: &Store) -> Fallible<Row> {
+        let payloads = Arc::new(Payloads::new(1024));
+        let direct = Arc::new(match store {
+            Store::Sqlite(path) => DirectInsert::sqlite(path, "w1".into(), payloads).await?,
+            Store::Postgres(database) => {
+                DirectInsert::postgres(&database.url, point.callers as u32, "w1".into(), payloads).await?
+            }
+        });
+        let in_process = point.backend == Backend::Sqlite;
+        let workload: Arc<dyn Workload> = direct.clone();
+        let measured = drive(
+            workload,
+            Pace::Closed { callers: point.callers },
+            self.plan.window(),
+            self.meters(point.backend, None),
+        )
+        .await;
+        let mut row = point.row(&measured, in_process);
+        row.notes.push(if in_process {
+            "server CPU is this process's: sqlx and SQLite run inside the load generator (one writer connection)".into()
+        } else {
+            format!("sqlx pool of {} connections, synchronous_commit=on", point.callers)
+        });
+        self.footprint(store, &mut row).await;
+        direct.close().await;
+        Ok(row)
+    }
+
+    /// Baseline (b): pgbench with the same insert.
+    async fn pgbench(&mut self, clients: usize) {
+        let point = Self::point("w1-1kb", "W1 append 1 KB".into(), Backend::Postgres, System::Pgbench, clients);
+        if !self.selected(&point) {
+            return;
+        }
+        let measure = async |store: &Store| self.measure_pgbench(&point, store).await;
+        let row = self.with_fresh_store(Backend::Postgres, &point.id(), measure).await;
+        self.record(row.unwrap_or_else(|why| point.failed(why)));
+    }
+
+    async fn measure_pgbench(&self, point: &Point, store: &Store) -> Fallible<Row> {
+        let bindir = self.settings.pg_bindir.as_ref().ok_or("pgbench needs --pg-bindir")?;
+        let label = point.id();
+        pg_execute(&store.url(), POSTGRES_SCHEMA).await?;
+        let payload = Payloads::new(1024).get(0, 0).to_vec();
+        let dir = self.dir.join(file_name(&label));
+        let (measured, summary) = pgbench::run(
+            bindir,
+            &store.url(),
+            point.callers,
+            self.plan.window(),
+            self.meters(Backend::Postgres, None),
+            &dir,
+            &payload,
+        )
+        .await?;
+        let mut row = point.row(&measured, false);
+        row.notes.push("latency from pgbench's per-transaction log (-l), same window as the other rows".into());
+        row.extra.insert("pgbench".into(), json!(summary));
+        self.footprint(store, &mut row).await;
+        Ok(row)
+    }
+
+    /// W2: fill a store with whole turns, then restore them.
+    async fn restore(&mut self, backend: Backend) {
+        let point =
+            Self::point("w2-restore", "W2 restore 100 × 1 KB".into(), backend, System::Stepwell, RESTORE_CALLERS);
+        if !self.selected(&point) {
+            return;
+        }
+        let measure = async |store: &Store| self.measure_restore(&point, store).await;
+        let row = self.with_fresh_store(backend, &point.id(), measure).await;
+        self.record(row.unwrap_or_else(|why| point.failed(why)));
+    }
+
+    async fn measure_restore(&self, point: &Point, store: &Store) -> Fallible<Row> {
+        let (sidecar, channels) = self.sidecar(store, &point.id(), POPULATE_CALLERS).await?;
+        let turns = self.plan.restore_turns_per_caller;
+        let fill = Append {
+            channels: channels.clone(),
+            run: "w2".into(),
+            payloads: Arc::new(Payloads::new(1024)),
+            duplicate_percent: 0,
+        };
+        let filling = Instant::now();
+        run_all(Arc::new(fill), POPULATE_CALLERS, turns * TURN_LENGTH)
+            .await
+            .map_err(|f| format!("populating: {f:?}"))?;
+        let filled_in = filling.elapsed().as_secs_f64();
+        let restore = Restore { channels, run: "w2".into(), callers: POPULATE_CALLERS, turns_per_caller: turns };
+        let pace = Pace::Closed { callers: RESTORE_CALLERS };
+        let measured =
+            drive(Arc::new(restore), pace, self.plan.window(), self.meters(point.backend, sidecar.pid())).await;
+        let mut row = point.row(&measured, false);
+        let populated = POPULATE_CALLERS as u64 * turns;
+        row.extra.insert("turns_populated".into(), populated.into());
+        row.extra.insert("populate_seconds".into(), filled_in.into());
+        row.notes.push(format!(
+            "{populated} turns of {TURN_LENGTH} × 1 KB written first ({} checkpoints in {filled_in:.1} s); each call restores a random whole turn as one page",
+            populated * TURN_LENGTH
+        ));
+        stop(sidecar, &mut row).await;
+        Ok(row)
+    }
+
+    /// W3: Begin→Complete pairs on new keys, then Begins on the completed keys.
+    async fn idempotency(&mut self, backend: Backend) {
+        let pairs = Self::point("w3-pairs", "W3 Begin→Complete pair".into(), backend, System::Stepwell, WIDE);
+        let repeats = Self::point("w3-repeat", "W3 Begin on a completed key".into(), backend, System::Stepwell, WIDE);
+        if !self.selected(&pairs) && !self.selected(&repeats) {
+            return;
+        }
+        let measure = async |store: &Store| self.measure_idempotency(&pairs, &repeats, store).await;
+        match self.with_fresh_store(backend, &pairs.id(), measure).await {
+            Ok(rows) => rows.into_iter().for_each(|row| self.record(row)),
+            Err(why) => {
+                self.record(pairs.failed(why.clone()));
+                self.record(repeats.failed(why));
+            }
+        }
+    }
+
+    async fn measure_idempotency(
+        &self,
+        pairs_point: &Point,
+        repeat_point: &Point,
+        store: &Store,
+    ) -> Fallible<Vec<Row>> {
+        let (sidecar, channels) = self.sidecar(store, &pairs_point.id(), WIDE).await?;
+        let meters = self.meters(pairs_point.backend, sidecar.pid());
+        let pace = Pace::Closed { callers: WIDE };
+
+        let pairs_started = self.write_marker(store).await?;
+        let pairs = Arc::new(BeginComplete::new(channels, "w3".into(), WIDE));
+        let workload: Arc<dyn Workload> = pairs.clone();
+        let measured = drive(workload, pace, self.plan.window(), meters).await;
+        let mut pairs_row = pairs_point.row(&measured, false);
+        pairs_row.notes.push("one op = Begin (ACQUIRED) then Complete of a new key".into());
+
+        let repeats = pairs.repeats();
+        let keys = repeats.keys();
+        let pairs_wal = (pairs_started, self.write_marker(store).await?);
+        self.quiesce(store).await?;
+        let before = self.write_marker(store).await?;
+        let measured = drive(Arc::new(repeats), pace, self.plan.window(), meters).await;
+        let after = self.write_marker(store).await?;
+        let mut repeat_row = repeat_point.row(&measured, false);
+        repeat_row.extra.insert("completed_keys".into(), keys.into());
+        let (wrote_nothing, evidence) = self.judge_writes(store, pairs_wal, (before, after), &mut repeat_row).await;
+        repeat_row.extra.insert("wrote_nothing".into(), Value::Bool(wrote_nothing));
+        repeat_row.extra.insert("write_evidence".into(), evidence.clone().into());
+        repeat_row.notes.push(evidence.clone());
+        if !wrote_nothing {
+            repeat_row.check_failures += 1;
+            repeat_row.first_problem.get_or_insert(format!("repeated Begins wrote to the store? {evidence}"));
+        }
+
+        stop(sidecar, &mut repeat_row).await;
+        Ok(vec![pairs_row, repeat_row])
+    }
+
+    /// Settles the store so that reads leave no trace: SQLite's WAL is
+    /// emptied into the database (so any commit would grow it again), and
+    /// the Postgres database is vacuumed and analysed (so no later read
+    /// prunes pages, and autovacuum has nothing left to do there).
+    async fn quiesce(&self, store: &Store) -> Fallible<()> {
+        match store {
+            Store::Sqlite(path) => sqlite_truncate_wal(path).await.map(|_| ()),
+            Store::Postgres(database) => pg_execute(&database.url, "VACUUM (ANALYZE)").await,
+        }
+    }
+
+    /// Decides whether anything was written between the markers of
+    /// `window`, and says why. SQLite: the WAL, emptied before, must still
+    /// be empty and the database file unchanged. Postgres: no WAL record in
+    /// the window may change the database's own relations (`pg_waldump`),
+    /// while the pairs phase, as a control, must show such records; without
+    /// `pg_waldump`, the server's whole WAL may grow by at most
+    /// `PG_BACKGROUND_WAL_BYTES`.
+    async fn judge_writes(
+        &self,
+        store: &Store,
+        pairs: (WriteMarker, WriteMarker),
+        window: (WriteMarker, WriteMarker),
+        row: &mut Row,
+    ) -> (bool, String) {
+        match (store, pairs, window) {
+            (Store::Sqlite(_), _, (WriteMarker::Sqlite(before), WriteMarker::Sqlite(after))) => (
+                before == after && after.wal == 0,
+                format!("SQLite db {} → {} B, WAL {} → {} B", before.db, after.db, before.wal, after.wal),
+            ),
+            (
+                Store::Postgres(database),
+                (WriteMarker::Postgres(pairs_from), WriteMarker::Postgres(pairs_to)),
+                (WriteMarker::Postgres(from), WriteMarker::Postgres(to)),
+            ) => {
+                let grew = to.saturating_sub(from);
+                row.extra.insert("wal_lsn_before".into(), lsn(from).into());
+                row.extra.insert("wal_lsn_after".into(), lsn(to).into());
+                let counted = match (self.pg(), &self.settings.pg_bindir) {
+                    (Ok(pg), Some(bindir)) => {
+                        let control =
+                            pg.wal_records(bindir, database, (pairs_from, pairs_to), Some(WAL_CONTROL_RECORDS));
+                        match control.await {
+                            Ok(control) => {
+                                pg.wal_records(bindir, database, (from, to), None).await.map(|w| (w, control))
+                            }
+                            Err(why) => Err(why),
+                        }
+                    }
+                    (Err(why), _) => Err(why),
+                    (_, None) => Err("no --pg-bindir for pg_waldump".into()),
+                };
+                match counted {
+                    Ok((_, control)) if control.own == 0 => (
+                        false,
+                        "pg_waldump saw no record of the database even in the pairs phase: cannot judge".to_string(),
+                    ),
+                    Ok((window, control)) => (
+                        window.own == 0,
+                        format!(
+                            "{} of {} WAL records in the window change stepwell's tables ({} only catalogs, as \
+                             Postgres prunes pages it reads; the pairs phase: {} of its first {}); the server's WAL \
+                             grew {grew} B",
+                            window.own, window.total, window.catalogs, control.own, control.total
+                        ),
+                    ),
+                    Err(why) => (
+                        grew <= PG_BACKGROUND_WAL_BYTES,
+                        format!("the server's WAL grew {grew} B (pg_waldump not used: {why})"),
+                    ),
+                }
+            }
+            _ => unreachable!("one store gives markers of its own kind"),
+        }
+    }
+
+    /// Where the store's writes stand: SQLite's file sizes, Postgres's WAL position.
+    async fn write_marker(&self, store: &Store) -> Fallible<WriteMarker> {
+        match store {
+            Store::Sqlite(path) => Ok(WriteMarker::Sqlite(SqliteFiles::of(path))),
+            Store::Postgres(_) => Ok(WriteMarker::Postgres(self.pg()?.wal_position().await?)),
+        }
+    }
+}
+
+/// Where a store's writes stood at one moment: SQLite's file sizes, or
+/// the Postgres server's WAL insert position.
+#[derive(Debug, Clone, Copy)]
+enum WriteMarker {
+    Sqlite(SqliteFiles),
+    Postgres(u64),
+}
+
+/// Stops the sidecar; a sidecar that died or would not stop is a problem of the row.
+async fn stop(sidecar: Sidecar, row: &mut Row) {
+    if let Err(why) = sidecar.stop().await {
+        row.errors += 1;
+        row.first_problem.get_or_insert(why);
+    }
+}
+
+/// A point id as a file name.
+fn file_name(label: &str) -> String {
+    label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
+fn human_size(bytes: usize) -> String {
+    if bytes >= 1024 { format!("{} KB", bytes / 1024) } else { format!("{bytes} B") }
+}
