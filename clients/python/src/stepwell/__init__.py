@@ -1,0 +1,52 @@
+"""Python client of stepwell, the durable-execution sidecar.
+
+    from stepwell import Client
+    with Client("127.0.0.1:50051") as sw:
+        sw.checkpoint("run-1", "started", {"step": 1})
+        print([ck.phase for ck in sw.restore("run-1")])
+"""
+
+from ._common import OnceContext, RetryPolicy, NO_RETRY
+from .aio import AsyncClient
+from .checkpoint_store import CheckpointStore, ExecutionCheckpoint, ExecutionSummary
+from .client import Client
+from .errors import (
+    CheckpointConflict,
+    InvalidArgument,
+    KeyNotFound,
+    KeyReused,
+    LeaseLost,
+    NotAcquired,
+    OnceTimeout,
+    OperationFailed,
+    Overloaded,
+    ResultMismatch,
+    StepwellError,
+    Unavailable,
+    WorkflowVersionMismatch,
+)
+
+__all__ = [
+    "AsyncClient",
+    "CheckpointConflict",
+    "CheckpointStore",
+    "Client",
+    "ExecutionCheckpoint",
+    "ExecutionSummary",
+    "InvalidArgument",
+    "KeyNotFound",
+    "KeyReused",
+    "LeaseLost",
+    "NO_RETRY",
+    "NotAcquired",
+    "OnceContext",
+    "OnceTimeout",
+    "OperationFailed",
+    "Overloaded",
+    "ResultMismatch",
+    "RetryPolicy",
+    "StepwellError",
+    "Unavailable",
+    "WorkflowVersionMismatch",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,235 @@
+"""A checkpoint store for "one logical checkpoint per execution" engines.
+
+Fits the durable-execution model where each execution has ONE checkpoint that
+is overwritten after every step (status running / failed / paused /
+completed), on top of stepwell's append-only log:
+
+* ``save()`` appends a checkpoint with a new, strictly increasing timestamp
+  (the log keeps every version: "overwrite" means "the newest wins");
+* ``load()`` is Restore(newest_first, page_size=1): the latest checkpoint;
+* ``history()`` restores every version, oldest first;
+* ``list()`` lists executions by status (ListTurns);
+* ``delete()`` / ``cleanup()`` remove executions (DeleteTurn).
+
+Only ``completed`` is *terminal* in stepwell's sense: a ``failed`` execution
+is resumable (the failed step is retried on resume), so it stays an OPEN turn
+and is listed among the executions to recover, like ``running`` and
+``paused``. The checkpoint's stepwell phase is the status, so ``list(status)``
+filters on the last phase.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .client import Client
+from .v1 import checkpoint_pb2 as cp
+
+RUNNING = "running"
+FAILED = "failed"
+PAUSED = "paused"
+COMPLETED = "completed"
+STATUSES = (RUNNING, FAILED, PAUSED, COMPLETED)
+TERMINAL_STATUSES = (COMPLETED,)
+
+
+def _ts_to_datetime(ts: Any) -> Optional[_dt.datetime]:
+    if ts.seconds == 0 and ts.nanos == 0:
+        return None
+    return ts.ToDatetime(tzinfo=_dt.timezone.utc)
+
+
+@dataclass
+class ExecutionCheckpoint:
+    """One saved version of an execution's checkpoint."""
+
+    execution_id: str
+    status: str
+    state: Any
+    step_index: Optional[int] = None
+    step_name: Optional[str] = None
+    error: Optional[Dict[str, Any]] = None
+    metadata: Dict[str, Any] = field(default_factory=dict)
+    workflow_version: str = ""
+    timestamp_ns: int = 0
+    recorded_at: Optional[_dt.datetime] = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def resumable(self) -> bool:
+        """running, paused and failed executions can be resumed."""
+        return not self.terminal
+
+    @property
+    def timestamp(self) -> _dt.datetime:
+        return _dt.datetime.fromtimestamp(self.timestamp_ns / 1e9, tz=_dt.timezone.utc)
+
+    @classmethod
+    def from_proto(cls, ck: cp.Checkpoint) -> "ExecutionCheckpoint":
+        doc = json.loads(ck.state.decode("utf-8")) if ck.state else {}
+        return cls(
+            execution_id=ck.turn_id,
+            status=doc.get("status", ck.phase),
+            state=doc.get("state"),
+            step_index=doc.get("step_index"),
+            step_name=doc.get("step_name"),
+            error=doc.get("error"),
+            metadata=doc.get("metadata") or {},
+            workflow_version=ck.workflow_version,
+            timestamp_ns=ck.timestamp.seconds * 1_000_000_000 + ck.timestamp.nanos,
+            recorded_at=_ts_to_datetime(ck.recorded_at),
+        )
+
+
+@dataclass
+class ExecutionSummary:
+    """An execution as ListTurns describes it."""
+
+    execution_id: str
+    status: str
+    checkpoint_count: int
+    updated_at: Optional[_dt.datetime]
+    started_at: Optional[_dt.datetime]
+    workflow_version: str
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class CheckpointStore:
+    """Save/load/list/cleanup of one logical checkpoint per execution, on stepwell.
+
+    Use a dedicated namespace (the client's) or ``session_id`` to keep the
+    store's executions apart from other turns: ``list()`` only sees turns of
+    the client's namespace, filtered by ``session_id`` when one is given.
+    """
+
+    def __init__(self, client: Client, *, session_id: str = "", workflow_version: str = "") -> None:
+        self.client = client
+        self.session_id = session_id
+        self.workflow_version = workflow_version
+        self._last_ns = 0
+        self._lock = threading.Lock()
+
+    def _next_ns(self) -> int:
+        # Strictly increasing within this process so two saves never share a
+        # dedup key (which would make the second a CHECKPOINT_CONFLICT).
+        with self._lock:
+            ns = max(time.time_ns(), self._last_ns + 1)
+            self._last_ns = ns
+            return ns
+
+    def save(
+        self,
+        execution_id: str,
+        state: Any,
+        *,
+        status: str = RUNNING,
+        step_index: Optional[int] = None,
+        step_name: Optional[str] = None,
+        error: Optional[BaseException | str | Dict[str, Any]] = None,
+        metadata: Optional[Dict[str, Any]] = None,
+        workflow_version: Optional[str] = None,
+    ) -> ExecutionCheckpoint:
+        """Overwrites the execution's checkpoint (appends a newer version).
+
+        ``error`` (an exception, a string or a dict) is preserved as
+        ``{"type": …, "message": …}`` so a failed step can be inspected and retried.
+        """
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
+        err: Optional[Dict[str, Any]]
+        if error is None:
+            err = None
+        elif isinstance(error, BaseException):
+            err = {"type": type(error).__name__, "message": str(error)}
+        elif isinstance(error, dict):
+            err = dict(error)
+        else:
+            err = {"type": "Error", "message": str(error)}
+        doc = {
+            "status": status,
+            "step_index": step_index,
+            "step_name": step_name,
+            "error": err,
+            "metadata": metadata or {},
+            "state": state,
+        }
+        version = self.workflow_version if workflow_version is None else workflow_version
+        resp = self.client.checkpoint(
+            execution_id,
+            status,
+            doc,
+            timestamp=self._next_ns(),
+            session_id=self.session_id,
+            terminal=status in TERMINAL_STATUSES,
+            workflow_version=version,
+        )
+        return ExecutionCheckpoint.from_proto(resp.checkpoint)
+
+    def load(self, execution_id: str, *, expect_workflow_version: str = "") -> Optional[ExecutionCheckpoint]:
+        """The latest checkpoint of the execution, or None if it has none."""
+        ck = self.client.latest(execution_id, expect_workflow_version=expect_workflow_version)
+        return ExecutionCheckpoint.from_proto(ck) if ck is not None else None
+
+    def history(self, execution_id: str) -> List[ExecutionCheckpoint]:
+        """Every saved version, oldest first."""
+        return [ExecutionCheckpoint.from_proto(ck) for ck in self.client.iter_restore(execution_id)]
+
+    def list(self, status: Optional[str] = None, *, updated_before: Any = None) -> List[ExecutionSummary]:
+        """Executions whose latest status is ``status`` (all when None), ordered by id."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
+        if status is None:
+            turn_status = "any"
+        elif status in TERMINAL_STATUSES:
+            turn_status = "terminal"
+        else:
+            turn_status = "open"
+        out = []
+        for t in self.client.iter_turns(
+            status=turn_status, session_id=self.session_id, updated_before=updated_before
+        ):
+            if status is not None and t.last_phase != status:
+                continue
+            out.append(
+                ExecutionSummary(
+                    execution_id=t.turn_id,
+                    status=t.last_phase,
+                    checkpoint_count=int(t.checkpoint_count),
+                    updated_at=_ts_to_datetime(t.last_timestamp),
+                    started_at=_ts_to_datetime(t.first_timestamp),
+                    workflow_version=t.workflow_version,
+                )
+            )
+        return out
+
+    def resumable(self) -> List[ExecutionSummary]:
+        """Executions to recover at start-up: running, paused or failed."""
+        return [s for s in self.list() if not s.terminal]
+
+    def delete(self, execution_id: str) -> int:
+        """Deletes an execution and its whole history; returns the versions deleted."""
+        return self.client.delete_turn(execution_id)
+
+    def cleanup(self, *, older_than: Optional[_dt.timedelta] = None, status: Optional[str] = COMPLETED) -> int:
+        """Deletes executions with ``status`` (default completed; None = any) whose
+        latest checkpoint is older than ``older_than`` (default: any age).
+        Returns the number of executions deleted."""
+        before = None
+        if older_than is not None:
+            before = _dt.datetime.now(_dt.timezone.utc) - older_than
+        n = 0
+        for s in self.list(status, updated_before=before):
+            self.delete(s.execution_id)
+            n += 1
+        return n

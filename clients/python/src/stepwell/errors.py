@@ -1,0 +1,175 @@
+"""Exceptions of the stepwell client, named after the sidecar's ErrorInfo reasons.
+
+Every failed RPC raises a :class:`StepwellError` (or a subclass). The sidecar
+sends a ``google.rpc.Status`` in the ``grpc-status-details-bin`` trailer with a
+``google.rpc.ErrorInfo`` (domain ``stepwell.dev``) and, for invalid input, a
+``google.rpc.BadRequest``; they are decoded into ``.reason``, ``.metadata`` and
+``.field``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+DOMAIN = "stepwell.dev"
+_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class StepwellError(Exception):
+    """A failed stepwell RPC.
+
+    Attributes:
+        code: the ``grpc.StatusCode``.
+        reason: the ErrorInfo reason (``""`` when the server sent none).
+        field: the first BadRequest field violation's field, or ``""``.
+        metadata: the ErrorInfo metadata (a dict of strings).
+        message: the status message.
+        violations: every BadRequest violation as ``(field, description)``.
+    """
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str = "",
+        reason: str = "",
+        field: str = "",
+        metadata: Optional[Dict[str, str]] = None,
+        violations: Optional[List[Tuple[str, str]]] = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.field = field
+        self.metadata: Dict[str, str] = dict(metadata or {})
+        self.violations: List[Tuple[str, str]] = list(violations or [])
+        text = f"{code.name}"
+        if reason:
+            text += f" {reason}"
+        if field:
+            text += f" (field {field})"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+
+class CheckpointConflict(StepwellError):
+    """ALREADY_EXISTS / CHECKPOINT_CONFLICT: same dedup key, different content."""
+
+
+class WorkflowVersionMismatch(StepwellError):
+    """FAILED_PRECONDITION / WORKFLOW_VERSION_MISMATCH on Restore."""
+
+    @property
+    def expected_version(self) -> str:
+        return self.metadata.get("expected_version", "")
+
+    @property
+    def recorded_version(self) -> str:
+        return self.metadata.get("recorded_version", "")
+
+
+class KeyReused(StepwellError):
+    """FAILED_PRECONDITION / KEY_REUSED: the key was begun with another fingerprint."""
+
+
+class LeaseLost(StepwellError):
+    """ABORTED / LEASE_LOST: the token is not the current holder's."""
+
+
+class NotAcquired(StepwellError):
+    """FAILED_PRECONDITION / NOT_ACQUIRED: the key is not held."""
+
+
+class ResultMismatch(StepwellError):
+    """ALREADY_EXISTS / RESULT_MISMATCH: Complete repeated with another result."""
+
+
+class KeyNotFound(StepwellError):
+    """NOT_FOUND / KEY_NOT_FOUND: Get on an unknown key."""
+
+
+class InvalidArgument(StepwellError):
+    """INVALID_ARGUMENT (any reason); ``.field`` names the offending field."""
+
+
+class Overloaded(StepwellError):
+    """RESOURCE_EXHAUSTED / OVERLOADED: the write queue is full; nothing stored."""
+
+
+class Unavailable(StepwellError):
+    """UNAVAILABLE: the store could not commit or the sidecar is unreachable."""
+
+
+class OperationFailed(StepwellError):
+    """Raised by ``once()`` when the key's record is FAILED (a permanent release)."""
+
+
+class OnceTimeout(StepwellError):
+    """Raised by ``once()`` when another holder kept the key past ``wait_timeout``."""
+
+
+_BY_REASON: Dict[str, Type[StepwellError]] = {
+    "CHECKPOINT_CONFLICT": CheckpointConflict,
+    "WORKFLOW_VERSION_MISMATCH": WorkflowVersionMismatch,
+    "KEY_REUSED": KeyReused,
+    "LEASE_LOST": LeaseLost,
+    "NOT_ACQUIRED": NotAcquired,
+    "RESULT_MISMATCH": ResultMismatch,
+    "KEY_NOT_FOUND": KeyNotFound,
+    "OVERLOADED": Overloaded,
+}
+
+_BY_CODE: Dict[grpc.StatusCode, Type[StepwellError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def _details(trailing: Optional[Iterable[Any]]) -> Optional[bytes]:
+    if not trailing:
+        return None
+    for item in trailing:
+        key, value = item[0], item[1]
+        if key == _DETAILS_KEY:
+            return value if isinstance(value, bytes) else None
+    return None
+
+
+def from_rpc_error(err: grpc.RpcError) -> StepwellError:
+    """Converts a ``grpc.RpcError`` (sync or aio) into a :class:`StepwellError`."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
+    message = err.details() if hasattr(err, "details") else str(err)  # type: ignore[attr-defined]
+    try:
+        trailing = err.trailing_metadata()  # type: ignore[attr-defined]
+    except Exception:  # pragma: no cover - defensive
+        trailing = None
+    reason, field = "", ""
+    metadata: Dict[str, str] = {}
+    violations: List[Tuple[str, str]] = []
+    raw = _details(trailing)
+    if raw:
+        status = status_pb2.Status()
+        try:
+            status.ParseFromString(raw)
+        except Exception:  # pragma: no cover - a malformed trailer
+            status = status_pb2.Status()
+        for any_ in status.details:
+            if any_.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                any_.Unpack(info)
+                if not reason or info.domain == DOMAIN:
+                    reason = info.reason
+                    metadata = dict(info.metadata)
+            elif any_.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                bad = error_details_pb2.BadRequest()
+                any_.Unpack(bad)
+                for v in bad.field_violations:
+                    violations.append((v.field, v.description))
+        if violations:
+            field = violations[0][0]
+    cls = _BY_REASON.get(reason) or _BY_CODE.get(code) or StepwellError
+    exc = cls(code, message or "", reason, field, metadata, violations)
+    return exc

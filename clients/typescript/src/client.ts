@@ -1,0 +1,484 @@
+// StepwellClient: every RPC of stepwell.v1, with per-call deadlines, retries
+// on UNAVAILABLE / OVERLOADED that resend the same request, errors as
+// StepwellError, and once() for exactly-once side effects.
+import * as net from "node:net";
+import { create } from "@bufbuild/protobuf";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import {
+  CheckpointRequestSchema,
+  CheckpointService,
+  DeleteTurnRequestSchema,
+  ListTurnsRequestSchema,
+  RestoreRequestSchema,
+  TurnStatus,
+  type Checkpoint,
+  type CheckpointResponse,
+  type DeleteTurnResponse,
+  type ListTurnsResponse,
+  type RestoreResponse,
+  type TurnSummary,
+} from "./gen/stepwell/v1/checkpoint_pb.js";
+import {
+  BeginOutcome,
+  BeginRequestSchema,
+  CompleteRequestSchema,
+  ExtendRequestSchema,
+  GetRequestSchema,
+  IdempotencyService,
+  ReleaseRequestSchema,
+  type BeginResponse,
+  type CompleteResponse,
+  type ExtendResponse,
+  type GetResponse,
+  type ReleaseResponse,
+} from "./gen/stepwell/v1/idempotency_pb.js";
+import {
+  LeaseLost,
+  OperationFailed,
+  StepwellError,
+  toStepwellError,
+} from "./errors.js";
+import { msToDuration, toTimestamp, type TimeLike } from "./time.js";
+
+export interface StepwellClientOptions {
+  /** "host:port", "unix:/path/to.sock", or an "http://host:port" URL. Default "127.0.0.1:50051". */
+  target?: string;
+  /** Namespace of every call that does not name one. Default "" (the server's "default"). */
+  namespace?: string;
+  /** Deadline of each attempt of a call, in ms. Default 10000. */
+  timeoutMs?: number;
+  /** Attempts of a call failing with UNAVAILABLE / OVERLOADED (1 = no retry). Default 5. */
+  maxAttempts?: number;
+  /** First backoff between attempts, in ms; doubles up to maxBackoffMs, with jitter. Default 50. */
+  initialBackoffMs?: number;
+  /** Largest backoff, in ms. Default 2000. */
+  maxBackoffMs?: number;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Namespace of this call (overrides the client's). */
+  namespace?: string;
+  /** Deadline of each attempt, in ms (overrides the client's). */
+  timeoutMs?: number;
+  /** Attempts on UNAVAILABLE / OVERLOADED (overrides the client's). */
+  maxAttempts?: number;
+  /** Aborts the call. */
+  signal?: AbortSignal;
+}
+
+export interface CheckpointInput {
+  turnId: string;
+  phase: string;
+  /** Any JSON value, sent as its UTF-8 JSON serialization (ignored when stateBytes is given). */
+  state?: unknown;
+  /** The state as raw UTF-8 JSON bytes, sent byte for byte. */
+  stateBytes?: Uint8Array;
+  timestamp: TimeLike;
+  sessionId?: string;
+  terminal?: boolean;
+  workflowVersion?: string;
+}
+
+export interface RestoreOptions extends CallOptions {
+  newestFirst?: boolean;
+  phase?: string;
+  expectWorkflowVersion?: string;
+  /** Page size of each RPC (0 = server default). */
+  pageSize?: number;
+}
+
+export interface RestorePageInput extends RestoreOptions {
+  turnId: string;
+  pageToken?: string;
+}
+
+export type TurnStatusName = "open" | "terminal" | "any";
+
+export interface ListTurnsInput extends CallOptions {
+  status?: TurnStatus | TurnStatusName;
+  sessionId?: string;
+  updatedBefore?: TimeLike;
+  pageSize?: number;
+  pageToken?: string;
+}
+
+export interface BeginOptions extends CallOptions {
+  /** A hash of the operation's parameters (a string is sent as UTF-8). */
+  fingerprint?: Uint8Array | string;
+  /** Lease in ms (unset: the server default, 30 s). */
+  leaseMs?: number;
+  /** Retention in ms after completion or failure (unset: the server default, 7 days). */
+  retentionMs?: number;
+}
+
+/** What once() passes to the function it runs. */
+export interface OnceContext {
+  key: string;
+  leaseToken: bigint;
+  attempt: number;
+  /** An earlier holder's lease ran out without Complete/Release: the effect may already have happened. */
+  previousLeaseExpired: boolean;
+  /** Aborted when the lease is lost while fn runs (a heartbeat got LEASE_LOST / NOT_ACQUIRED). */
+  signal: AbortSignal;
+}
+
+export interface OnceOptions extends BeginOptions {
+  /** Lease in ms, renewed every leaseMs/3 while fn runs. Default 30000. */
+  leaseMs?: number;
+  /** How long to wait for another holder (IN_PROGRESS) before giving up, in ms. Default 60000. */
+  waitTimeoutMs?: number;
+}
+
+const utf8 = new TextEncoder();
+const utf8d = new TextDecoder("utf-8", { fatal: true });
+
+function toBytes(v: Uint8Array | string | undefined): Uint8Array {
+  if (v === undefined) return new Uint8Array(0);
+  return typeof v === "string" ? utf8.encode(v) : v;
+}
+
+/** The UTF-8 JSON bytes of a JSON value (undefined is sent as null). */
+export function jsonBytes(value: unknown): Uint8Array {
+  const s = JSON.stringify(value);
+  return utf8.encode(s === undefined ? "null" : s);
+}
+
+/** Parses UTF-8 JSON bytes. */
+export function parseJsonBytes(bytes: Uint8Array): unknown {
+  return JSON.parse(utf8d.decode(bytes));
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function turnStatus(s: TurnStatus | TurnStatusName | undefined): TurnStatus {
+  if (s === undefined) return TurnStatus.UNSPECIFIED;
+  if (typeof s === "number") return s;
+  return { open: TurnStatus.OPEN, terminal: TurnStatus.TERMINAL, any: TurnStatus.ANY }[s];
+}
+
+/** Builds a gRPC (HTTP/2) transport and its session manager for a target. */
+export function createStepwellTransport(target: string): {
+  transport: Transport;
+  sessionManager: Http2SessionManager;
+} {
+  let baseUrl: string;
+  let nodeOptions: import("node:http2").ClientSessionOptions | undefined;
+  if (target.startsWith("unix:")) {
+    const path = target.slice("unix:".length).replace(/^\/\/(?=\/)/, "");
+    // Over a Unix socket the HTTP/2 authority is "localhost".
+    baseUrl = "http://localhost";
+    nodeOptions = { createConnection: () => net.connect(path) };
+  } else if (/^https?:\/\//.test(target)) {
+    baseUrl = target;
+  } else {
+    baseUrl = `http://${target}`;
+  }
+  const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
+  const transport = createGrpcTransport({ baseUrl, sessionManager });
+  return { transport, sessionManager };
+}
+
+/**
+ * A client of one stepwell sidecar. Every method throws StepwellError (or a
+ * subclass named after the reason) on failure.
+ */
+export class StepwellClient {
+  /** The generated clients, one call per RPC with no retries and ConnectError failures. */
+  readonly raw: {
+    checkpoints: Client<typeof CheckpointService>;
+    idempotency: Client<typeof IdempotencyService>;
+  };
+  readonly namespace: string;
+  private readonly timeoutMs: number;
+  private readonly maxAttempts: number;
+  private readonly initialBackoffMs: number;
+  private readonly maxBackoffMs: number;
+  private readonly sessionManager: Http2SessionManager;
+
+  constructor(options: StepwellClientOptions | string = {}) {
+    const o: StepwellClientOptions = typeof options === "string" ? { target: options } : options;
+    const { transport, sessionManager } = createStepwellTransport(o.target ?? "127.0.0.1:50051");
+    this.sessionManager = sessionManager;
+    this.raw = {
+      checkpoints: createClient(CheckpointService, transport),
+      idempotency: createClient(IdempotencyService, transport),
+    };
+    this.namespace = o.namespace ?? "";
+    this.timeoutMs = o.timeoutMs ?? 10_000;
+    this.maxAttempts = Math.max(1, o.maxAttempts ?? 5);
+    this.initialBackoffMs = o.initialBackoffMs ?? 50;
+    this.maxBackoffMs = o.maxBackoffMs ?? 2000;
+  }
+
+  /** Closes the HTTP/2 connection. */
+  close(): void {
+    this.sessionManager.abort();
+  }
+
+  private ns(opts?: CallOptions): string {
+    return opts?.namespace ?? this.namespace;
+  }
+
+  /** Runs one RPC, resending the same request on UNAVAILABLE / OVERLOADED with backoff. */
+  private async call<T>(
+    opts: CallOptions | undefined,
+    fn: (o: { timeoutMs: number; signal?: AbortSignal }) => Promise<T>,
+  ): Promise<T> {
+    const attempts = Math.max(1, opts?.maxAttempts ?? this.maxAttempts);
+    const timeoutMs = opts?.timeoutMs ?? this.timeoutMs;
+    let backoff = this.initialBackoffMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn({ timeoutMs, signal: opts?.signal });
+      } catch (err) {
+        const e = toStepwellError(err);
+        const retryable = e.grpcCode === Code.Unavailable || e.grpcCode === Code.ResourceExhausted;
+        if (!retryable || attempt >= attempts || opts?.signal?.aborted) throw e;
+        await sleep(backoff / 2 + Math.random() * (backoff / 2), opts?.signal);
+        backoff = Math.min(backoff * 2, this.maxBackoffMs);
+      }
+    }
+  }
+
+  // ---- CheckpointService ----
+
+  /** Appends a checkpoint; idempotent on (namespace, turnId, phase, timestamp). */
+  checkpoint(input: CheckpointInput, opts?: CallOptions): Promise<CheckpointResponse> {
+    const req = create(CheckpointRequestSchema, {
+      namespace: this.ns(opts),
+      turnId: input.turnId,
+      sessionId: input.sessionId ?? "",
+      phase: input.phase,
+      state: input.stateBytes ?? jsonBytes(input.state),
+      timestamp: toTimestamp(input.timestamp),
+      terminal: input.terminal ?? false,
+      workflowVersion: input.workflowVersion ?? "",
+    });
+    return this.call(opts, (o) => this.raw.checkpoints.checkpoint(req, o));
+  }
+
+  /** One page of a turn's checkpoints. */
+  restorePage(input: RestorePageInput): Promise<RestoreResponse> {
+    const req = create(RestoreRequestSchema, {
+      namespace: this.ns(input),
+      turnId: input.turnId,
+      pageSize: input.pageSize ?? 0,
+      pageToken: input.pageToken ?? "",
+      newestFirst: input.newestFirst ?? false,
+      phase: input.phase ?? "",
+      expectWorkflowVersion: input.expectWorkflowVersion ?? "",
+    });
+    return this.call(input, (o) => this.raw.checkpoints.restore(req, o));
+  }
+
+  /** Every checkpoint of a turn (all pages), oldest first unless newestFirst. Unknown turn: []. */
+  async restore(turnId: string, opts: RestoreOptions = {}): Promise<Checkpoint[]> {
+    const out: Checkpoint[] = [];
+    let pageToken = "";
+    do {
+      const page = await this.restorePage({ ...opts, turnId, pageToken });
+      out.push(...page.checkpoints);
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+    return out;
+  }
+
+  /** The newest checkpoint of a turn, or undefined (the "load the latest snapshot" shape). */
+  async latest(turnId: string, opts: Omit<RestoreOptions, "newestFirst" | "pageSize"> = {}): Promise<Checkpoint | undefined> {
+    const page = await this.restorePage({ ...opts, turnId, newestFirst: true, pageSize: 1 });
+    return page.checkpoints[0];
+  }
+
+  /** One page of turn summaries. */
+  listTurns(input: ListTurnsInput = {}): Promise<ListTurnsResponse> {
+    const req = create(ListTurnsRequestSchema, {
+      namespace: this.ns(input),
+      status: turnStatus(input.status),
+      sessionId: input.sessionId ?? "",
+      updatedBefore: input.updatedBefore === undefined ? undefined : toTimestamp(input.updatedBefore),
+      pageSize: input.pageSize ?? 0,
+      pageToken: input.pageToken ?? "",
+    });
+    return this.call(input, (o) => this.raw.checkpoints.listTurns(req, o));
+  }
+
+  /** Every turn summary matching the filters (all pages). */
+  async *allTurns(input: Omit<ListTurnsInput, "pageToken"> = {}): AsyncGenerator<TurnSummary> {
+    let pageToken = "";
+    do {
+      const page = await this.listTurns({ ...input, pageToken });
+      yield* page.turns;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+  }
+
+  /** Deletes a turn's checkpoints; `deleted` is how many (0 for an unknown turn). */
+  deleteTurn(turnId: string, opts?: CallOptions): Promise<DeleteTurnResponse> {
+    const req = create(DeleteTurnRequestSchema, { namespace: this.ns(opts), turnId });
+    return this.call(opts, (o) => this.raw.checkpoints.deleteTurn(req, o));
+  }
+
+  // ---- IdempotencyService ----
+
+  /** Asks to perform the operation named by key: ACQUIRED, COMPLETED, IN_PROGRESS or FAILED. */
+  begin(key: string, opts: BeginOptions = {}): Promise<BeginResponse> {
+    const req = create(BeginRequestSchema, {
+      namespace: this.ns(opts),
+      key,
+      fingerprint: toBytes(opts.fingerprint),
+      lease: opts.leaseMs === undefined ? undefined : msToDuration(opts.leaseMs),
+      retention: opts.retentionMs === undefined ? undefined : msToDuration(opts.retentionMs),
+    });
+    return this.call(opts, (o) => this.raw.idempotency.begin(req, o));
+  }
+
+  /** Records the result of an acquired operation (a string is sent as UTF-8). */
+  complete(key: string, leaseToken: bigint | number | string, result: Uint8Array | string, opts?: CallOptions): Promise<CompleteResponse> {
+    const req = create(CompleteRequestSchema, {
+      namespace: this.ns(opts),
+      key,
+      leaseToken: BigInt(leaseToken),
+      result: toBytes(result),
+    });
+    return this.call(opts, (o) => this.raw.idempotency.complete(req, o));
+  }
+
+  /** Gives up a lease: for a new attempt, or (permanent) records FAILED with the error. */
+  release(
+    key: string,
+    leaseToken: bigint | number | string,
+    opts: CallOptions & { error?: string; permanent?: boolean } = {},
+  ): Promise<ReleaseResponse> {
+    const req = create(ReleaseRequestSchema, {
+      namespace: this.ns(opts),
+      key,
+      leaseToken: BigInt(leaseToken),
+      error: opts.error ?? "",
+      permanent: opts.permanent ?? false,
+    });
+    return this.call(opts, (o) => this.raw.idempotency.release(req, o));
+  }
+
+  /** Moves a held lease's expiry to now + leaseMs (unset: the server default). */
+  extend(key: string, leaseToken: bigint | number | string, leaseMs?: number, opts?: CallOptions): Promise<ExtendResponse> {
+    const req = create(ExtendRequestSchema, {
+      namespace: this.ns(opts),
+      key,
+      leaseToken: BigInt(leaseToken),
+      lease: leaseMs === undefined ? undefined : msToDuration(leaseMs),
+    });
+    return this.call(opts, (o) => this.raw.idempotency.extend(req, o));
+  }
+
+  /** Reads a record without acquiring anything. Unknown key: KeyNotFound. */
+  get(key: string, opts?: CallOptions): Promise<GetResponse> {
+    const req = create(GetRequestSchema, { namespace: this.ns(opts), key });
+    return this.call(opts, (o) => this.raw.idempotency.get(req, o));
+  }
+
+  /**
+   * Runs fn at most once to completion for key: ACQUIRED runs fn (renewing
+   * the lease every leaseMs/3) and records its JSON-serialized result;
+   * COMPLETED returns the recorded result without calling fn; IN_PROGRESS
+   * waits (at most waitTimeoutMs) and asks again; FAILED throws
+   * OperationFailed. If fn throws, the lease is released (not permanently)
+   * and the error is rethrown.
+   */
+  async once<T>(key: string, fn: (ctx: OnceContext) => T | Promise<T>, opts: OnceOptions = {}): Promise<T> {
+    const leaseMs = opts.leaseMs ?? 30_000;
+    const waitTimeoutMs = opts.waitTimeoutMs ?? 60_000;
+    const deadline = Date.now() + waitTimeoutMs;
+    let poll = 25;
+    for (;;) {
+      const r = await this.begin(key, { ...opts, leaseMs });
+      switch (r.outcome) {
+        case BeginOutcome.COMPLETED:
+          return parseJsonBytes(r.result) as T;
+        case BeginOutcome.FAILED:
+          throw new OperationFailed(r.error, {
+            grpcCode: Code.FailedPrecondition,
+            reason: "OPERATION_FAILED",
+            metadata: { key },
+          });
+        case BeginOutcome.ACQUIRED:
+          return this.runAcquired(key, r, fn, leaseMs, opts);
+        case BeginOutcome.IN_PROGRESS: {
+          const now = Date.now();
+          if (now >= deadline) {
+            throw new StepwellError(`once(${JSON.stringify(key)}): still in progress after ${waitTimeoutMs} ms`, {
+              grpcCode: Code.DeadlineExceeded,
+              reason: "WAIT_TIMEOUT",
+              metadata: { key },
+            });
+          }
+          const untilExpiry = r.leaseExpiresAt
+            ? Number(r.leaseExpiresAt.seconds) * 1000 + r.leaseExpiresAt.nanos / 1e6 - now
+            : poll;
+          await sleep(Math.max(5, Math.min(poll, untilExpiry + 5, deadline - now)), opts.signal);
+          poll = Math.min(poll * 2, 1000);
+          break;
+        }
+        default:
+          throw new StepwellError(`unexpected Begin outcome ${r.outcome}`, { grpcCode: Code.Internal });
+      }
+    }
+  }
+
+  private async runAcquired<T>(
+    key: string,
+    r: BeginResponse,
+    fn: (ctx: OnceContext) => T | Promise<T>,
+    leaseMs: number,
+    opts: CallOptions,
+  ): Promise<T> {
+    const token = r.leaseToken;
+    const lost = new AbortController();
+    const timer = setInterval(() => {
+      this.extend(key, token, leaseMs, opts).catch((err: unknown) => {
+        const e = toStepwellError(err);
+        if (e instanceof LeaseLost || e.reason === "NOT_ACQUIRED") {
+          lost.abort(e);
+        }
+      });
+    }, Math.max(10, Math.floor(leaseMs / 3)));
+    timer.unref?.();
+    let value: T;
+    try {
+      value = await fn({
+        key,
+        leaseToken: token,
+        attempt: r.attempt,
+        previousLeaseExpired: r.previousLeaseExpired,
+        signal: lost.signal,
+      });
+    } catch (err) {
+      clearInterval(timer);
+      try {
+        await this.release(key, token, { ...opts, error: String(err instanceof Error ? err.message : err).slice(0, 16_000), permanent: false });
+      } catch {
+        // the lease may be lost already; the original error matters more
+      }
+      throw err;
+    }
+    clearInterval(timer);
+    // Complete may still succeed after a missed heartbeat if no one else acquired the key.
+    await this.complete(key, token, jsonBytes(value), opts);
+    return value;
+  }
+}

@@ -1,0 +1,161 @@
+// StepwellError and its subclasses, decoded from a gRPC status carrying
+// google.rpc.ErrorInfo (domain "stepwell.dev") and google.rpc.BadRequest.
+import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  BadRequestSchema,
+  ErrorInfoSchema,
+} from "./gen/google/rpc/error_details_pb.js";
+
+/** The ErrorInfo domain of stepwell's errors. */
+export const ERROR_DOMAIN = "stepwell.dev";
+
+const CODE_NAMES: Record<number, string> = {
+  [Code.Canceled]: "CANCELLED",
+  [Code.Unknown]: "UNKNOWN",
+  [Code.InvalidArgument]: "INVALID_ARGUMENT",
+  [Code.DeadlineExceeded]: "DEADLINE_EXCEEDED",
+  [Code.NotFound]: "NOT_FOUND",
+  [Code.AlreadyExists]: "ALREADY_EXISTS",
+  [Code.PermissionDenied]: "PERMISSION_DENIED",
+  [Code.ResourceExhausted]: "RESOURCE_EXHAUSTED",
+  [Code.FailedPrecondition]: "FAILED_PRECONDITION",
+  [Code.Aborted]: "ABORTED",
+  [Code.OutOfRange]: "OUT_OF_RANGE",
+  [Code.Unimplemented]: "UNIMPLEMENTED",
+  [Code.Internal]: "INTERNAL",
+  [Code.Unavailable]: "UNAVAILABLE",
+  [Code.DataLoss]: "DATA_LOSS",
+  [Code.Unauthenticated]: "UNAUTHENTICATED",
+};
+
+/** The gRPC name of a status code, e.g. "ALREADY_EXISTS". */
+export function grpcCodeName(code: number): string {
+  return CODE_NAMES[code] ?? "UNKNOWN";
+}
+
+/** One google.rpc.BadRequest field violation. */
+export interface FieldViolation {
+  field: string;
+  description: string;
+  reason: string;
+}
+
+/**
+ * An error answered by the sidecar (or by the transport). `code` is the gRPC
+ * status name ("ALREADY_EXISTS"), `reason` the ErrorInfo reason
+ * ("CHECKPOINT_CONFLICT", "" when none), `field` the first BadRequest field
+ * violation's field ("" when none), `metadata` the ErrorInfo metadata.
+ */
+export class StepwellError extends Error {
+  readonly code: string;
+  readonly grpcCode: number;
+  readonly reason: string;
+  readonly domain: string;
+  readonly field: string;
+  readonly fieldViolations: FieldViolation[];
+  readonly metadata: Record<string, string>;
+
+  constructor(
+    message: string,
+    init: {
+      grpcCode: number;
+      reason?: string;
+      domain?: string;
+      fieldViolations?: FieldViolation[];
+      metadata?: Record<string, string>;
+      cause?: unknown;
+    },
+  ) {
+    super(message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = new.target.name;
+    this.grpcCode = init.grpcCode;
+    this.code = grpcCodeName(init.grpcCode);
+    this.reason = init.reason ?? "";
+    this.domain = init.domain ?? "";
+    this.fieldViolations = init.fieldViolations ?? [];
+    this.field = this.fieldViolations[0]?.field ?? "";
+    this.metadata = init.metadata ?? {};
+  }
+}
+
+/** ALREADY_EXISTS / CHECKPOINT_CONFLICT: same key, different content. */
+export class CheckpointConflict extends StepwellError {}
+/** FAILED_PRECONDITION / WORKFLOW_VERSION_MISMATCH (metadata expected_version, recorded_version). */
+export class WorkflowVersionMismatch extends StepwellError {}
+/** FAILED_PRECONDITION / KEY_REUSED: the key was begun with another fingerprint. */
+export class KeyReused extends StepwellError {}
+/** ABORTED / LEASE_LOST: the token is not the current holder's. */
+export class LeaseLost extends StepwellError {}
+/** FAILED_PRECONDITION / NOT_ACQUIRED: Complete/Release/Extend on a key that is not held. */
+export class NotAcquired extends StepwellError {}
+/** ALREADY_EXISTS / RESULT_MISMATCH: Complete repeated with another result. */
+export class ResultMismatch extends StepwellError {}
+/** NOT_FOUND / KEY_NOT_FOUND: Get on an unknown key. */
+export class KeyNotFound extends StepwellError {}
+/** INVALID_ARGUMENT: a field is wrong (see `field`); nothing was stored. */
+export class InvalidArgument extends StepwellError {}
+/** RESOURCE_EXHAUSTED / OVERLOADED: the write queue is full; retry with backoff. */
+export class Overloaded extends StepwellError {}
+/** UNAVAILABLE: nothing was acknowledged; retry with the same key. */
+export class Unavailable extends StepwellError {}
+/** once(): the operation is recorded as FAILED (a permanent Release). */
+export class OperationFailed extends StepwellError {}
+
+type ErrorClass = new (
+  message: string,
+  init: ConstructorParameters<typeof StepwellError>[1],
+) => StepwellError;
+
+const BY_REASON: Record<string, ErrorClass> = {
+  CHECKPOINT_CONFLICT: CheckpointConflict,
+  WORKFLOW_VERSION_MISMATCH: WorkflowVersionMismatch,
+  KEY_REUSED: KeyReused,
+  LEASE_LOST: LeaseLost,
+  NOT_ACQUIRED: NotAcquired,
+  RESULT_MISMATCH: ResultMismatch,
+  KEY_NOT_FOUND: KeyNotFound,
+  OVERLOADED: Overloaded,
+};
+
+const BY_CODE: Record<number, ErrorClass> = {
+  [Code.InvalidArgument]: InvalidArgument,
+  [Code.Unavailable]: Unavailable,
+  [Code.ResourceExhausted]: Overloaded,
+};
+
+/** Converts anything a call threw into a StepwellError (kept as is if it already is one). */
+export function toStepwellError(err: unknown): StepwellError {
+  if (err instanceof StepwellError) return err;
+  const ce = ConnectError.from(err);
+  let reason = "";
+  let domain = "";
+  let metadata: Record<string, string> = {};
+  let fieldViolations: FieldViolation[] = [];
+  try {
+    const info = ce.findDetails(ErrorInfoSchema)[0];
+    if (info) {
+      reason = info.reason;
+      domain = info.domain;
+      metadata = { ...info.metadata };
+    }
+    for (const br of ce.findDetails(BadRequestSchema)) {
+      for (const v of br.fieldViolations) {
+        fieldViolations.push({ field: v.field, description: v.description, reason: v.reason });
+      }
+    }
+  } catch {
+    // undecodable details: keep code and message
+  }
+  const cls =
+    (domain === ERROR_DOMAIN || domain === "" ? BY_REASON[reason] : undefined) ??
+    BY_CODE[ce.code] ??
+    StepwellError;
+  return new cls(ce.rawMessage || ce.message, {
+    grpcCode: ce.code,
+    reason,
+    domain,
+    fieldViolations,
+    metadata,
+    cause: err,
+  });
+}
