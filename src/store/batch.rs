@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use async_trait::async_trait;
+
 use super::{Error, Fenced, Write, Written};
 use crate::idempotency::{self, BeginPlan, Plan, Record};
 use crate::model::{Appended, NewCheckpoint, StoredCheckpoint, UnixNanos};
@@ -196,6 +198,78 @@ pub fn plan_idempotency(
     let mut to_save: Vec<Record> = changed.into_keys().filter_map(|id| records.remove(&id)).collect();
     to_save.sort_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
     (answers, to_save)
+}
+
+/// The statements a backend runs for a batch, on one connection: its SQL,
+/// nothing of what the batch means.
+#[async_trait]
+pub trait Statements: Send {
+    /// Serializes the batch's idempotency keys against every other writer
+    /// (where the backend has more than one), then reads the store's clock.
+    async fn lock_keys(&mut self, keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error>;
+    /// Inserts the batch's new checkpoints (and keeps their turns' summaries);
+    /// answers the `seq` of each key it inserted.
+    async fn insert_checkpoints<'b>(
+        &mut self,
+        unique: &[&'b NewCheckpoint],
+        recorded_at: UnixNanos,
+    ) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error>;
+    /// The stored rows of keys the batch found already there.
+    async fn fetch_checkpoints<'b>(
+        &mut self,
+        keys: &[CheckpointKey<'b>],
+    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error>;
+    /// The records of the batch's keys, past retention or not.
+    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error>;
+    /// `count` fresh fencing tokens, in increasing order.
+    async fn lease_tokens(&mut self, count: usize) -> Result<Vec<u64>, sqlx::Error>;
+    /// Writes whole records, replacing the rows of their keys.
+    async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error>;
+    /// Deletes a turn's checkpoints and summary; answers how many checkpoints went.
+    async fn delete_turn(&mut self, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error>;
+}
+
+/// Whether a batch must be a transaction: a batch of appends alone is one
+/// insert statement, atomic and durable by itself.
+pub fn needs_transaction(batch: &[Write]) -> bool {
+    batch.iter().any(|write| !matches!(write, Write::Append(_)))
+}
+
+/// Runs a batch's statements: locks first, in one order; then its appends,
+/// its idempotency requests and its deletions (see the module comment).
+/// Answers every request, in batch order.
+pub async fn run(
+    statements: &mut impl Statements,
+    batch: Vec<Write>,
+    recorded_at: UnixNanos,
+) -> Result<Vec<Written>, Error> {
+    let unique = unique_appends(&batch);
+    let keys = idempotency_keys(&batch);
+    let now = if keys.is_empty() { 0 } else { statements.lock_keys(&keys).await? };
+    let sources = if unique.is_empty() {
+        HashMap::new()
+    } else {
+        let inserted = statements.insert_checkpoints(&unique, recorded_at).await?;
+        let missing: Vec<CheckpointKey<'_>> =
+            unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
+        let existing = statements.fetch_checkpoints(&missing).await?;
+        append_sources(&batch, &inserted, &existing)?
+    };
+    let mut answered = if keys.is_empty() {
+        HashMap::new()
+    } else {
+        let records = statements.load_records(&keys).await?;
+        let tokens = statements.lease_tokens(tokens_needed(&batch)).await?;
+        let (answered, changed) = plan_idempotency(&batch, records, now, &mut tokens.into_iter());
+        statements.save_records(&changed).await?;
+        answered
+    };
+    for (index, write) in batch.iter().enumerate() {
+        if let Write::DeleteTurn { namespace, turn_id } = write {
+            answered.insert(index, Written::Deleted(statements.delete_turn(namespace, turn_id).await?));
+        }
+    }
+    Ok(answers(batch, sources, answered, recorded_at))
 }
 
 fn split<T>(plan: Plan<T>, wrap: fn(Fenced<T>) -> Written) -> (Written, Option<Record>) {

@@ -65,44 +65,6 @@ impl PostgresStore {
         MIGRATOR.run(&pool).await?;
         Ok(PostgresStore { pool, clock })
     }
-
-    /// The statements of one batch. Locks first, in one order, then
-    /// everything else, so that concurrent batches (other writer tasks, other
-    /// sidecars) take their locks in one order.
-    async fn write_in(
-        &self,
-        conn: &mut PgConnection,
-        batch: &[Write],
-        unique: &[&NewCheckpoint],
-        keys: &[(&str, &str)],
-        recorded_at: UnixNanos,
-    ) -> Result<(HashMap<usize, batch::AppendSource>, HashMap<usize, Written>), Error> {
-        let now = if keys.is_empty() { 0 } else { lock_keys(conn, keys).await?.saturating_add(self.clock.offset()) };
-        let sources = if unique.is_empty() {
-            HashMap::new()
-        } else {
-            let inserted = insert_checkpoints(conn, unique, recorded_at).await?;
-            let missing: Vec<CheckpointKey<'_>> =
-                unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
-            let existing = fetch_checkpoints(conn, &missing).await?;
-            batch::append_sources(batch, &inserted, &existing)?
-        };
-        let mut answered = if keys.is_empty() {
-            HashMap::new()
-        } else {
-            let records = load_records(conn, keys).await?;
-            let tokens = lease_tokens(conn, batch::tokens_needed(batch)).await?;
-            let (answered, changed) = batch::plan_idempotency(batch, records, now, &mut tokens.into_iter());
-            save_records(conn, &changed).await?;
-            answered
-        };
-        for (index, write) in batch.iter().enumerate() {
-            if let Write::DeleteTurn { namespace, turn_id } = write {
-                answered.insert(index, Written::Deleted(delete_turn(conn, namespace, turn_id).await?));
-            }
-        }
-        Ok((sources, answered))
-    }
 }
 
 /// Refuses a server that could lose acknowledged commits: `fsync=off`, or
@@ -445,25 +407,65 @@ fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
     (rows, more)
 }
 
+/// This backend's statements for `batch::run`, on one connection.
+struct Statements<'c> {
+    conn: &'c mut PgConnection,
+    clock: &'c Clock,
+}
+
+#[async_trait]
+impl batch::Statements for Statements<'_> {
+    async fn lock_keys(&mut self, keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error> {
+        Ok(lock_keys(self.conn, keys).await?.saturating_add(self.clock.offset()))
+    }
+
+    async fn insert_checkpoints<'b>(
+        &mut self,
+        unique: &[&'b NewCheckpoint],
+        recorded_at: UnixNanos,
+    ) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
+        insert_checkpoints(self.conn, unique, recorded_at).await
+    }
+
+    async fn fetch_checkpoints<'b>(
+        &mut self,
+        keys: &[CheckpointKey<'b>],
+    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+        fetch_checkpoints(self.conn, keys).await
+    }
+
+    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
+        load_records(self.conn, keys).await
+    }
+
+    async fn lease_tokens(&mut self, count: usize) -> Result<Vec<u64>, sqlx::Error> {
+        lease_tokens(self.conn, count).await
+    }
+
+    async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
+        save_records(self.conn, records).await
+    }
+
+    async fn delete_turn(&mut self, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error> {
+        delete_turn(self.conn, namespace, turn_id).await
+    }
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error> {
         let recorded_at = system_now();
-        let unique = batch::unique_appends(&batch);
-        let keys = batch::idempotency_keys(&batch);
-        let deletes = batch.iter().any(|w| matches!(w, Write::DeleteTurn { .. }));
-        // A batch of appends alone is one statement, atomic and durable by
-        // itself (one round trip); anything more is a transaction.
-        let (sources, answered) = if keys.is_empty() && !deletes {
-            let mut conn = self.pool.acquire().await?;
-            self.write_in(&mut conn, &batch, &unique, &keys, recorded_at).await?
-        } else {
+        if batch::needs_transaction(&batch) {
             let mut tx = self.pool.begin().await?;
-            let written = self.write_in(&mut tx, &batch, &unique, &keys, recorded_at).await?;
+            let statements = &mut Statements { conn: &mut tx, clock: &self.clock };
+            let answers = batch::run(statements, batch, recorded_at).await?;
             tx.commit().await?;
-            written
-        };
-        Ok(batch::answers(batch, sources, answered, recorded_at))
+            Ok(answers)
+        } else {
+            // One statement, one round trip.
+            let mut conn = self.pool.acquire().await?;
+            batch::run(&mut Statements { conn: &mut conn, clock: &self.clock }, batch, recorded_at).await
+        }
     }
 
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
