@@ -1,0 +1,228 @@
+// Package stepwell is the Go client of the stepwell durable-execution
+// sidecar: a gRPC client for CheckpointService and IdempotencyService, Once
+// (run a side effect at most once per key), and StoreCheckpoint, an
+// implementation of the flow engine's Checkpoint interface.
+package stepwell
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "stepwell.dev/client/gen/stepwell/v1"
+)
+
+var (
+	contextCanceled = context.Canceled
+	contextDeadline = context.DeadlineExceeded
+)
+
+type options struct {
+	namespace   string
+	timeout     time.Duration
+	maxAttempts int
+	backoff     time.Duration
+	maxBackoff  time.Duration
+	dialOptions []grpc.DialOption
+}
+
+// Option configures Dial.
+type Option func(*options)
+
+// WithNamespace sets the namespace used by requests that leave it empty
+// (default "" = the sidecar's "default").
+func WithNamespace(ns string) Option { return func(o *options) { o.namespace = ns } }
+
+// WithTimeout sets the default per-call timeout, used when the context has no
+// deadline (default 10 s).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithRetry sets how many attempts a call gets on UNAVAILABLE or
+// RESOURCE_EXHAUSTED/OVERLOADED (default 5) and the first backoff (default
+// 50 ms, doubling with jitter up to 2 s).
+func WithRetry(attempts int, backoff time.Duration) Option {
+	return func(o *options) { o.maxAttempts = attempts; o.backoff = backoff }
+}
+
+// WithDialOptions adds grpc.DialOptions (e.g. per-RPC credentials).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
+}
+
+// Client is a stepwell client. It is safe for concurrent use.
+type Client struct {
+	conn *grpc.ClientConn
+	cp   pb.CheckpointServiceClient
+	idem pb.IdempotencyServiceClient
+	opts options
+}
+
+// Dial connects to a sidecar at "host:port" or "unix:/path/to.sock". Over a
+// Unix socket the HTTP/2 authority is "localhost". The connection is made
+// lazily; the first call waits for it (within its deadline).
+func Dial(target string, opts ...Option) (*Client, error) {
+	o := options{timeout: 10 * time.Second, maxAttempts: 5, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if strings.HasPrefix(target, "unix:") {
+		dopts = append(dopts, grpc.WithAuthority("localhost"))
+	} else if !strings.Contains(target, "://") {
+		target = "passthrough:///" + target
+	}
+	dopts = append(dopts, o.dialOptions...)
+	conn, err := grpc.NewClient(target, dopts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{conn: conn, cp: pb.NewCheckpointServiceClient(conn), idem: pb.NewIdempotencyServiceClient(conn), opts: o}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Conn returns the underlying connection (e.g. for grpc.health.v1).
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Namespace returns the client's default namespace.
+func (c *Client) Namespace() string { return c.opts.namespace }
+
+// CheckpointService returns the generated stub: one call per RPC, no
+// retries, no default namespace or timeout, raw gRPC errors.
+func (c *Client) CheckpointService() pb.CheckpointServiceClient { return c.cp }
+
+// IdempotencyService returns the generated stub (see CheckpointService).
+func (c *Client) IdempotencyService() pb.IdempotencyServiceClient { return c.idem }
+
+func retryable(err error) bool {
+	e, ok := err.(*Error)
+	if !ok {
+		return false
+	}
+	return e.Code == codes.Unavailable || (e.Code == codes.ResourceExhausted && e.Reason == "OVERLOADED")
+}
+
+// invoke runs one RPC with the default timeout and retries: on UNAVAILABLE
+// or OVERLOADED it resends the same request message after a backoff, so a
+// retry can only be answered as a duplicate.
+func invoke[Req any, Resp any](c *Client, ctx context.Context, req Req, f func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+	var zero Resp
+	if _, ok := ctx.Deadline(); !ok && c.opts.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+		defer cancel()
+	}
+	backoff := c.opts.backoff
+	for attempt := 1; ; attempt++ {
+		resp, err := f(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		err = FromError(err)
+		if !retryable(err) || attempt >= c.opts.maxAttempts {
+			return zero, err
+		}
+		sleep := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, err
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.opts.maxBackoff)
+	}
+}
+
+func (c *Client) ns(ns *string) {
+	if *ns == "" {
+		*ns = c.opts.namespace
+	}
+}
+
+// Checkpoint appends a checkpoint (CheckpointService.Checkpoint). An empty
+// namespace is set to the client's.
+func (c *Client) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.cp.Checkpoint)
+}
+
+// Restore returns one page of a turn's checkpoints.
+func (c *Client) Restore(ctx context.Context, req *pb.RestoreRequest) (*pb.RestoreResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.cp.Restore)
+}
+
+// RestoreAll returns every checkpoint of a turn, following page tokens.
+func (c *Client) RestoreAll(ctx context.Context, req *pb.RestoreRequest) ([]*pb.Checkpoint, error) {
+	var out []*pb.Checkpoint
+	page := &pb.RestoreRequest{Namespace: req.GetNamespace(), TurnId: req.GetTurnId(), PageSize: req.GetPageSize(),
+		NewestFirst: req.GetNewestFirst(), Phase: req.GetPhase(), ExpectWorkflowVersion: req.GetExpectWorkflowVersion(), PageToken: req.GetPageToken()}
+	for {
+		resp, err := c.Restore(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetCheckpoints()...)
+		if resp.GetNextPageToken() == "" {
+			return out, nil
+		}
+		page.PageToken = resp.GetNextPageToken()
+	}
+}
+
+// ListTurns returns one page of turn summaries.
+func (c *Client) ListTurns(ctx context.Context, req *pb.ListTurnsRequest) (*pb.ListTurnsResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.cp.ListTurns)
+}
+
+// DeleteTurn deletes every checkpoint of a turn.
+func (c *Client) DeleteTurn(ctx context.Context, req *pb.DeleteTurnRequest) (*pb.DeleteTurnResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.cp.DeleteTurn)
+}
+
+// Begin asks to perform the operation named by req.Key.
+func (c *Client) Begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.idem.Begin)
+}
+
+// Complete records the result of an acquired operation.
+func (c *Client) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.idem.Complete)
+}
+
+// Release gives up a lease, for a new attempt or permanently.
+func (c *Client) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.idem.Release)
+}
+
+// Extend moves a held lease's expiry.
+func (c *Client) Extend(ctx context.Context, req *pb.ExtendRequest) (*pb.ExtendResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.idem.Extend)
+}
+
+// Get reads an idempotency record without acquiring anything.
+func (c *Client) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
+	c.ns(&req.Namespace)
+	return invoke(c, ctx, req, c.idem.Get)
+}
+
+// Timestamp converts a time to a protobuf Timestamp (nanosecond precision).
+func Timestamp(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// Duration converts a duration to a protobuf Duration.
+func Duration(d time.Duration) *durationpb.Duration { return durationpb.New(d) }

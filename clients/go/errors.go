@@ -1,0 +1,156 @@
+package stepwell
+
+import (
+	"errors"
+
+	"sort"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Domain is the google.rpc.ErrorInfo domain of the sidecar's errors.
+const Domain = "stepwell.dev"
+
+// Error is a failed stepwell RPC. Every error the client returns for an RPC
+// is an *Error (match it with errors.As) and matches the sentinel of its
+// reason with errors.Is, e.g. errors.Is(err, stepwell.ErrLeaseLost).
+type Error struct {
+	Code       codes.Code        // the gRPC status code
+	Message    string            // the status message
+	Reason     string            // the google.rpc.ErrorInfo reason ("" when none was sent)
+	Field      string            // the first google.rpc.BadRequest field violation's field, or ""
+	Metadata   map[string]string // the ErrorInfo metadata
+	Violations []FieldViolation  // every BadRequest field violation
+	cause      error
+}
+
+// FieldViolation is one google.rpc.BadRequest field violation.
+type FieldViolation struct {
+	Field       string
+	Description string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("stepwell: ")
+	b.WriteString(e.Code.String())
+	if e.Reason != "" {
+		b.WriteString(" " + e.Reason)
+	}
+	if e.Field != "" {
+		b.WriteString(" (field " + e.Field + ")")
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	if len(e.Metadata) > 0 {
+		keys := make([]string, 0, len(e.Metadata))
+		for k := range e.Metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + e.Metadata[k]
+		}
+		b.WriteString(" [" + strings.Join(parts, " ") + "]")
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying cause (the context error for a deadline or
+// cancellation, when known).
+func (e *Error) Unwrap() error { return e.cause }
+
+// GRPCStatus lets status.FromError / status.Code see the original code.
+func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Message) }
+
+// Is matches the sentinels: a reason sentinel matches an error of that
+// reason, a code sentinel (ErrInvalidArgument, ErrUnavailable, ...) an error
+// of that code.
+func (e *Error) Is(target error) bool {
+	s, ok := target.(*sentinel)
+	if !ok {
+		return false
+	}
+	if s.reason != "" {
+		return e.Reason == s.reason
+	}
+	return e.Code == s.code
+}
+
+type sentinel struct {
+	reason string
+	code   codes.Code
+	text   string
+}
+
+func (s *sentinel) Error() string { return "stepwell: " + s.text }
+
+// Sentinels, named after the google.rpc.ErrorInfo reasons (or codes).
+var (
+	ErrCheckpointConflict      error = &sentinel{reason: "CHECKPOINT_CONFLICT", text: "checkpoint conflict"}
+	ErrWorkflowVersionMismatch error = &sentinel{reason: "WORKFLOW_VERSION_MISMATCH", text: "workflow version mismatch"}
+	ErrKeyReused               error = &sentinel{reason: "KEY_REUSED", text: "key reused"}
+	ErrLeaseLost               error = &sentinel{reason: "LEASE_LOST", text: "lease lost"}
+	ErrNotAcquired             error = &sentinel{reason: "NOT_ACQUIRED", text: "not acquired"}
+	ErrResultMismatch          error = &sentinel{reason: "RESULT_MISMATCH", text: "result mismatch"}
+	ErrKeyNotFound             error = &sentinel{reason: "KEY_NOT_FOUND", text: "key not found"}
+	ErrOverloaded              error = &sentinel{reason: "OVERLOADED", text: "overloaded"}
+	// ErrOperationFailed: Once found the key's record FAILED (a permanent release).
+	ErrOperationFailed error = &sentinel{reason: "FAILED", text: "operation failed"}
+	// ErrOnceTimeout: Once waited longer than its wait timeout for another holder.
+	ErrOnceTimeout error = &sentinel{reason: "IN_PROGRESS", text: "still in progress"}
+
+	ErrInvalidArgument  error = &sentinel{code: codes.InvalidArgument, text: "invalid argument"}
+	ErrUnavailable      error = &sentinel{code: codes.Unavailable, text: "unavailable"}
+	ErrUnauthenticated  error = &sentinel{code: codes.Unauthenticated, text: "unauthenticated"}
+	ErrPermissionDenied error = &sentinel{code: codes.PermissionDenied, text: "permission denied"}
+	ErrDeadlineExceeded error = &sentinel{code: codes.DeadlineExceeded, text: "deadline exceeded"}
+)
+
+// FromError converts a gRPC error into an *Error, decoding ErrorInfo and
+// BadRequest details. nil stays nil; an *Error is returned as is.
+func FromError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *Error
+	if errors.As(err, &se) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	e := &Error{Code: st.Code(), Message: st.Message(), Metadata: map[string]string{}}
+	if errors.Is(err, contextCanceled) || errors.Is(err, contextDeadline) {
+		e.cause = err
+	}
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if e.Reason == "" {
+				e.Reason = d.GetReason()
+				for k, v := range d.GetMetadata() {
+					e.Metadata[k] = v
+				}
+			}
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				e.Violations = append(e.Violations, FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+			}
+		}
+	}
+	if len(e.Violations) > 0 {
+		e.Field = e.Violations[0].Field
+	}
+	return e
+}
+
+func newError(code codes.Code, reason, msg string, md map[string]string) *Error {
+	return &Error{Code: code, Reason: reason, Message: msg, Metadata: md}
+}

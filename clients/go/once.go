@@ -1,0 +1,160 @@
+package stepwell
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	pb "stepwell.dev/client/gen/stepwell/v1"
+)
+
+// OnceInfo is what fn learns about its acquisition.
+type OnceInfo struct {
+	Key        string
+	LeaseToken uint64
+	Attempt    uint32
+	// PreviousLeaseExpired: an earlier holder's lease ran out without
+	// Complete or Release, so the effect may already have happened: check
+	// the downstream system before acting.
+	PreviousLeaseExpired bool
+}
+
+// OnceOptions tunes Once; the zero value means the defaults.
+type OnceOptions struct {
+	Fingerprint []byte        // optional hash of the operation's parameters
+	Lease       time.Duration // default 30 s
+	Retention   time.Duration // default: the sidecar's (7 days)
+	Heartbeat   time.Duration // Extend interval, default Lease/3
+	WaitTimeout time.Duration // how long to wait for another holder, default 60 s
+	PollEvery   time.Duration // first poll interval while IN_PROGRESS, default 50 ms
+}
+
+// StepKey is the idempotency key of a step of a run: runID + "/" + step.
+func StepKey(runID, step string) string { return runID + "/" + step }
+
+// Once runs fn at most once per key (across processes and sidecars sharing
+// a store) and returns its result, JSON round-tripped:
+//
+//   - ACQUIRED: fn runs while a goroutine Extends the lease; its result is
+//     JSON-encoded and Completed. If fn fails, the lease is Released (not
+//     permanently) and fn's error returned.
+//   - COMPLETED: the recorded result is decoded into T; fn is not called.
+//   - IN_PROGRESS: waits (at most WaitTimeout overall) and asks again;
+//     then an error matching ErrOnceTimeout.
+//   - FAILED: an error matching ErrOperationFailed with the recorded error.
+func Once[T any](ctx context.Context, c *Client, key string, fn func(context.Context, OnceInfo) (T, error), opts ...OnceOptions) (T, error) {
+	var o OnceOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = max(o.Lease/3, 10*time.Millisecond)
+	}
+	if o.WaitTimeout <= 0 {
+		o.WaitTimeout = 60 * time.Second
+	}
+	if o.PollEvery <= 0 {
+		o.PollEvery = 50 * time.Millisecond
+	}
+	var zero T
+	deadline := time.Now().Add(o.WaitTimeout)
+	sleep := o.PollEvery
+	for {
+		req := &pb.BeginRequest{Key: key, Fingerprint: o.Fingerprint, Lease: Duration(o.Lease)}
+		if o.Retention > 0 {
+			req.Retention = Duration(o.Retention)
+		}
+		r, err := c.Begin(ctx, req)
+		if err != nil {
+			return zero, err
+		}
+		switch r.GetOutcome() {
+		case pb.BeginOutcome_BEGIN_OUTCOME_COMPLETED:
+			var v T
+			if err := json.Unmarshal(r.GetResult(), &v); err != nil {
+				return zero, fmt.Errorf("stepwell: decoding the recorded result of %q: %w", key, err)
+			}
+			return v, nil
+		case pb.BeginOutcome_BEGIN_OUTCOME_FAILED:
+			return zero, newError(codes.FailedPrecondition, "FAILED", r.GetError(), map[string]string{"key": key})
+		case pb.BeginOutcome_BEGIN_OUTCOME_ACQUIRED:
+			return runAcquired(ctx, c, key, r, fn, o)
+		}
+		// IN_PROGRESS: wait for the holder, bounded.
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return zero, newError(codes.DeadlineExceeded, "IN_PROGRESS",
+				fmt.Sprintf("key %q still in progress after %s", key, o.WaitTimeout), map[string]string{"key": key})
+		}
+		wait := min(sleep, remaining)
+		if exp := r.GetLeaseExpiresAt(); exp != nil {
+			wait = min(wait, max(time.Until(exp.AsTime()), 5*time.Millisecond))
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return zero, FromError(ctx.Err())
+		case <-t.C:
+		}
+		sleep = min(sleep*2, time.Second)
+	}
+}
+
+func runAcquired[T any](ctx context.Context, c *Client, key string, r *pb.BeginResponse, fn func(context.Context, OnceInfo) (T, error), o OnceOptions) (T, error) {
+	var zero T
+	info := OnceInfo{Key: key, LeaseToken: r.GetLeaseToken(), Attempt: r.GetAttempt(), PreviousLeaseExpired: r.GetPreviousLeaseExpired()}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(o.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_, err := c.Extend(context.WithoutCancel(ctx), &pb.ExtendRequest{Key: key, LeaseToken: info.LeaseToken, Lease: Duration(o.Lease)})
+				if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotAcquired) {
+					return
+				}
+			}
+		}
+	}()
+	v, err := fn(ctx, info)
+	close(stop)
+	wg.Wait()
+	// Release and Complete run even if ctx was cancelled by now.
+	bg := context.WithoutCancel(ctx)
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > 16000 {
+			msg = msg[:16000]
+		}
+		_, _ = c.Release(bg, &pb.ReleaseRequest{Key: key, LeaseToken: info.LeaseToken, Error: msg})
+		return zero, err
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		_, _ = c.Release(bg, &pb.ReleaseRequest{Key: key, LeaseToken: info.LeaseToken, Error: err.Error()})
+		return zero, fmt.Errorf("stepwell: encoding the result of %q: %w", key, err)
+	}
+	if _, err := c.Complete(bg, &pb.CompleteRequest{Key: key, LeaseToken: info.LeaseToken, Result: raw}); err != nil {
+		return zero, err
+	}
+	var out T
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return zero, err
+	}
+	return out, nil
+}

@@ -1,0 +1,546 @@
+package dev.stepwell;
+
+import com.fasterxml.jackson.databind.JavaType;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.SerializationFeature;
+import com.fasterxml.jackson.core.type.TypeReference;
+import com.google.protobuf.ByteString;
+import com.google.protobuf.Timestamp;
+import io.grpc.ManagedChannel;
+import io.grpc.StatusRuntimeException;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import io.grpc.netty.shaded.io.netty.channel.EventLoopGroup;
+import io.grpc.netty.shaded.io.netty.channel.epoll.EpollDomainSocketChannel;
+import io.grpc.netty.shaded.io.netty.channel.epoll.EpollEventLoopGroup;
+import io.grpc.netty.shaded.io.netty.channel.unix.DomainSocketAddress;
+import java.io.IOException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
+import java.util.function.Supplier;
+import stepwell.v1.CheckpointOuterClass.Checkpoint;
+import stepwell.v1.CheckpointOuterClass.CheckpointRequest;
+import stepwell.v1.CheckpointOuterClass.CheckpointResponse;
+import stepwell.v1.CheckpointOuterClass.DeleteTurnRequest;
+import stepwell.v1.CheckpointOuterClass.DeleteTurnResponse;
+import stepwell.v1.CheckpointOuterClass.ListTurnsRequest;
+import stepwell.v1.CheckpointOuterClass.ListTurnsResponse;
+import stepwell.v1.CheckpointOuterClass.RestoreRequest;
+import stepwell.v1.CheckpointOuterClass.RestoreResponse;
+import stepwell.v1.CheckpointOuterClass.TurnStatus;
+import stepwell.v1.CheckpointOuterClass.TurnSummary;
+import stepwell.v1.CheckpointServiceGrpc;
+import stepwell.v1.CheckpointServiceGrpc.CheckpointServiceBlockingStub;
+import stepwell.v1.Idempotency.BeginOutcome;
+import stepwell.v1.Idempotency.BeginRequest;
+import stepwell.v1.Idempotency.BeginResponse;
+import stepwell.v1.Idempotency.CompleteRequest;
+import stepwell.v1.Idempotency.CompleteResponse;
+import stepwell.v1.Idempotency.ExtendRequest;
+import stepwell.v1.Idempotency.ExtendResponse;
+import stepwell.v1.Idempotency.GetRequest;
+import stepwell.v1.Idempotency.GetResponse;
+import stepwell.v1.Idempotency.ReleaseRequest;
+import stepwell.v1.Idempotency.ReleaseResponse;
+import stepwell.v1.IdempotencyServiceGrpc;
+import stepwell.v1.IdempotencyServiceGrpc.IdempotencyServiceBlockingStub;
+
+/**
+ * A blocking client of the stepwell sidecar: every RPC of {@code CheckpointService} and {@code
+ * IdempotencyService}, plus {@link #once}.
+ *
+ * <p>Every call has a deadline ({@link #withDeadline}) and is retried on UNAVAILABLE and
+ * RESOURCE_EXHAUSTED by resending the same request ({@link #withRetry}). Failures are thrown as
+ * {@link StepwellException} subclasses named after the sidecar's ErrorInfo reason. A request
+ * whose {@code namespace} is empty gets the client's namespace ({@link #withNamespace}).
+ *
+ * <p>{@code with*} return views sharing this client's channel; close the original only.
+ */
+public final class StepwellClient implements AutoCloseable {
+  /** The deadline of every call unless overridden. */
+  public static final Duration DEFAULT_DEADLINE = Duration.ofSeconds(10);
+
+  static final ObjectMapper JSON =
+      new ObjectMapper().configure(SerializationFeature.ORDER_MAP_ENTRIES_BY_KEYS, true);
+
+  private final Shared shared;
+  private final String namespace;
+  private final Duration deadline;
+  private final RetryPolicy retry;
+  private final boolean owner;
+
+  /** The channel and threads shared by a client and its views. */
+  private record Shared(
+      ManagedChannel channel,
+      EventLoopGroup eventLoop,
+      ScheduledExecutorService heartbeats,
+      CheckpointServiceBlockingStub checkpoints,
+      IdempotencyServiceBlockingStub idempotency) {}
+
+  private StepwellClient(
+      Shared shared, String namespace, Duration deadline, RetryPolicy retry, boolean owner) {
+    this.shared = shared;
+    this.namespace = namespace;
+    this.deadline = deadline;
+    this.retry = retry;
+    this.owner = owner;
+  }
+
+  /** Connects to {@code host:port} or {@code unix:/path/to.sock} (plaintext). */
+  public static StepwellClient connect(String target) {
+    ManagedChannel channel;
+    EventLoopGroup group = null;
+    if (target.startsWith("unix:")) {
+      String path = target.substring("unix:".length());
+      if (path.startsWith("//")) path = path.substring(2);
+      group = new EpollEventLoopGroup(1);
+      channel =
+          NettyChannelBuilder.forAddress(new DomainSocketAddress(path))
+              .eventLoopGroup(group)
+              .channelType(EpollDomainSocketChannel.class)
+              .overrideAuthority("localhost")
+              .usePlaintext()
+              .build();
+    } else {
+      String t = target.startsWith("http://") ? target.substring("http://".length()) : target;
+      channel = NettyChannelBuilder.forTarget(t).usePlaintext().build();
+    }
+    return fromChannel(channel, group);
+  }
+
+  /** Wraps a channel built by the caller; {@link #close()} shuts it down. */
+  public static StepwellClient fromChannel(ManagedChannel channel) {
+    return fromChannel(channel, null);
+  }
+
+  private static StepwellClient fromChannel(ManagedChannel channel, EventLoopGroup group) {
+    ScheduledExecutorService heartbeats =
+        Executors.newScheduledThreadPool(
+            1,
+            r -> {
+              Thread t = new Thread(r, "stepwell-heartbeat");
+              t.setDaemon(true);
+              return t;
+            });
+    Shared s =
+        new Shared(
+            channel,
+            group,
+            heartbeats,
+            CheckpointServiceGrpc.newBlockingStub(channel),
+            IdempotencyServiceGrpc.newBlockingStub(channel));
+    return new StepwellClient(s, "", DEFAULT_DEADLINE, RetryPolicy.DEFAULT, true);
+  }
+
+  /** A view whose requests with an empty namespace use {@code ns}. */
+  public StepwellClient withNamespace(String ns) {
+    return new StepwellClient(shared, ns, deadline, retry, false);
+  }
+
+  /** A view whose calls have this deadline (each attempt). */
+  public StepwellClient withDeadline(Duration d) {
+    return new StepwellClient(shared, namespace, d, retry, false);
+  }
+
+  /** A view with another retry policy; {@link RetryPolicy#NONE} for one attempt. */
+  public StepwellClient withRetry(RetryPolicy r) {
+    return new StepwellClient(shared, namespace, deadline, r, false);
+  }
+
+  public String namespace() {
+    return namespace;
+  }
+
+  public Duration deadline() {
+    return deadline;
+  }
+
+  public RetryPolicy retryPolicy() {
+    return retry;
+  }
+
+  @Override
+  public void close() {
+    if (!owner) return;
+    shared.heartbeats.shutdownNow();
+    shared.channel.shutdown();
+    try {
+      if (!shared.channel.awaitTermination(5, TimeUnit.SECONDS)) shared.channel.shutdownNow();
+    } catch (InterruptedException e) {
+      shared.channel.shutdownNow();
+      Thread.currentThread().interrupt();
+    }
+    if (shared.eventLoop != null) shared.eventLoop.shutdownGracefully(0, 1, TimeUnit.SECONDS);
+  }
+
+  // ---------------------------------------------------------------- call machinery
+
+  private <R> R call(Function<Duration, R> attempt) {
+    int n = 0;
+    while (true) {
+      n++;
+      try {
+        return attempt.apply(deadline);
+      } catch (StatusRuntimeException e) {
+        StepwellException se = StepwellException.from(e);
+        if (!retry.shouldRetry(se, n)) throw se;
+        try {
+          Thread.sleep(retry.backoff(n).toMillis());
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          throw se;
+        }
+      }
+    }
+  }
+
+  private CheckpointServiceBlockingStub cp(Duration d) {
+    return shared.checkpoints.withDeadlineAfter(d.toNanos(), TimeUnit.NANOSECONDS);
+  }
+
+  private IdempotencyServiceBlockingStub ip(Duration d) {
+    return shared.idempotency.withDeadlineAfter(d.toNanos(), TimeUnit.NANOSECONDS);
+  }
+
+  private String ns(String requested) {
+    return requested.isEmpty() ? namespace : requested;
+  }
+
+  // ---------------------------------------------------------------- CheckpointService
+
+  /** Checkpoint RPC, the request as given (its empty namespace filled in). */
+  public CheckpointResponse checkpoint(CheckpointRequest request) {
+    CheckpointRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> cp(d).checkpoint(r));
+  }
+
+  /** Appends a checkpoint taken now; {@code state} is JSON-serialized (a byte[] is sent as is). */
+  public CheckpointResponse checkpoint(String turnId, String phase, Object state) {
+    return checkpoint(turnId, phase, state, Instant.now(), false);
+  }
+
+  /** Appends a checkpoint; {@code state} is JSON-serialized (a byte[] is sent as is: UTF-8 JSON). */
+  public CheckpointResponse checkpoint(
+      String turnId, String phase, Object state, Instant timestamp, boolean terminal) {
+    return checkpoint(
+        CheckpointRequest.newBuilder()
+            .setTurnId(turnId)
+            .setPhase(phase)
+            .setState(ByteString.copyFrom(stateBytes(state)))
+            .setTimestamp(timestamp(timestamp))
+            .setTerminal(terminal)
+            .build());
+  }
+
+  /** Restore RPC: one page. */
+  public RestoreResponse restore(RestoreRequest request) {
+    RestoreRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> cp(d).restore(r));
+  }
+
+  /** Every checkpoint of a turn, oldest first (all pages). */
+  public List<Checkpoint> restore(String turnId) {
+    List<Checkpoint> out = new ArrayList<>();
+    RestoreRequest.Builder b = RestoreRequest.newBuilder().setTurnId(turnId);
+    while (true) {
+      RestoreResponse page = restore(b.build());
+      out.addAll(page.getCheckpointsList());
+      if (page.getNextPageToken().isEmpty()) return out;
+      b.setPageToken(page.getNextPageToken());
+    }
+  }
+
+  /** The latest checkpoint of a turn ("load the latest snapshot"), if any. */
+  public Optional<Checkpoint> latest(String turnId) {
+    RestoreResponse r =
+        restore(
+            RestoreRequest.newBuilder().setTurnId(turnId).setNewestFirst(true).setPageSize(1).build());
+    return r.getCheckpointsCount() == 0 ? Optional.empty() : Optional.of(r.getCheckpoints(0));
+  }
+
+  /** ListTurns RPC: one page. */
+  public ListTurnsResponse listTurns(ListTurnsRequest request) {
+    ListTurnsRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> cp(d).listTurns(r));
+  }
+
+  /** Every turn summary with this status (all pages). */
+  public List<TurnSummary> listTurns(TurnStatus status) {
+    List<TurnSummary> out = new ArrayList<>();
+    ListTurnsRequest.Builder b = ListTurnsRequest.newBuilder().setStatus(status);
+    while (true) {
+      ListTurnsResponse page = listTurns(b.build());
+      out.addAll(page.getTurnsList());
+      if (page.getNextPageToken().isEmpty()) return out;
+      b.setPageToken(page.getNextPageToken());
+    }
+  }
+
+  /** DeleteTurn RPC. */
+  public DeleteTurnResponse deleteTurn(DeleteTurnRequest request) {
+    DeleteTurnRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> cp(d).deleteTurn(r));
+  }
+
+  /** Deletes every checkpoint of a turn; returns how many. */
+  public long deleteTurn(String turnId) {
+    return deleteTurn(DeleteTurnRequest.newBuilder().setTurnId(turnId).build()).getDeleted();
+  }
+
+  // ---------------------------------------------------------------- IdempotencyService
+
+  /** Begin RPC. */
+  public BeginResponse begin(BeginRequest request) {
+    BeginRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> ip(d).begin(r));
+  }
+
+  /** Begins {@code key} with the sidecar's default lease. */
+  public BeginResponse begin(String key) {
+    return begin(BeginRequest.newBuilder().setKey(key).build());
+  }
+
+  /** Begins {@code key} with this lease. */
+  public BeginResponse begin(String key, Duration lease) {
+    return begin(BeginRequest.newBuilder().setKey(key).setLease(duration(lease)).build());
+  }
+
+  /** Complete RPC. */
+  public CompleteResponse complete(CompleteRequest request) {
+    CompleteRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> ip(d).complete(r));
+  }
+
+  public CompleteResponse complete(String key, long leaseToken, byte[] result) {
+    return complete(
+        CompleteRequest.newBuilder()
+            .setKey(key)
+            .setLeaseToken(leaseToken)
+            .setResult(ByteString.copyFrom(result))
+            .build());
+  }
+
+  /** Release RPC. */
+  public ReleaseResponse release(ReleaseRequest request) {
+    ReleaseRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> ip(d).release(r));
+  }
+
+  public ReleaseResponse release(String key, long leaseToken, String error, boolean permanent) {
+    return release(
+        ReleaseRequest.newBuilder()
+            .setKey(key)
+            .setLeaseToken(leaseToken)
+            .setError(error == null ? "" : error)
+            .setPermanent(permanent)
+            .build());
+  }
+
+  /** Extend RPC. */
+  public ExtendResponse extend(ExtendRequest request) {
+    ExtendRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> ip(d).extend(r));
+  }
+
+  public ExtendResponse extend(String key, long leaseToken, Duration lease) {
+    ExtendRequest.Builder b = ExtendRequest.newBuilder().setKey(key).setLeaseToken(leaseToken);
+    if (lease != null) b.setLease(duration(lease));
+    return extend(b.build());
+  }
+
+  /** Get RPC. */
+  public GetResponse get(GetRequest request) {
+    GetRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> ip(d).get(r));
+  }
+
+  /** The record of {@code key}; {@link KeyNotFoundException} when there is none. */
+  public GetResponse get(String key) {
+    return get(GetRequest.newBuilder().setKey(key).build());
+  }
+
+  // ---------------------------------------------------------------- once
+
+  /**
+   * Runs {@code fn} at most once per {@code key} and returns its result, JSON round-tripped (a
+   * JSON object comes back as a {@code Map}, a number as Integer/Long/Double...). Use {@link
+   * #once(String, Class, OnceOptions, Function)} for a typed result.
+   */
+  public <T> T once(String key, Supplier<T> fn) {
+    return once(key, ctx -> fn.get());
+  }
+
+  /** As {@link #once(String, Supplier)}, handing {@code fn} the {@link OnceContext}. */
+  @SuppressWarnings("unchecked")
+  public <T> T once(String key, Function<OnceContext, T> fn) {
+    return (T) onceTyped(key, JSON.constructType(Object.class), OnceOptions.defaults(), fn);
+  }
+
+  public <T> T once(String key, Class<T> type, Supplier<T> fn) {
+    return once(key, type, OnceOptions.defaults(), ctx -> fn.get());
+  }
+
+  public <T> T once(String key, Class<T> type, OnceOptions options, Function<OnceContext, T> fn) {
+    return onceTyped(key, JSON.constructType(type), options, fn);
+  }
+
+  public <T> T once(
+      String key, TypeReference<T> type, OnceOptions options, Function<OnceContext, T> fn) {
+    return onceTyped(key, JSON.constructType(type), options, fn);
+  }
+
+  /**
+   * The core of {@code once}, as in every stepwell client:
+   *
+   * <ul>
+   *   <li>ACQUIRED: runs {@code fn} while a scheduled task Extends the lease every heartbeat, then
+   *       Completes with the JSON of its result. If {@code fn} throws, the lease is Released (not
+   *       permanent) and the exception rethrown.
+   *   <li>COMPLETED: returns the recorded result without calling {@code fn}.
+   *   <li>IN_PROGRESS: waits (bounded by the wait timeout) and asks again; {@link
+   *       OnceTimeoutException} when the wait runs out.
+   *   <li>FAILED: {@link OperationFailedException} with the recorded error.
+   * </ul>
+   */
+  private <T> T onceTyped(
+      String key, JavaType type, OnceOptions options, Function<OnceContext, T> fn) {
+    long deadlineNanos = System.nanoTime() + options.waitTimeout().toNanos();
+    long sleepMs = Math.max(1, options.pollInterval().toMillis());
+    BeginRequest.Builder b =
+        BeginRequest.newBuilder()
+            .setKey(key)
+            .setFingerprint(ByteString.copyFrom(options.fingerprint()))
+            .setLease(duration(options.lease()));
+    if (options.retention() != null) b.setRetention(duration(options.retention()));
+    BeginRequest request = b.build();
+    while (true) {
+      BeginResponse r = begin(request);
+      BeginOutcome outcome = r.getOutcome();
+      if (outcome == BeginOutcome.BEGIN_OUTCOME_COMPLETED) {
+        return decode(r.getResult().toByteArray(), type);
+      }
+      if (outcome == BeginOutcome.BEGIN_OUTCOME_FAILED) {
+        throw new OperationFailedException(
+            io.grpc.Status.Code.FAILED_PRECONDITION,
+            r.getError(),
+            "FAILED",
+            "",
+            java.util.Map.of("key", key),
+            null,
+            null);
+      }
+      if (outcome == BeginOutcome.BEGIN_OUTCOME_ACQUIRED) {
+        return runAcquired(key, r, type, options, fn);
+      }
+      long remainingMs = (deadlineNanos - System.nanoTime()) / 1_000_000;
+      if (remainingMs <= 0) {
+        throw new OnceTimeoutException(
+            io.grpc.Status.Code.DEADLINE_EXCEEDED,
+            "key " + key + " still in progress after " + options.waitTimeout(),
+            "IN_PROGRESS",
+            "",
+            java.util.Map.of("key", key),
+            null,
+            null);
+      }
+      long untilExpiry = Math.max(5, millisUntil(r.getLeaseExpiresAt()));
+      try {
+        Thread.sleep(Math.min(Math.min(sleepMs, remainingMs), untilExpiry));
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new IllegalStateException("interrupted while waiting for " + key, e);
+      }
+      sleepMs = Math.min(sleepMs * 2, 1000);
+    }
+  }
+
+  private <T> T runAcquired(
+      String key, BeginResponse r, JavaType type, OnceOptions options, Function<OnceContext, T> fn) {
+    OnceContext ctx =
+        new OnceContext(key, r.getLeaseToken(), r.getAttempt(), r.getPreviousLeaseExpired());
+    long every = options.heartbeatOrDefault().toNanos();
+    Runnable beat =
+        () -> {
+          if (ctx.leaseLost()) return;
+          try {
+            extend(key, ctx.leaseToken(), options.lease());
+          } catch (LeaseLostException | NotAcquiredException e) {
+            ctx.markLeaseLost();
+          } catch (RuntimeException e) {
+            // transient: try again at the next beat
+          }
+        };
+    ScheduledFuture<?> heartbeat =
+        shared.heartbeats.scheduleWithFixedDelay(beat, every, every, TimeUnit.NANOSECONDS);
+    T value;
+    try {
+      value = fn.apply(ctx);
+    } catch (RuntimeException | Error e) {
+      heartbeat.cancel(false);
+      try {
+        String msg = e.getClass().getSimpleName() + ": " + e.getMessage();
+        release(key, ctx.leaseToken(), msg.length() > 16000 ? msg.substring(0, 16000) : msg, false);
+      } catch (StepwellException ignored) {
+        // the lease was lost or the sidecar is gone: the original error matters more
+      }
+      throw e;
+    }
+    heartbeat.cancel(false);
+    byte[] raw = encode(value);
+    complete(key, ctx.leaseToken(), raw);
+    return decode(raw, type);
+  }
+
+  // ---------------------------------------------------------------- conversions
+
+  static byte[] encode(Object value) {
+    try {
+      return JSON.writeValueAsBytes(value);
+    } catch (IOException e) {
+      throw new IllegalArgumentException("result is not JSON-serializable: " + e.getMessage(), e);
+    }
+  }
+
+  static <T> T decode(byte[] raw, JavaType type) {
+    if (raw.length == 0) return null;
+    try {
+      return JSON.readValue(raw, type);
+    } catch (IOException e) {
+      throw new IllegalStateException("recorded result does not decode: " + e.getMessage(), e);
+    }
+  }
+
+  /** byte[] is sent as is (UTF-8 JSON); anything else, String included, is JSON-serialized. */
+  static byte[] stateBytes(Object state) {
+    if (state instanceof byte[] bytes) return bytes;
+    if (state instanceof ByteString bs) return bs.toByteArray();
+    return encode(state);
+  }
+
+  public static Timestamp timestamp(Instant t) {
+    return Timestamp.newBuilder().setSeconds(t.getEpochSecond()).setNanos(t.getNano()).build();
+  }
+
+  public static Instant instant(Timestamp t) {
+    return Instant.ofEpochSecond(t.getSeconds(), t.getNanos());
+  }
+
+  public static com.google.protobuf.Duration duration(Duration d) {
+    return com.google.protobuf.Duration.newBuilder()
+        .setSeconds(d.getSeconds())
+        .setNanos(d.getNano())
+        .build();
+  }
+
+  private static long millisUntil(Timestamp t) {
+    if (t.getSeconds() == 0 && t.getNanos() == 0) return 0;
+    return Duration.between(Instant.now(), instant(t)).toMillis();
+  }
+}

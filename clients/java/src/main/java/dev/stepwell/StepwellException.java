@@ -1,0 +1,159 @@
+package dev.stepwell;
+
+import com.google.protobuf.Any;
+import com.google.protobuf.InvalidProtocolBufferException;
+import com.google.rpc.BadRequest;
+import com.google.rpc.ErrorInfo;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.protobuf.StatusProto;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * A failed stepwell RPC. The sidecar sends a {@code google.rpc.Status} whose details carry a
+ * {@code google.rpc.ErrorInfo} (domain {@code stepwell.dev}) and, for invalid input, a
+ * {@code google.rpc.BadRequest}; they are decoded into {@link #reason()}, {@link #metadata()}
+ * and {@link #field()}. Subclasses are named after the reasons.
+ */
+public class StepwellException extends RuntimeException {
+  public static final String DOMAIN = "stepwell.dev";
+
+  /** One BadRequest field violation. */
+  public record FieldViolation(String field, String description) {}
+
+  private final Status.Code code;
+  private final String reason;
+  private final String field;
+  private final Map<String, String> metadata;
+  private final List<FieldViolation> violations;
+  private final String statusMessage;
+
+  public StepwellException(
+      Status.Code code,
+      String message,
+      String reason,
+      String field,
+      Map<String, String> metadata,
+      List<FieldViolation> violations,
+      Throwable cause) {
+    super(describe(code, message, reason, field), cause);
+    this.code = code;
+    this.statusMessage = message == null ? "" : message;
+    this.reason = reason == null ? "" : reason;
+    this.field = field == null ? "" : field;
+    this.metadata = metadata == null ? Map.of() : Collections.unmodifiableMap(metadata);
+    this.violations = violations == null ? List.of() : List.copyOf(violations);
+  }
+
+  private static String describe(Status.Code code, String message, String reason, String field) {
+    StringBuilder b = new StringBuilder(code.name());
+    if (reason != null && !reason.isEmpty()) b.append(' ').append(reason);
+    if (field != null && !field.isEmpty()) b.append(" (field ").append(field).append(')');
+    if (message != null && !message.isEmpty()) b.append(": ").append(message);
+    return b.toString();
+  }
+
+  /** The gRPC status code. */
+  public Status.Code code() {
+    return code;
+  }
+
+  /** The ErrorInfo reason, or "" when the server sent none. */
+  public String reason() {
+    return reason;
+  }
+
+  /** The first BadRequest field violation's field, or "". */
+  public String field() {
+    return field;
+  }
+
+  /** The ErrorInfo metadata. */
+  public Map<String, String> metadata() {
+    return metadata;
+  }
+
+  /** Every BadRequest field violation. */
+  public List<FieldViolation> violations() {
+    return violations;
+  }
+
+  /** The status message as the server sent it. */
+  public String statusMessage() {
+    return statusMessage;
+  }
+
+  /** Converts a gRPC failure into a StepwellException (or the subclass named by its reason). */
+  public static StepwellException from(Throwable t) {
+    if (t instanceof StepwellException se) return se;
+    Status status = Status.fromThrowable(t);
+    String reason = "";
+    Map<String, String> metadata = Map.of();
+    List<FieldViolation> violations = new ArrayList<>();
+    com.google.rpc.Status details = StatusProto.fromThrowable(t);
+    if (details != null) {
+      for (Any any : details.getDetailsList()) {
+        try {
+          if (any.is(ErrorInfo.class)) {
+            ErrorInfo info = any.unpack(ErrorInfo.class);
+            if (reason.isEmpty() || DOMAIN.equals(info.getDomain())) {
+              reason = info.getReason();
+              metadata = info.getMetadataMap();
+            }
+          } else if (any.is(BadRequest.class)) {
+            for (BadRequest.FieldViolation v : any.unpack(BadRequest.class).getFieldViolationsList()) {
+              violations.add(new FieldViolation(v.getField(), v.getDescription()));
+            }
+          }
+        } catch (InvalidProtocolBufferException ignored) {
+          // a malformed detail: keep what could be decoded
+        }
+      }
+    }
+    String field = violations.isEmpty() ? "" : violations.get(0).field();
+    return of(status.getCode(), status.getDescription(), reason, field, metadata, violations, t);
+  }
+
+  static StepwellException of(
+      Status.Code code,
+      String message,
+      String reason,
+      String field,
+      Map<String, String> metadata,
+      List<FieldViolation> violations,
+      Throwable cause) {
+    switch (reason) {
+      case "CHECKPOINT_CONFLICT":
+        return new CheckpointConflictException(code, message, reason, field, metadata, violations, cause);
+      case "WORKFLOW_VERSION_MISMATCH":
+        return new WorkflowVersionMismatchException(code, message, reason, field, metadata, violations, cause);
+      case "KEY_REUSED":
+        return new KeyReusedException(code, message, reason, field, metadata, violations, cause);
+      case "LEASE_LOST":
+        return new LeaseLostException(code, message, reason, field, metadata, violations, cause);
+      case "NOT_ACQUIRED":
+        return new NotAcquiredException(code, message, reason, field, metadata, violations, cause);
+      case "RESULT_MISMATCH":
+        return new ResultMismatchException(code, message, reason, field, metadata, violations, cause);
+      case "KEY_NOT_FOUND":
+        return new KeyNotFoundException(code, message, reason, field, metadata, violations, cause);
+      case "OVERLOADED":
+        return new OverloadedException(code, message, reason, field, metadata, violations, cause);
+      default:
+        break;
+    }
+    if (code == Status.Code.INVALID_ARGUMENT) {
+      return new InvalidArgumentException(code, message, reason, field, metadata, violations, cause);
+    }
+    if (code == Status.Code.UNAVAILABLE) {
+      return new UnavailableException(code, message, reason, field, metadata, violations, cause);
+    }
+    if (code == Status.Code.RESOURCE_EXHAUSTED) {
+      return new OverloadedException(code, message, reason, field, metadata, violations, cause);
+    }
+    return new StepwellException(code, message, reason, field, metadata, violations, cause);
+  }
+}

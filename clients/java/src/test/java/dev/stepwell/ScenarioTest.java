@@ -1,0 +1,247 @@
+package dev.stepwell;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.fasterxml.jackson.databind.node.TextNode;
+import com.google.protobuf.Message;
+import com.google.protobuf.util.JsonFormat;
+import java.io.IOException;
+import java.math.BigDecimal;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.TestFactory;
+import org.junit.jupiter.api.extension.ExtendWith;
+import stepwell.v1.CheckpointOuterClass.CheckpointRequest;
+import stepwell.v1.CheckpointOuterClass.DeleteTurnRequest;
+import stepwell.v1.CheckpointOuterClass.ListTurnsRequest;
+import stepwell.v1.CheckpointOuterClass.RestoreRequest;
+import stepwell.v1.Idempotency.BeginRequest;
+import stepwell.v1.Idempotency.CompleteRequest;
+import stepwell.v1.Idempotency.ExtendRequest;
+import stepwell.v1.Idempotency.GetRequest;
+import stepwell.v1.Idempotency.ReleaseRequest;
+
+/** Runs every scenario of ../scenarios/*.json against the sidecar, per scenarios/README.md. */
+@ExtendWith(Sidecar.Extension.class)
+class ScenarioTest {
+  private static final ObjectMapper M = new ObjectMapper();
+  private static final Path DIR = Paths.get(System.getProperty("basedir", "."), "..", "scenarios");
+
+  @TestFactory
+  Stream<DynamicTest> scenarios() throws IOException {
+    List<Path> files;
+    try (Stream<Path> s = Files.list(DIR)) {
+      files = s.filter(p -> p.toString().endsWith(".json")).sorted().toList();
+    }
+    assertTrue(files.size() >= 7, "scenario files found in " + DIR.toAbsolutePath());
+    return files.stream()
+        .map(f -> DynamicTest.dynamicTest(f.getFileName().toString(), () -> run(f)));
+  }
+
+  private void run(Path file) throws Exception {
+    JsonNode scenario = M.readTree(file.toFile());
+    String name = scenario.get("name").asText();
+    String ns = "sc-" + name.replace('_', '-') + "-" + UUID.randomUUID().toString().substring(0, 8);
+    Map<String, JsonNode> saved = new HashMap<>();
+    try (StepwellClient client = StepwellClient.connect(Sidecar.target())) {
+      StepwellClient raw = client.withRetry(RetryPolicy.NONE);
+      int i = 0;
+      for (JsonNode step : scenario.get("steps")) {
+        i++;
+        String where = name + " step " + i + " (" + step.get("call").asText() + ")";
+        runStep(raw, step, ns, saved, where);
+      }
+    }
+  }
+
+  private void runStep(
+      StepwellClient raw, JsonNode step, String ns, Map<String, JsonNode> saved, String where)
+      throws Exception {
+    String call = step.get("call").asText();
+    ObjectNode request = (ObjectNode) substitute(step.get("request").deepCopy(), saved);
+    if (request.has("namespace")) {
+      request.put("namespace", request.get("namespace").asText().replace("$ns", ns));
+    } else {
+      request.put("namespace", ns);
+    }
+    if (call.equals("Checkpoint") && request.has("state")) {
+      request.put("state", b64(M.writeValueAsBytes(request.get("state"))));
+    }
+    for (String f : List.of("result", "fingerprint")) {
+      if (request.has(f) && request.get(f).isTextual()) {
+        request.put(f, b64(request.get(f).asText().getBytes(StandardCharsets.UTF_8)));
+      }
+    }
+    String json = M.writeValueAsString(request);
+
+    if (step.has("until")) {
+      long timeout = step.has("timeoutMs") ? step.get("timeoutMs").asLong() : 5000;
+      long deadline = System.nanoTime() + timeout * 1_000_000;
+      while (true) {
+        JsonNode last = null;
+        try {
+          last = invoke(raw, call, json);
+        } catch (StepwellException e) {
+          // not matching yet
+        }
+        if (last != null && matches(step.get("until"), last)) break;
+        if (System.nanoTime() > deadline) {
+          fail(where + ": until " + step.get("until") + " not reached in " + timeout + " ms; last " + last);
+        }
+        Thread.sleep(20);
+      }
+    }
+
+    if (step.has("expectError")) {
+      JsonNode ee = step.get("expectError");
+      try {
+        JsonNode got = invoke(raw, call, json);
+        fail(where + ": expected " + ee + ", got OK " + got);
+      } catch (StepwellException e) {
+        assertEquals(ee.get("code").asText(), e.code().name(), where + ": code; " + e);
+        if (ee.has("reason")) assertEquals(ee.get("reason").asText(), e.reason(), where + ": reason; " + e);
+        if (ee.has("field")) assertEquals(ee.get("field").asText(), e.field(), where + ": field; " + e);
+      }
+      return;
+    }
+    if (step.has("until") && !step.has("expect") && !step.has("save")) return;
+    JsonNode response = invoke(raw, call, json);
+    if (step.has("expect")) {
+      assertTrue(
+          matches(step.get("expect"), response),
+          where + ": expected " + step.get("expect") + "\n got " + response);
+    }
+    if (step.has("save")) {
+      Iterator<Map.Entry<String, JsonNode>> it = step.get("save").fields();
+      while (it.hasNext()) {
+        Map.Entry<String, JsonNode> e = it.next();
+        JsonNode v = response.get(e.getValue().asText());
+        saved.put(e.getKey(), v == null ? TextNode.valueOf("") : v);
+      }
+    }
+  }
+
+  /** Calls the RPC with the JSON request; returns the response in JSON mapping, converted. */
+  private JsonNode invoke(StepwellClient c, String call, String json) throws Exception {
+    Message response =
+        switch (call) {
+          case "Checkpoint" -> c.checkpoint((CheckpointRequest) parse(json, CheckpointRequest.newBuilder()));
+          case "Restore" -> c.restore((RestoreRequest) parse(json, RestoreRequest.newBuilder()));
+          case "ListTurns" -> c.listTurns((ListTurnsRequest) parse(json, ListTurnsRequest.newBuilder()));
+          case "DeleteTurn" -> c.deleteTurn((DeleteTurnRequest) parse(json, DeleteTurnRequest.newBuilder()));
+          case "Begin" -> c.begin((BeginRequest) parse(json, BeginRequest.newBuilder()));
+          case "Complete" -> c.complete((CompleteRequest) parse(json, CompleteRequest.newBuilder()));
+          case "Release" -> c.release((ReleaseRequest) parse(json, ReleaseRequest.newBuilder()));
+          case "Extend" -> c.extend((ExtendRequest) parse(json, ExtendRequest.newBuilder()));
+          case "Get" -> c.get((GetRequest) parse(json, GetRequest.newBuilder()));
+          default -> throw new IllegalArgumentException("unknown call " + call);
+        };
+    JsonNode node = M.readTree(JsonFormat.printer().print(response));
+    convert(node, call.equals("Checkpoint") || call.equals("Restore"));
+    return node;
+  }
+
+  private static Message parse(String json, Message.Builder builder) throws Exception {
+    JsonFormat.parser().merge(json, builder);
+    return builder.build();
+  }
+
+  /** state (checkpoints) base64 → parsed JSON; result/fingerprint base64 → UTF-8 string. */
+  private static void convert(JsonNode node, boolean checkpointState) throws IOException {
+    if (node instanceof ObjectNode o) {
+      Iterator<Map.Entry<String, JsonNode>> it = o.fields();
+      List<String> names = new java.util.ArrayList<>();
+      it.forEachRemaining(e -> names.add(e.getKey()));
+      for (String k : names) {
+        JsonNode v = o.get(k);
+        if (checkpointState && k.equals("state") && v.isTextual()) {
+          o.set(k, M.readTree(Base64.getDecoder().decode(v.asText())));
+        } else if ((k.equals("result") || k.equals("fingerprint")) && v.isTextual()) {
+          o.put(k, new String(Base64.getDecoder().decode(v.asText()), StandardCharsets.UTF_8));
+        } else {
+          convert(v, checkpointState);
+        }
+      }
+    } else if (node instanceof ArrayNode a) {
+      for (JsonNode v : a) convert(v, checkpointState);
+    }
+  }
+
+  private static JsonNode substitute(JsonNode node, Map<String, JsonNode> saved) {
+    if (node.isTextual() && node.asText().startsWith("$") && saved.containsKey(node.asText().substring(1))) {
+      return saved.get(node.asText().substring(1));
+    }
+    if (node instanceof ObjectNode o) {
+      List<String> names = new java.util.ArrayList<>();
+      o.fieldNames().forEachRemaining(names::add);
+      for (String k : names) o.set(k, substitute(o.get(k), saved));
+    } else if (node instanceof ArrayNode a) {
+      for (int i = 0; i < a.size(); i++) a.set(i, substitute(a.get(i), saved));
+    }
+    return node;
+  }
+
+  /** Subset match with proto3 defaults for omitted fields. */
+  static boolean matches(JsonNode expected, JsonNode actual) {
+    if (actual == null || actual.isMissingNode() || actual.isNull()) {
+      return isDefault(expected);
+    }
+    if (expected.isObject()) {
+      if (!actual.isObject()) return false;
+      Iterator<Map.Entry<String, JsonNode>> it = expected.fields();
+      while (it.hasNext()) {
+        Map.Entry<String, JsonNode> e = it.next();
+        if (!matches(e.getValue(), actual.get(e.getKey()))) return false;
+      }
+      return true;
+    }
+    if (expected.isArray()) {
+      if (!actual.isArray() || actual.size() != expected.size()) return false;
+      for (int i = 0; i < expected.size(); i++) {
+        if (!matches(expected.get(i), actual.get(i))) return false;
+      }
+      return true;
+    }
+    if (expected.isNumber() || actual.isNumber()) {
+      try {
+        return new BigDecimal(expected.asText()).compareTo(new BigDecimal(actual.asText())) == 0;
+      } catch (NumberFormatException e) {
+        return false;
+      }
+    }
+    return expected.equals(actual);
+  }
+
+  private static boolean isDefault(JsonNode v) {
+    if (v.isBoolean()) return !v.asBoolean();
+    if (v.isNumber()) return v.asDouble() == 0;
+    if (v.isTextual()) return v.asText().isEmpty() || v.asText().equals("0");
+    if (v.isArray()) return v.size() == 0;
+    if (v.isObject()) {
+      Iterator<JsonNode> it = v.elements();
+      while (it.hasNext()) if (!isDefault(it.next())) return false;
+      return true;
+    }
+    return v.isNull();
+  }
+
+  private static String b64(byte[] b) {
+    return Base64.getEncoder().encodeToString(b);
+  }
+}
