@@ -180,6 +180,18 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_WRITE_CONCURRENCY", default_value = "4")]
     pub write_concurrency: String,
 
+    /// Most requests in the stepwell services at once, across all connections;
+    /// more are shed at once with RESOURCE_EXHAUSTED (health and reflection
+    /// are never shed).
+    #[arg(long, env = "STEPWELL_MAX_CONCURRENT_REQUESTS", default_value = "1024")]
+    pub max_concurrent_requests: String,
+
+    /// Largest size the SQLite file may grow to, in bytes; 0 for no cap. A
+    /// write that would pass it gets RESOURCE_EXHAUSTED (STORE_FULL), as on a
+    /// full disk; reads go on, and writes resume once turns are deleted.
+    #[arg(long, env = "STEPWELL_SQLITE_BYTES_MAX", default_value = "0")]
+    pub sqlite_bytes_max: String,
+
     /// How often health re-checks the store, in milliseconds; a failed request
     /// also triggers a check at once.
     #[arg(long, env = "STEPWELL_HEALTH_CHECK_INTERVAL_MS", default_value = "1000")]
@@ -329,6 +341,9 @@ pub struct Config {
     /// The offset tests move to travel in time; not a flag.
     pub clock: Clock,
     pub pool_max: u32,
+    pub max_concurrent_requests: usize,
+    /// The SQLite file's size cap, if any.
+    pub sqlite_bytes_max: Option<u64>,
     pub health_check_interval: Duration,
     /// Serve even on a Postgres that may lose acknowledged writes.
     pub unsafe_accept_nondurable_postgres: bool,
@@ -391,6 +406,14 @@ impl Config {
         let write_queue_max = errors.take("write-queue-max", number::<usize>(&args.write_queue_max, 1, 1_000_000));
         let write_batch_max = errors.take("write-batch-max", number::<usize>(&args.write_batch_max, 1, 1024));
         let write_concurrency = errors.take("write-concurrency", number::<usize>(&args.write_concurrency, 1, 64));
+        let max_concurrent_requests =
+            errors.take("max-concurrent-requests", number::<usize>(&args.max_concurrent_requests, 1, 1_000_000));
+        let sqlite_bytes_max = errors
+            .take("sqlite-bytes-max", number::<u64>(&args.sqlite_bytes_max, 0, u64::MAX))
+            .map(|bytes| (bytes > 0).then_some(bytes));
+        if let (Some(Some(_)), Some(Database::Postgres { .. })) = (sqlite_bytes_max, &database) {
+            errors.add("sqlite-bytes-max", "applies only to a sqlite:// store".to_owned());
+        }
         let health_check_interval = errors
             .take("health-check-interval-ms", number::<u64>(&args.health_check_interval_ms, 10, 60_000))
             .map(Duration::from_millis);
@@ -455,6 +478,7 @@ impl Config {
             sweep_interval,
             sweep_batch_max,
             pool_max,
+            (max_concurrent_requests, sqlite_bytes_max),
             health_check_interval,
             grace,
             log_format,
@@ -467,6 +491,7 @@ impl Config {
                 Some(interval),
                 Some(batch_max),
                 Some(pool_max),
+                (Some(max_concurrent_requests), Some(sqlite_bytes_max)),
                 Some(health_check_interval),
                 Some(grace),
                 Some(log_format),
@@ -478,6 +503,8 @@ impl Config {
                 writes,
                 clock: Clock::system(),
                 pool_max,
+                max_concurrent_requests,
+                sqlite_bytes_max,
                 health_check_interval,
                 unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
                 shutdown_grace: Duration::from_secs(grace),

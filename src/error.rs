@@ -50,9 +50,19 @@ pub enum Error {
     #[error("the store is unavailable")]
     Unavailable(#[source] store::Error),
 
-    /// Too many writes are waiting; nothing was stored. Retry with backoff.
-    #[error("too many writes are waiting; retry later")]
-    Overloaded,
+    /// Too many requests are in flight or waiting to be written; nothing was
+    /// stored. Retry with backoff.
+    #[error("{0}")]
+    Overloaded(&'static str),
+
+    /// The request message is over `--message-bytes-max`; it was not read.
+    #[error("the request message is over the {limit}-byte limit")]
+    MessageTooLarge { limit: usize },
+
+    /// The store has no room left (disk full, or the SQLite size cap); nothing
+    /// was stored. Reads still work; writes resume once space is freed.
+    #[error("the store is full")]
+    StoreFull(#[source] store::Error),
 
     /// The server is shutting down or not yet ready.
     #[error("{0}")]
@@ -100,7 +110,8 @@ impl Error {
 impl From<store::Error> for Error {
     fn from(error: store::Error) -> Self {
         match error {
-            store::Error::QueueFull => Error::Overloaded,
+            store::Error::QueueFull => Error::Overloaded("too many writes are waiting; retry with backoff"),
+            error if error.is_full() => Error::StoreFull(error),
             error => Error::Unavailable(error),
         }
     }

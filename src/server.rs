@@ -22,6 +22,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
+use crate::api::admission::Admission;
 use crate::api::checkpoint::CheckpointApi;
 use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
@@ -91,6 +92,7 @@ pub async fn serve(
 
     let shared = Shared::new(config.limits.clone());
     let message_max = config.limits.message_bytes_max;
+    let admission = Admission::new(config.max_concurrent_requests, message_max);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -100,12 +102,12 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
-        .add_service(
+        .add_service(admission.wrap(
             CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
-        )
-        .add_service(
+        ))
+        .add_service(admission.wrap(
             IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
-        );
+        ));
 
     // Shutdown starts on the caller's signal or when the store cannot open;
     // `stopping` tells every task that it has.

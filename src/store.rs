@@ -55,6 +55,18 @@ pub enum Error {
     WriterStopped,
 }
 
+impl Error {
+    /// Whether the database refused for want of space: SQLite's SQLITE_FULL
+    /// (a full disk, or the `--sqlite-bytes-max` cap) or Postgres's disk_full.
+    pub fn is_full(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(error)) => matches!(error.code().as_deref(), Some("13" | "53100")),
+            Error::Batch(error) => error.is_full(),
+            _ => false,
+        }
+    }
+}
+
 /// The answer to a request on an idempotency record: the value, or why the
 /// record refused it (nothing changed).
 pub type Fenced<T> = Result<T, Refusal>;
@@ -126,9 +138,9 @@ pub trait Store: Send + Sync + 'static {
 /// Opens the configured store and brings its schema up to date.
 pub async fn open(config: &Config) -> Result<Arc<dyn Store>, Error> {
     match &config.database {
-        Database::Sqlite { path } => {
-            Ok(Arc::new(sqlite::SqliteStore::open(path, config.pool_max, config.clock.clone()).await?))
-        }
+        Database::Sqlite { path } => Ok(Arc::new(
+            sqlite::SqliteStore::open(path, config.pool_max, config.sqlite_bytes_max, config.clock.clone()).await?,
+        )),
         Database::Postgres { url } => Ok(Arc::new(
             postgres::PostgresStore::open(
                 url,

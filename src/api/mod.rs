@@ -3,6 +3,7 @@
 //! request checks, and the one error-to-status table. Only `api` knows
 //! protobuf types.
 
+pub mod admission;
 pub mod checkpoint;
 pub mod codec;
 pub mod idempotency;

@@ -28,6 +28,8 @@ pub mod reason {
     pub const STORE_UNAVAILABLE: &str = "STORE_UNAVAILABLE";
     pub const NOT_READY: &str = "NOT_READY";
     pub const OVERLOADED: &str = "OVERLOADED";
+    pub const MESSAGE_TOO_LARGE: &str = "MESSAGE_TOO_LARGE";
+    pub const STORE_FULL: &str = "STORE_FULL";
 }
 
 fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, String>) -> Status {
@@ -64,7 +66,17 @@ impl From<Error> for Status {
                 tracing::warn!(error = %source, "store unavailable; request not acknowledged");
                 status(Code::Unavailable, message, reason::STORE_UNAVAILABLE, HashMap::new())
             }
-            Error::Overloaded => status(Code::ResourceExhausted, message, reason::OVERLOADED, HashMap::new()),
+            Error::Overloaded(_) => status(Code::ResourceExhausted, message, reason::OVERLOADED, HashMap::new()),
+            Error::MessageTooLarge { limit } => status(
+                Code::ResourceExhausted,
+                message,
+                reason::MESSAGE_TOO_LARGE,
+                HashMap::from([("limit_bytes".to_owned(), limit.to_string())]),
+            ),
+            Error::StoreFull(source) => {
+                tracing::warn!(error = %source, "store full; write not acknowledged");
+                status(Code::ResourceExhausted, message, reason::STORE_FULL, HashMap::new())
+            }
             Error::NotReady(_) => status(Code::Unavailable, message, reason::NOT_READY, HashMap::new()),
         }
     }

@@ -40,6 +40,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// reads before it writes can never fail to upgrade its lock.
 const BEGIN_WRITE: &str = "BEGIN IMMEDIATE";
 
+/// SQLite's default page size, which stepwell keeps.
+const PAGE_BYTES: u64 = 4096;
+
 /// A store in one SQLite file.
 pub struct SqliteStore {
     writer: SqlitePool,
@@ -49,14 +52,20 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens (creating if missing) the file at `path` and migrates it.
-    pub async fn open(path: &Path, pool_max: u32, clock: Clock) -> Result<SqliteStore, Error> {
-        let options = SqliteConnectOptions::new()
+    /// Opens (creating if missing) the file at `path` and migrates it. With
+    /// `bytes_max`, the file may not grow past it: a write that would fails
+    /// with SQLITE_FULL, as on a full disk.
+    pub async fn open(path: &Path, pool_max: u32, bytes_max: Option<u64>, clock: Clock) -> Result<SqliteStore, Error> {
+        let mut options = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
+        if let Some(bytes) = bytes_max {
+            // The default page size; the cap counts pages.
+            options = options.pragma("max_page_count", (bytes / PAGE_BYTES).max(1).to_string());
+        }
         // Connections to a local file do not go stale: no ping before each use.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)

@@ -9,6 +9,7 @@ mod harness;
 mod pg_cluster;
 mod support;
 
+mod admission;
 mod checkpoint;
 mod durability;
 mod group_commit;
