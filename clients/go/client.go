@@ -46,7 +46,8 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 
 // WithRetry sets how many attempts a call gets on UNAVAILABLE or
 // RESOURCE_EXHAUSTED/OVERLOADED (default 5) and the first backoff (default
-// 50 ms, doubling with jitter up to 2 s).
+// 50 ms, doubling with jitter up to 2 s). RESOURCE_EXHAUSTED with
+// MESSAGE_TOO_LARGE or STORE_FULL is returned after one attempt.
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts = attempts; o.backoff = backoff }
 }
@@ -102,17 +103,28 @@ func (c *Client) CheckpointService() pb.CheckpointServiceClient { return c.cp }
 // IdempotencyService returns the generated stub (see CheckpointService).
 func (c *Client) IdempotencyService() pb.IdempotencyServiceClient { return c.idem }
 
+// retryable reports whether a failed call is worth resending unchanged:
+// UNAVAILABLE always; RESOURCE_EXHAUSTED when its reason is OVERLOADED or
+// when it carries no ErrorInfo at all (e.g. from a proxy in between).
+// MESSAGE_TOO_LARGE and STORE_FULL cannot succeed on a retry.
 func retryable(err error) bool {
 	e, ok := err.(*Error)
 	if !ok {
 		return false
 	}
-	return e.Code == codes.Unavailable || (e.Code == codes.ResourceExhausted && e.Reason == "OVERLOADED")
+	switch e.Code {
+	case codes.Unavailable:
+		return true
+	case codes.ResourceExhausted:
+		return e.Reason == "OVERLOADED" || e.Reason == ""
+	default:
+		return false
+	}
 }
 
 // invoke runs one RPC with the default timeout and retries: on UNAVAILABLE
-// or OVERLOADED it resends the same request message after a backoff, so a
-// retry can only be answered as a duplicate.
+// or OVERLOADED (see retryable) it resends the same request message after a
+// backoff, so a retry can only be answered as a duplicate.
 func invoke[Req any, Resp any](c *Client, ctx context.Context, req Req, f func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	var zero Resp
 	if _, ok := ctx.Deadline(); !ok && c.opts.timeout > 0 {

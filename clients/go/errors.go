@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"sort"
+	"strconv"
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -61,6 +62,21 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// LimitBytes returns the sidecar's message size limit of a MESSAGE_TOO_LARGE
+// error (ErrorInfo metadata limit_bytes); ok is false when the error carries
+// none.
+func (e *Error) LimitBytes() (limit int64, ok bool) {
+	raw, found := e.Metadata["limit_bytes"]
+	if !found {
+		return 0, false
+	}
+	limit, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return limit, true
+}
+
 // Unwrap returns the underlying cause (the context error for a deadline or
 // cancellation, when known).
 func (e *Error) Unwrap() error { return e.cause }
@@ -99,7 +115,20 @@ var (
 	ErrNotAcquired             error = &sentinel{reason: "NOT_ACQUIRED", text: "not acquired"}
 	ErrResultMismatch          error = &sentinel{reason: "RESULT_MISMATCH", text: "result mismatch"}
 	ErrKeyNotFound             error = &sentinel{reason: "KEY_NOT_FOUND", text: "key not found"}
-	ErrOverloaded              error = &sentinel{reason: "OVERLOADED", text: "overloaded"}
+	// ErrOverloaded: RESOURCE_EXHAUSTED / OVERLOADED, too many requests in
+	// flight or the write queue is full; nothing was stored. The client
+	// retries it with backoff.
+	ErrOverloaded error = &sentinel{reason: "OVERLOADED", text: "overloaded"}
+	// ErrMessageTooLarge: RESOURCE_EXHAUSTED / MESSAGE_TOO_LARGE, the request
+	// message is over the sidecar's --message-bytes-max (see
+	// Error.LimitBytes); nothing was stored. Never retried: the same request
+	// can never fit.
+	ErrMessageTooLarge error = &sentinel{reason: "MESSAGE_TOO_LARGE", text: "message too large"}
+	// ErrStoreFull: RESOURCE_EXHAUSTED / STORE_FULL, the sidecar's disk or
+	// SQLite size cap is full; nothing was stored. Reads still work; writes
+	// succeed again only after an operator frees space (deletes turns), so
+	// the client does not retry it.
+	ErrStoreFull error = &sentinel{reason: "STORE_FULL", text: "store full"}
 	// ErrOperationFailed: Once found the key's record FAILED (a permanent release).
 	ErrOperationFailed error = &sentinel{reason: "FAILED", text: "operation failed"}
 	// ErrOnceTimeout: Once waited longer than its wait timeout for another holder.

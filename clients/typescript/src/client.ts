@@ -4,7 +4,7 @@
 import * as net from "node:net";
 import { create } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { Code, createClient, type Client, type Transport } from "@connectrpc/connect";
+import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import {
   CheckpointRequestSchema,
@@ -38,6 +38,7 @@ import {
   LeaseLost,
   OperationFailed,
   StepwellError,
+  isRetryable,
   toStepwellError,
 } from "./errors.js";
 import { msToDuration, toTimestamp, type TimeLike } from "./time.js";
@@ -55,6 +56,8 @@ export interface StepwellClientOptions {
   initialBackoffMs?: number;
   /** Largest backoff, in ms. Default 2000. */
   maxBackoffMs?: number;
+  /** Connect interceptors run on every attempt of every call (e.g. to add headers). */
+  interceptors?: Interceptor[];
 }
 
 /** Per-call options. */
@@ -173,7 +176,7 @@ function turnStatus(s: TurnStatus | TurnStatusName | undefined): TurnStatus {
 }
 
 /** Builds a gRPC (HTTP/2) transport and its session manager for a target. */
-export function createStepwellTransport(target: string): {
+export function createStepwellTransport(target: string, interceptors: Interceptor[] = []): {
   transport: Transport;
   sessionManager: Http2SessionManager;
 } {
@@ -190,7 +193,7 @@ export function createStepwellTransport(target: string): {
     baseUrl = `http://${target}`;
   }
   const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
-  const transport = createGrpcTransport({ baseUrl, sessionManager });
+  const transport = createGrpcTransport({ baseUrl, sessionManager, interceptors });
   return { transport, sessionManager };
 }
 
@@ -213,7 +216,7 @@ export class StepwellClient {
 
   constructor(options: StepwellClientOptions | string = {}) {
     const o: StepwellClientOptions = typeof options === "string" ? { target: options } : options;
-    const { transport, sessionManager } = createStepwellTransport(o.target ?? "127.0.0.1:50051");
+    const { transport, sessionManager } = createStepwellTransport(o.target ?? "127.0.0.1:50051", o.interceptors);
     this.sessionManager = sessionManager;
     this.raw = {
       checkpoints: createClient(CheckpointService, transport),
@@ -235,7 +238,11 @@ export class StepwellClient {
     return opts?.namespace ?? this.namespace;
   }
 
-  /** Runs one RPC, resending the same request on UNAVAILABLE / OVERLOADED with backoff. */
+  /**
+   * Runs one RPC, resending the same request with backoff while the failure
+   * is retryable (isRetryable: UNAVAILABLE, or RESOURCE_EXHAUSTED that is
+   * OVERLOADED or has no ErrorInfo).
+   */
   private async call<T>(
     opts: CallOptions | undefined,
     fn: (o: { timeoutMs: number; signal?: AbortSignal }) => Promise<T>,
@@ -248,8 +255,7 @@ export class StepwellClient {
         return await fn({ timeoutMs, signal: opts?.signal });
       } catch (err) {
         const e = toStepwellError(err);
-        const retryable = e.grpcCode === Code.Unavailable || e.grpcCode === Code.ResourceExhausted;
-        if (!retryable || attempt >= attempts || opts?.signal?.aborted) throw e;
+        if (!isRetryable(e) || attempt >= attempts || opts?.signal?.aborted) throw e;
         await sleep(backoff / 2 + Math.random() * (backoff / 2), opts?.signal);
         backoff = Math.min(backoff * 2, this.maxBackoffMs);
       }

@@ -94,8 +94,30 @@ export class ResultMismatch extends StepwellError {}
 export class KeyNotFound extends StepwellError {}
 /** INVALID_ARGUMENT: a field is wrong (see `field`); nothing was stored. */
 export class InvalidArgument extends StepwellError {}
-/** RESOURCE_EXHAUSTED / OVERLOADED: the write queue is full; retry with backoff. */
+/**
+ * RESOURCE_EXHAUSTED / OVERLOADED: too many requests in flight or the write
+ * queue is full; nothing was stored. Retried with backoff.
+ */
 export class Overloaded extends StepwellError {}
+/**
+ * RESOURCE_EXHAUSTED / MESSAGE_TOO_LARGE: the request message is over the
+ * sidecar's --message-bytes-max; nothing was stored. Never retried: the same
+ * request can never fit.
+ */
+export class MessageTooLarge extends StepwellError {
+  /** The sidecar's message size limit in bytes (ErrorInfo metadata limit_bytes), if it sent one. */
+  get limitBytes(): number | undefined {
+    const raw = this.metadata.limit_bytes;
+    const n = raw === undefined || raw === "" ? NaN : Number(raw);
+    return Number.isSafeInteger(n) ? n : undefined;
+  }
+}
+/**
+ * RESOURCE_EXHAUSTED / STORE_FULL: the sidecar's disk or SQLite size cap is
+ * full; nothing was stored. Reads still work; writes succeed again only after
+ * an operator frees space (deletes turns), so it is not retried.
+ */
+export class StoreFull extends StepwellError {}
 /** UNAVAILABLE: nothing was acknowledged; retry with the same key. */
 export class Unavailable extends StepwellError {}
 /** once(): the operation is recorded as FAILED (a permanent Release). */
@@ -115,6 +137,8 @@ const BY_REASON: Record<string, ErrorClass> = {
   RESULT_MISMATCH: ResultMismatch,
   KEY_NOT_FOUND: KeyNotFound,
   OVERLOADED: Overloaded,
+  MESSAGE_TOO_LARGE: MessageTooLarge,
+  STORE_FULL: StoreFull,
 };
 
 const BY_CODE: Record<number, ErrorClass> = {
@@ -158,4 +182,16 @@ export function toStepwellError(err: unknown): StepwellError {
     metadata,
     cause: err,
   });
+}
+
+/**
+ * Whether a failed call is worth resending unchanged: UNAVAILABLE always;
+ * RESOURCE_EXHAUSTED when its reason is OVERLOADED or when it carries no
+ * ErrorInfo at all (e.g. from a proxy in between). MESSAGE_TOO_LARGE and
+ * STORE_FULL cannot succeed on a retry, nor can any other code.
+ */
+export function isRetryable(err: StepwellError): boolean {
+  if (err.grpcCode === Code.Unavailable) return true;
+  if (err.grpcCode === Code.ResourceExhausted) return err.reason === "OVERLOADED" || err.reason === "";
+  return false;
 }

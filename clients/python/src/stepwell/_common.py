@@ -21,14 +21,22 @@ DurationLike = Union[None, float, int, _dt.timedelta, duration_pb2.Duration]
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 
+# The RESOURCE_EXHAUSTED reasons worth a retry: OVERLOADED, and none at all
+# (a status without ErrorInfo, e.g. from a proxy in between).
+RETRYABLE_EXHAUSTED_REASONS = frozenset({"OVERLOADED", ""})
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Retries of an RPC that failed with a retryable status.
 
     The very same request message is resent on every attempt (same dedup
     tuple, key, token and result), so a retry can never duplicate a write.
-    ``UNAVAILABLE`` and ``RESOURCE_EXHAUSTED`` (OVERLOADED: nothing was
-    stored) are retried; everything else is raised at once.
+    ``UNAVAILABLE`` is retried, and so is ``RESOURCE_EXHAUSTED`` when its
+    reason is OVERLOADED (nothing was stored) or when it carries no reason at
+    all (e.g. from a proxy). ``RESOURCE_EXHAUSTED`` with MESSAGE_TOO_LARGE
+    (the same request can never fit) or STORE_FULL (only an operator freeing
+    space helps) is raised at once, as is everything else.
     """
 
     max_attempts: int = 5
@@ -46,7 +54,12 @@ class RetryPolicy:
         return base * (1 + random.uniform(-self.jitter, self.jitter))
 
     def should_retry(self, err: StepwellError, attempt: int) -> bool:
-        return attempt < self.max_attempts and err.code in self.retryable
+        """Whether a failure of attempt number ``attempt`` is tried again."""
+        if attempt >= self.max_attempts or err.code not in self.retryable:
+            return False
+        if err.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return err.reason in RETRYABLE_EXHAUSTED_REASONS
+        return True
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)

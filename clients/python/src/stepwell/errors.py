@@ -96,7 +96,28 @@ class InvalidArgument(StepwellError):
 
 
 class Overloaded(StepwellError):
-    """RESOURCE_EXHAUSTED / OVERLOADED: the write queue is full; nothing stored."""
+    """RESOURCE_EXHAUSTED / OVERLOADED: too many requests in flight or the write
+    queue is full; nothing stored. Retried with backoff by the client."""
+
+
+class MessageTooLarge(StepwellError):
+    """RESOURCE_EXHAUSTED / MESSAGE_TOO_LARGE: the request message is over the
+    sidecar's ``--message-bytes-max``; nothing stored. Never retried: the same
+    request can never succeed."""
+
+    @property
+    def limit_bytes(self) -> Optional[int]:
+        """The sidecar's message size limit in bytes, when it sent one."""
+        try:
+            return int(self.metadata["limit_bytes"])
+        except (KeyError, ValueError):
+            return None
+
+
+class StoreFull(StepwellError):
+    """RESOURCE_EXHAUSTED / STORE_FULL: the sidecar's disk or SQLite size cap is
+    full; nothing stored. Reads still work; writes succeed again only after an
+    operator frees space (deletes turns), so the client does not retry."""
 
 
 class Unavailable(StepwellError):
@@ -120,6 +141,8 @@ _BY_REASON: Dict[str, Type[StepwellError]] = {
     "RESULT_MISMATCH": ResultMismatch,
     "KEY_NOT_FOUND": KeyNotFound,
     "OVERLOADED": Overloaded,
+    "MESSAGE_TOO_LARGE": MessageTooLarge,
+    "STORE_FULL": StoreFull,
 }
 
 _BY_CODE: Dict[grpc.StatusCode, Type[StepwellError]] = {

@@ -8,8 +8,10 @@ import java.util.concurrent.ThreadLocalRandom;
 /**
  * Retries of an RPC that failed with a retryable status. The very same request message is resent
  * on every attempt (same dedup tuple, key, token and result), so a retry can be answered as a
- * duplicate but never stores anything twice. UNAVAILABLE and RESOURCE_EXHAUSTED (OVERLOADED:
- * nothing was stored) are retried; everything else is thrown at once.
+ * duplicate but never stores anything twice. UNAVAILABLE is retried, and so is RESOURCE_EXHAUSTED
+ * when its reason is OVERLOADED (nothing was stored) or when it carries no ErrorInfo at all (e.g.
+ * from a proxy). RESOURCE_EXHAUSTED with MESSAGE_TOO_LARGE (the same request can never fit) or
+ * STORE_FULL (only an operator freeing space helps) is thrown at once, as is everything else.
  */
 public record RetryPolicy(
     int maxAttempts,
@@ -47,8 +49,15 @@ public record RetryPolicy(
     return Duration.ofNanos((long) (base * (1 + j)));
   }
 
+  /** The RESOURCE_EXHAUSTED reasons worth a retry: OVERLOADED, and none at all. */
+  static final Set<String> RETRYABLE_EXHAUSTED_REASONS = Set.of("OVERLOADED", "");
+
   /** Whether a failure of attempt {@code attempt} is tried again. */
   public boolean shouldRetry(StepwellException e, int attempt) {
-    return attempt < maxAttempts && retryable.contains(e.code());
+    if (attempt >= maxAttempts || !retryable.contains(e.code())) return false;
+    if (e.code() == Status.Code.RESOURCE_EXHAUSTED) {
+      return RETRYABLE_EXHAUSTED_REASONS.contains(e.reason());
+    }
+    return true;
   }
 }

@@ -57,7 +57,8 @@ import stepwell.v1.IdempotencyServiceGrpc.IdempotencyServiceBlockingStub;
  * IdempotencyService}, plus {@link #once}.
  *
  * <p>Every call has a deadline ({@link #withDeadline}) and is retried on UNAVAILABLE and
- * RESOURCE_EXHAUSTED by resending the same request ({@link #withRetry}). Failures are thrown as
+ * RESOURCE_EXHAUSTED / OVERLOADED by resending the same request ({@link #withRetry}, {@link
+ * RetryPolicy#shouldRetry}). Failures are thrown as
  * {@link StepwellException} subclasses named after the sidecar's ErrorInfo reason. A request
  * whose {@code namespace} is empty gets the client's namespace ({@link #withNamespace}).
  *

@@ -142,6 +142,10 @@ public class StepwellException extends RuntimeException {
         return new KeyNotFoundException(code, message, reason, field, metadata, violations, cause);
       case "OVERLOADED":
         return new OverloadedException(code, message, reason, field, metadata, violations, cause);
+      case "MESSAGE_TOO_LARGE":
+        return new MessageTooLargeException(code, message, reason, field, metadata, violations, cause);
+      case "STORE_FULL":
+        return new StoreFullException(code, message, reason, field, metadata, violations, cause);
       default:
         break;
     }
@@ -152,6 +156,7 @@ public class StepwellException extends RuntimeException {
       return new UnavailableException(code, message, reason, field, metadata, violations, cause);
     }
     if (code == Status.Code.RESOURCE_EXHAUSTED) {
+      // An unknown reason, or none (e.g. from a proxy).
       return new OverloadedException(code, message, reason, field, metadata, violations, cause);
     }
     return new StepwellException(code, message, reason, field, metadata, violations, cause);
