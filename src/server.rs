@@ -232,7 +232,9 @@ async fn open_store(
 
 /// Keeps health true to the store: a ping every interval, and at once when a
 /// request found the store unavailable. NOT_SERVING while pings fail, SERVING
-/// again when one succeeds; the store's pool reconnects by itself.
+/// again when one succeeds; the store's pool reconnects by itself. While
+/// pings fail the writer's breaker is open: requests hear UNAVAILABLE at once
+/// instead of each waiting out a dead server.
 async fn monitor(
     store: Arc<dyn Store>,
     shared: Arc<Shared>,
@@ -249,6 +251,9 @@ async fn monitor(
         }
         let pinged = tokio::time::timeout(PING_TIMEOUT, store.ping()).await;
         let ok = matches!(pinged, Ok(Ok(())));
+        if let Ok(writer) = shared.writer() {
+            writer.set_store_up(ok);
+        }
         if ok != serving && !*stopping.borrow() {
             serving = ok;
             if ok {

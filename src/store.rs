@@ -47,6 +47,9 @@ pub enum Error {
     /// meanwhile by another sidecar. Nothing of the batch was acknowledged.
     #[error("a conflicting checkpoint was deleted during the batch")]
     Vanished,
+    /// The last health check found the store down; nothing was tried.
+    #[error("the store did not answer the last health check")]
+    Down,
     /// The write queue is full: the store is not keeping up.
     #[error("the write queue is full")]
     QueueFull,
@@ -56,6 +59,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this is the open breaker's refusal, not a new failure.
+    pub fn is_down(&self) -> bool {
+        match self {
+            Error::Down => true,
+            Error::Batch(error) => error.is_down(),
+            _ => false,
+        }
+    }
+
     /// Whether the database refused for want of space: SQLite's SQLITE_FULL
     /// (a full disk, or the `--sqlite-bytes-max` cap) or Postgres's disk_full.
     pub fn is_full(&self) -> bool {

@@ -52,7 +52,10 @@ impl Shared {
     /// Every handler's answer passes here: errors become statuses through the
     /// one table, and a store failure wakes the health monitor at once.
     pub fn answer<T>(&self, result: Result<T>) -> Result<Response<T>, Status> {
-        if let Err(Error::Unavailable(_)) = &result {
+        // A request the open breaker refused tells the monitor nothing new.
+        if let Err(Error::Unavailable(source)) = &result
+            && !source.is_down()
+        {
             self.store_trouble.notify_one();
         }
         result.map(Response::new).map_err(Status::from)
@@ -69,9 +72,9 @@ impl Shared {
         self.writer.get().ok_or(Error::NotReady("the store is not open yet"))
     }
 
-    /// The store, for reads, once it is open.
+    /// The store, for reads, once it is open and while it answers.
     pub fn store(&self) -> Result<&Arc<dyn Store>> {
-        self.writer().map(Writer::store)
+        Ok(self.writer()?.store()?)
     }
 
     pub fn limits(&self) -> &Limits {

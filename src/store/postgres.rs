@@ -13,7 +13,9 @@
 //! constant number of round trips.
 
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::Row;
@@ -31,8 +33,11 @@ use crate::model::{
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// How long a request waits for a free connection before UNAVAILABLE.
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request waits for a free connection before UNAVAILABLE. While
+/// the server refuses connections the pool retries until then, so this is
+/// also how long a write can take to hear that Postgres went away before
+/// the health monitor trips the breaker.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The database server's time in nanoseconds (microsecond resolution).
 const DB_NOW_NS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT * 1000";
@@ -43,6 +48,12 @@ const DURABLE_SYNCHRONOUS_COMMIT: [&str; 4] = ["on", "local", "remote_write", "r
 /// A store in a Postgres database.
 pub struct PostgresStore {
     pool: PgPool,
+    /// For the health check's own connection when no pooled one is idle.
+    options: PgConnectOptions,
+    /// When a health check last failed, as time since `opened`: connections
+    /// opened before it may be dead, so the pool discards them.
+    failed_at: Arc<AtomicU64>,
+    opened: Instant,
     /// The offset added to the database server's clock.
     clock: Clock,
 }
@@ -56,14 +67,27 @@ impl PostgresStore {
         // No ping before each use: a broken connection fails its batch
         // (UNAVAILABLE, nothing acknowledged), is dropped, and the health
         // monitor notices.
+        let (opened, failed_at) = (Instant::now(), Arc::new(AtomicU64::new(0)));
+        let options = options.options([("synchronous_commit", "on")]);
         let pool = PgPoolOptions::new()
             .max_connections(pool_max)
             .test_before_acquire(false)
+            .before_acquire({
+                // After a failed health check (Postgres restarted, say), every
+                // connection opened before it is dropped unused rather than
+                // failing a batch; no round trip is spent on the others.
+                let failed_at = failed_at.clone();
+                move |_, meta| {
+                    let opened_at = opened.elapsed().saturating_sub(meta.age);
+                    let fresh = opened_at.as_nanos() as u64 > failed_at.load(Ordering::Relaxed);
+                    Box::pin(async move { Ok(fresh) })
+                }
+            })
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.options([("synchronous_commit", "on")]))
+            .connect_with(options.clone())
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(PostgresStore { pool, clock })
+        Ok(PostgresStore { pool, options, failed_at, opened, clock })
     }
 }
 
@@ -560,9 +584,29 @@ impl Store for PostgresStore {
         Ok(purged)
     }
 
+    /// An idle pooled connection answers, or else a connection of its own
+    /// does: a server that refuses connections fails the check at once,
+    /// where the pool would retry until its acquire timeout.
     async fn ping(&self) -> Result<(), Error> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        use sqlx::Connection;
+        let mark_failed = || self.failed_at.store(self.opened.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if let Some(mut conn) = self.pool.try_acquire() {
+            if conn.ping().await.is_ok() {
+                return Ok(());
+            }
+            // Dead: the server restarted or went away. Drop it and every
+            // connection as old, and ask the server itself.
+            conn.close_on_drop();
+            mark_failed();
+        }
+        let answered = match PgConnection::connect_with(&self.options).await {
+            Ok(mut conn) => conn.ping().await.and(conn.close().await),
+            Err(error) => Err(error),
+        };
+        if answered.is_err() {
+            mark_failed();
+        }
+        Ok(answered?)
     }
 
     async fn close(&self) {

@@ -11,6 +11,7 @@
 //! through the cheap, cloneable `Writer` handle, never through the queue.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -41,6 +42,9 @@ struct Request {
 pub struct Writer {
     queue: mpsc::Sender<Request>,
     store: Arc<dyn Store>,
+    /// The breaker: set while the health monitor finds the store down, so
+    /// requests hear UNAVAILABLE at once instead of waiting on a dead server.
+    down: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -48,19 +52,31 @@ impl Writer {
     pub fn start(store: Arc<dyn Store>, config: &WriterConfig) -> (Writer, Vec<JoinHandle<()>>) {
         let (queue, receiver) = mpsc::channel(config.queue_max);
         let receiver = Arc::new(Mutex::new(receiver));
+        let down = Arc::new(AtomicBool::new(false));
         let tasks = (0..config.concurrency.max(1))
-            .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max)))
+            .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max, down.clone())))
             .collect();
-        (Writer { queue, store }, tasks)
+        (Writer { queue, store, down }, tasks)
     }
 
-    /// The store, for reads.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The store, for reads; `Error::Down` while the breaker is open.
+    pub fn store(&self) -> Result<&Arc<dyn Store>, Error> {
+        self.check_up()?;
+        Ok(&self.store)
+    }
+
+    /// Opens (`false`) or closes (`true`) the breaker: the health monitor's verdict.
+    pub fn set_store_up(&self, up: bool) {
+        self.down.store(!up, Ordering::SeqCst);
+    }
+
+    fn check_up(&self) -> Result<(), Error> {
+        if self.down.load(Ordering::SeqCst) { Err(Error::Down) } else { Ok(()) }
     }
 
     /// Queues one write and waits for its batch to commit.
     async fn submit(&self, write: Write) -> Result<Written, Error> {
+        self.check_up()?;
         let (reply, answer) = oneshot::channel();
         self.queue.try_send(Request { write, reply }).map_err(|error| match error {
             mpsc::error::TrySendError::Full(_) => Error::QueueFull,
@@ -89,7 +105,7 @@ impl Writer {
     /// Begin. A key that is completed or failed never changes again (until
     /// it is purged), so its answer comes from a read and writes nothing.
     pub async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error> {
-        if let Some((record, now)) = self.store.get(&args.namespace, &args.key).await?
+        if let Some((record, now)) = self.store()?.get(&args.namespace, &args.key).await?
             && matches!(record.state(now), RecordState::Completed | RecordState::Failed)
             && let BeginPlan::Answer(answer) = idempotency::plan_begin(Some(&record), &args, now)
         {
@@ -124,7 +140,12 @@ impl Writer {
 }
 
 /// One writer task: take what is waiting, commit it, answer, repeat.
-async fn commit_batches(store: Arc<dyn Store>, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
+async fn commit_batches(
+    store: Arc<dyn Store>,
+    receiver: Arc<Mutex<mpsc::Receiver<Request>>>,
+    batch_max: usize,
+    down: Arc<AtomicBool>,
+) {
     let mut requests = Vec::with_capacity(batch_max);
     loop {
         {
@@ -135,7 +156,8 @@ async fn commit_batches(store: Arc<dyn Store>, receiver: Arc<Mutex<mpsc::Receive
         }
         let (writes, replies): (Vec<Write>, Vec<_>) = requests.drain(..).map(|r| (r.write, r.reply)).unzip();
         tracing::trace!(size = writes.len(), "committing a batch");
-        match store.write(writes).await {
+        let written = if down.load(Ordering::SeqCst) { Err(Error::Down) } else { store.write(writes).await };
+        match written {
             Ok(answers) => {
                 assert_eq!(answers.len(), replies.len(), "a batch answers each of its requests");
                 for (reply, answer) in replies.into_iter().zip(answers) {

@@ -218,6 +218,12 @@ impl ChildServer {
         &self.socket
     }
 
+    /// Whether the process is still running: it has not exited by itself.
+    #[allow(dead_code, reason = "used by the fault suite, which shares this harness")]
+    pub fn is_running(&mut self) -> bool {
+        self.process.0.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// Sends SIGTERM, the graceful stop, without waiting.
     pub fn terminate(&self) {
         let child = self.process.0.as_ref().expect("the child is running");
@@ -260,6 +266,18 @@ async fn try_connect(target: &Target) -> Result<Channel, tonic::transport::Error
                 .await
         }
     }
+}
+
+/// A channel to the Unix socket at `path` that connects on first use and
+/// again after every lost connection, as a long-lived client's does while
+/// its sidecar restarts.
+#[allow(dead_code, reason = "used by the fault suite, which shares this harness")]
+pub fn lazy_unix_channel(path: &Path) -> Channel {
+    let path = path.to_owned();
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+    }))
 }
 
 /// Connects, retrying with a short backoff while the server is not yet

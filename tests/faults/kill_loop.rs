@@ -1,0 +1,69 @@
+//! The kill loop: 32 writers (checkpoints and idempotent operations) run
+//! while the real sidecar binary is killed with SIGKILL at random intervals
+//! of 10 to 500 ms and restarted on the same store, 100 times per backend in
+//! the CI profile and 1,000 in the long one. Nothing acknowledged may be
+//! lost or duplicated; how long each restart takes to serve again is
+//! reported.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::backend::TestStore;
+use crate::checker::History;
+use crate::harness::{ChildServer, lazy_unix_channel};
+use crate::profile::{Profile, Rng, quantiles, report};
+use crate::workload::{Workload, read_back};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_loop_loses_and_duplicates_nothing() {
+    let profile = Profile::from_env();
+    let mut rng = Rng::from_env();
+    let seed = rng.seed();
+    let store = TestStore::new().await;
+    let mut server = ChildServer::spawn_as(&store, "killed").await;
+    let socket = server.socket_path().to_owned();
+    let history = Arc::new(History::default());
+    let workload = Workload::start(profile.writers, seed, &history, || lazy_unix_channel(&socket));
+
+    let mut restarts = Vec::with_capacity(profile.kill_cycles);
+    let started = Instant::now();
+    for _ in 0..profile.kill_cycles {
+        // The fault schedule, not a synchronisation: how long the sidecar lives.
+        tokio::time::sleep(rng.millis(10, 500)).await;
+        let killed = Instant::now();
+        server.kill().await;
+        let restarting = Instant::now();
+        server = ChildServer::spawn_as(&store, "killed").await;
+        restarts.push(restarting.elapsed());
+        history.window(killed, Instant::now());
+    }
+    let elapsed = started.elapsed();
+    workload.stop().await;
+
+    let (stored, records) = read_back(server.channel(), &history).await;
+    let verdict = history.verify(&stored, &records);
+    let (p50, p99, max) = quantiles(&restarts);
+    report(
+        "kill loop",
+        json!({
+            "seed": seed,
+            "cycles": restarts.len(),
+            "seconds": elapsed.as_secs_f64().round(),
+            "calls": verdict.calls,
+            "ok": verdict.ok,
+            "indeterminate": verdict.indeterminate,
+            "definite_errors": verdict.definite,
+            "checkpoint_tuples": verdict.tuples,
+            "idempotency_keys": verdict.keys,
+            "lost": verdict.lost,
+            "duplicated": verdict.duplicated,
+            "violations": verdict.violations.len(),
+            "success_outside_fault_windows_pct": (1000.0 * verdict.success_outside_windows()).round() / 10.0,
+            "ready_after_restart_ms": { "p50": p50.round(), "p99": p99.round(), "max": max.round() },
+            "ready_within_2s": max <= 2000.0,
+        }),
+    );
+    verdict.assert_clean(&format!("kill loop (seed {seed})"));
+}

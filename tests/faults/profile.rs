@@ -1,0 +1,99 @@
+//! How hard a fault run pushes, and what it reports. The CI profile (the
+//! default) keeps the whole suite within minutes; `STEPWELL_FAULT_PROFILE=long`
+//! runs ten times the kill cycles and five times the outages. Random choices
+//! come from one seed, printed with every report and replayed with
+//! `STEPWELL_FAULT_SEED`. Each test prints one report line, and appends it as
+//! JSON to the file `STEPWELL_FAULT_REPORT` names, if set.
+
+use std::io::Write;
+use std::time::Duration;
+
+/// The numbers a profile fixes.
+#[derive(Debug, Clone, Copy)]
+pub struct Profile {
+    pub name: &'static str,
+    /// SIGKILL-and-restart cycles per backend.
+    pub kill_cycles: usize,
+    /// Postgres stop-immediate-and-start cycles.
+    pub outages: usize,
+    /// Lost-reply rounds of the ambiguous-commit test.
+    pub ambiguous_rounds: usize,
+    /// Concurrent writers under every fault.
+    pub writers: usize,
+}
+
+impl Profile {
+    pub fn from_env() -> Profile {
+        match std::env::var("STEPWELL_FAULT_PROFILE").as_deref() {
+            Ok("long") => Profile { name: "long", kill_cycles: 1000, outages: 50, ambiguous_rounds: 200, writers: 32 },
+            Ok("ci") | Err(_) => {
+                Profile { name: "ci", kill_cycles: 100, outages: 10, ambiguous_rounds: 20, writers: 32 }
+            }
+            Ok(other) => panic!("STEPWELL_FAULT_PROFILE={other:?}: use ci or long"),
+        }
+    }
+}
+
+/// A small seeded generator (xorshift64*), so a failing run can be replayed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// From `STEPWELL_FAULT_SEED`, or else from the clock.
+    pub fn from_env() -> Rng {
+        let seed = std::env::var("STEPWELL_FAULT_SEED")
+            .ok()
+            .map(|s| s.parse().expect("STEPWELL_FAULT_SEED is a whole number"))
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_nanos()
+                    as u64
+            });
+        Rng::new(seed)
+    }
+
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.0
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `low..=high`.
+    pub fn range(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next() % (high - low + 1)
+    }
+
+    /// A time in `low..=high` milliseconds.
+    pub fn millis(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(self.range(low, high))
+    }
+}
+
+/// Quantiles of a set of durations, in milliseconds.
+pub fn quantiles(samples: &[Duration]) -> (f64, f64, f64) {
+    let mut sorted: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+    (at(0.5), at(0.99), sorted.last().copied().unwrap_or(0.0))
+}
+
+/// Prints a test's report line, and appends it to `STEPWELL_FAULT_REPORT`.
+pub fn report(test: &str, fields: serde_json::Value) {
+    let backend = format!("{:?}", crate::backend::backend()).to_lowercase();
+    let profile = Profile::from_env().name;
+    println!("fault report [{test}, {backend}, {profile} profile]: {fields}");
+    if let Ok(path) = std::env::var("STEPWELL_FAULT_REPORT") {
+        let line = serde_json::json!({ "test": test, "backend": backend, "profile": profile, "figures": fields });
+        let mut file =
+            std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("open the fault report file");
+        writeln!(file, "{line}").expect("append to the fault report");
+    }
+}
