@@ -31,3 +31,4 @@ mod workload;
 mod ambiguous;
 mod kill_loop;
 mod postgres_only;
+mod sqlite_only;

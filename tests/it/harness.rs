@@ -188,9 +188,20 @@ impl ChildServer {
 
     /// Like `spawn_as`, with extra flags for `stepwell serve`.
     pub async fn spawn_with(store: &TestStore, name: &str, flags: &[&str]) -> ChildServer {
+        ChildServer::spawn_with_env(store, name, flags, &[]).await
+    }
+
+    /// Like `spawn_with`, with extra environment variables (e.g. LD_PRELOAD).
+    pub async fn spawn_with_env(
+        store: &TestStore,
+        name: &str,
+        flags: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> ChildServer {
         let socket = store.dir().join(format!("{name}.sock"));
         let child = serve_command(store, &socket)
             .args(flags)
+            .envs(env.iter().copied())
             .env("STEPWELL_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
