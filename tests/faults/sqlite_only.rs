@@ -24,11 +24,16 @@ use stepwell::api::pb::{
 use stepwell::config::Database;
 use tonic::Code;
 
-use crate::backend::TestStore;
+use crate::backend::{Backend, TestStore, backend};
 use crate::checker::Outcome;
 use crate::harness::{ChildServer, Client, wait_for_serving};
 use crate::profile::report;
 use crate::support::{T0, assert_error, complete, restore_all, ts};
+
+/// These tests run in the SQLite pass; the Postgres pass skips them by name.
+fn sqlite_pass() {
+    assert_eq!(backend(), Backend::Sqlite, "sqlite_only tests need STEPWELL_TEST_BACKEND=sqlite");
+}
 
 /// `PRAGMA integrity_check` on the store's file, with no sidecar running.
 async fn integrity(store: &TestStore) -> String {
@@ -59,6 +64,7 @@ async fn rows(client: &mut Client, turn: &str) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed() {
+    sqlite_pass();
     let store = TestStore::new().await;
     let server = ChildServer::spawn_with(&store, "full", &["--sqlite-bytes-max", "1048576"]).await;
     let mut client = server.client();
@@ -238,6 +244,7 @@ async fn inject(operation: Operation, op: &str, errno: &str, nth: usize) -> Inje
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_single_io_error_is_reported_or_survived_and_never_corrupts() {
+    sqlite_pass();
     let mut figures = Vec::new();
     for operation in [Operation::Checkpoint, Operation::Complete] {
         for (op, errno) in [("write", "EIO"), ("sync", "EIO"), ("write", "ENOSPC")] {
