@@ -1,0 +1,326 @@
+//! What stepwell's fuzz targets and its seed generator share: the table from
+//! the first byte of a `request` input to the RPC it calls, a real SQLite
+//! store opened once per process in a temporary directory, and the call of
+//! the real handlers (`CheckpointApi`, `IdempotencyApi`) with the checks
+//! every successful answer must pass.
+//!
+//! The store lives as long as the process, so one input can see the records
+//! earlier inputs left: a Begin followed later by a Complete with its lease
+//! token exercises the lease rules, as a client would.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use prost::Message;
+use tonic::{Code, Request, Status};
+
+use stepwell::api::checkpoint::CheckpointApi;
+use stepwell::api::idempotency::IdempotencyApi;
+use stepwell::api::pb::checkpoint_service_server::CheckpointService;
+use stepwell::api::pb::idempotency_service_server::IdempotencyService;
+use stepwell::api::pb::{self, *};
+use stepwell::api::{Shared, validate};
+use stepwell::config::{Config, Database};
+use stepwell::store::writer::Writer;
+
+/// The RPCs of stepwell's two services, in the order of their selector byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    Checkpoint,
+    Restore,
+    ListTurns,
+    DeleteTurn,
+    Begin,
+    Complete,
+    Release,
+    Extend,
+    Get,
+}
+
+impl Rpc {
+    /// Every RPC; an input's first byte picks `ALL[byte % ALL.len()]`.
+    pub const ALL: [Rpc; 9] = [
+        Rpc::Checkpoint,
+        Rpc::Restore,
+        Rpc::ListTurns,
+        Rpc::DeleteTurn,
+        Rpc::Begin,
+        Rpc::Complete,
+        Rpc::Release,
+        Rpc::Extend,
+        Rpc::Get,
+    ];
+
+    /// The RPC a selector byte picks.
+    pub fn from_selector(selector: u8) -> Rpc {
+        Rpc::ALL[usize::from(selector) % Rpc::ALL.len()]
+    }
+
+    /// The selector byte that picks this RPC.
+    pub fn selector(self) -> u8 {
+        Rpc::ALL.iter().position(|&rpc| rpc == self).expect("every RPC is listed") as u8
+    }
+
+    /// The RPC's name in the contract.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rpc::Checkpoint => "Checkpoint",
+            Rpc::Restore => "Restore",
+            Rpc::ListTurns => "ListTurns",
+            Rpc::DeleteTurn => "DeleteTurn",
+            Rpc::Begin => "Begin",
+            Rpc::Complete => "Complete",
+            Rpc::Release => "Release",
+            Rpc::Extend => "Extend",
+            Rpc::Get => "Get",
+        }
+    }
+}
+
+/// A `request` input: the selector byte, then the encoded request.
+pub fn request_input(rpc: Rpc, request: &impl Message) -> Vec<u8> {
+    let mut input = vec![rpc.selector()];
+    request.encode(&mut input).expect("a Vec grows as needed");
+    input
+}
+
+/// The codes stepwell may answer a well-formed client with when the request
+/// or the state of its records is at fault. Anything else (INTERNAL,
+/// UNKNOWN, UNAVAILABLE from a healthy local store, OUT_OF_RANGE, ...) is a
+/// bug in stepwell.
+pub const ALLOWED_CODES: [Code; 6] = [
+    Code::InvalidArgument,
+    Code::FailedPrecondition,
+    Code::NotFound,
+    Code::AlreadyExists,
+    Code::Aborted,
+    Code::ResourceExhausted,
+];
+
+/// The services over one SQLite store, on a runtime of their own.
+pub struct Harness {
+    runtime: tokio::runtime::Runtime,
+    checkpoints: CheckpointApi,
+    idempotency: IdempotencyApi,
+    shared: Arc<Shared>,
+    /// The directory of the store's files.
+    pub dir: PathBuf,
+}
+
+static HARNESS: OnceLock<Harness> = OnceLock::new();
+
+/// The process's harness, opened on first use.
+pub fn harness() -> &'static Harness {
+    HARNESS.get_or_init(Harness::open)
+}
+
+impl Harness {
+    /// Opens a fresh store as `stepwell serve` does: `store::open` (which
+    /// migrates), the group-commit writer, and `Shared` with the writer set.
+    /// Its directory is made under `$STEPWELL_FUZZ_STORE_DIR`, or the
+    /// system's temporary directory, and is left behind for the caller
+    /// (scripts/fuzz removes its own).
+    fn open() -> Harness {
+        let base = std::env::var_os("STEPWELL_FUZZ_STORE_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&base).expect("the store's base directory can be made");
+        let dir = tempfile::Builder::new()
+            .prefix("stepwell-fuzz-")
+            .tempdir_in(&base)
+            .expect("a temporary directory for the store")
+            .keep();
+        let config = Config::for_database(Database::Sqlite { path: dir.join("fuzz.db") });
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+        let store = runtime.block_on(stepwell::store::open(&config)).expect("the SQLite store opens");
+        let (writer, _tasks) = {
+            let _entered = runtime.enter();
+            Writer::start(store, &config.writes)
+        };
+        let shared = Shared::new(config.limits.clone());
+        shared.set_writer(writer);
+        Harness {
+            runtime,
+            checkpoints: CheckpointApi::new(shared.clone()),
+            idempotency: IdempotencyApi::new(shared.clone()),
+            shared,
+            dir,
+        }
+    }
+
+    /// Decodes `body` as `rpc`'s request, as the server's codec does, and
+    /// calls the real handler. `None` when the bytes do not decode (the
+    /// server answers those INVALID_ARGUMENT before any handler runs).
+    /// A successful answer is checked against its request here, and a
+    /// broken promise panics; an error status is returned for the caller.
+    pub fn call(&self, rpc: Rpc, body: &[u8]) -> Option<Result<(), Status>> {
+        let answer = match rpc {
+            Rpc::Checkpoint => self.checkpoint(CheckpointRequest::decode(body).ok()?),
+            Rpc::Restore => self.restore(RestoreRequest::decode(body).ok()?),
+            Rpc::ListTurns => self.list_turns(ListTurnsRequest::decode(body).ok()?),
+            Rpc::DeleteTurn => self.delete_turn(DeleteTurnRequest::decode(body).ok()?),
+            Rpc::Begin => self.begin(BeginRequest::decode(body).ok()?),
+            Rpc::Complete => self.complete(CompleteRequest::decode(body).ok()?),
+            Rpc::Release => self.release(ReleaseRequest::decode(body).ok()?),
+            Rpc::Extend => self.extend(ExtendRequest::decode(body).ok()?),
+            Rpc::Get => self.get(GetRequest::decode(body).ok()?),
+        };
+        Some(answer)
+    }
+
+    fn checkpoint(&self, req: CheckpointRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.checkpoints.checkpoint(Request::new(req.clone())))?.into_inner();
+        let stored = response.checkpoint.expect("Checkpoint answers the stored checkpoint");
+        assert_eq!(stored.namespace, namespace_of(&req.namespace), "Checkpoint stored another namespace");
+        assert_eq!(
+            (&stored.turn_id, &stored.phase, stored.timestamp),
+            (&req.turn_id, &req.phase, req.timestamp),
+            "Checkpoint answered another checkpoint's key"
+        );
+        // A duplicate is the same content; either way it is the request's.
+        assert_eq!(stored.state, req.state, "Checkpoint answered other state");
+        assert_eq!(
+            (stored.terminal, &stored.session_id, &stored.workflow_version),
+            (req.terminal, &req.session_id, &req.workflow_version),
+            "Checkpoint answered other content"
+        );
+        Ok(())
+    }
+
+    fn restore(&self, req: RestoreRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.checkpoints.restore(Request::new(req.clone())))?.into_inner();
+        let limit = effective_page_size(req.page_size, self.shared.limits());
+        assert!(response.checkpoints.len() <= limit, "Restore answered more than a page");
+        let after = validate::restore_cursor(&req.page_token, req.newest_first).expect("a token Restore accepted");
+        let mut previous: Option<i64> = None;
+        for checkpoint in &response.checkpoints {
+            assert_eq!(checkpoint.namespace, namespace_of(&req.namespace), "Restore crossed namespaces");
+            assert_eq!(checkpoint.turn_id, req.turn_id, "Restore answered another turn's checkpoint");
+            if !req.phase.is_empty() {
+                assert_eq!(checkpoint.phase, req.phase, "Restore ignored its phase filter");
+            }
+            let ts = nanos(checkpoint.timestamp.expect("a stored checkpoint has a timestamp"));
+            if let Some(cursor) = after {
+                let in_order = if req.newest_first { ts <= cursor.timestamp } else { ts >= cursor.timestamp };
+                assert!(in_order, "Restore went back before its page token");
+            }
+            if let Some(previous) = previous {
+                let in_order = if req.newest_first { ts <= previous } else { ts >= previous };
+                assert!(in_order, "Restore answered checkpoints out of order");
+            }
+            previous = Some(ts);
+        }
+        if !response.next_page_token.is_empty() {
+            assert_eq!(response.checkpoints.len(), limit, "a next page after a short page");
+            let next = validate::restore_cursor(&response.next_page_token, req.newest_first)
+                .expect("Restore's own token is accepted");
+            assert!(next.is_some(), "Restore's own token names a position");
+        }
+        Ok(())
+    }
+
+    fn list_turns(&self, req: ListTurnsRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.checkpoints.list_turns(Request::new(req.clone())))?.into_inner();
+        let limit = effective_page_size(req.page_size, self.shared.limits());
+        assert!(response.turns.len() <= limit, "ListTurns answered more than a page");
+        let after = validate::turns_after(&req.page_token).expect("a token ListTurns accepted");
+        let mut previous = after.as_deref();
+        for turn in &response.turns {
+            if let Some(previous) = previous {
+                assert!(turn.turn_id.as_str() > previous, "ListTurns out of turn id order or repeated a turn");
+            }
+            previous = Some(&turn.turn_id);
+            match pb::TurnStatus::try_from(req.status) {
+                Ok(pb::TurnStatus::Open) => assert!(!turn.terminal, "ListTurns(OPEN) answered a terminal turn"),
+                Ok(pb::TurnStatus::Terminal) => assert!(turn.terminal, "ListTurns(TERMINAL) answered an open turn"),
+                _ => {}
+            }
+            if !req.session_id.is_empty() {
+                assert_eq!(turn.session_id, req.session_id, "ListTurns ignored its session filter");
+            }
+            if let Some(before) = req.updated_before {
+                let last = nanos(turn.last_timestamp.expect("a turn has a last timestamp"));
+                assert!(last < nanos(before), "ListTurns ignored updated_before");
+            }
+            assert!(turn.checkpoint_count >= 1, "ListTurns answered a turn without checkpoints");
+        }
+        if !response.next_page_token.is_empty() {
+            assert_eq!(response.turns.len(), limit, "a next page after a short page");
+            let next = validate::turns_after(&response.next_page_token).expect("ListTurns' own token is accepted");
+            assert_eq!(next.as_ref(), response.turns.last().map(|t| &t.turn_id), "the token resumes after the page");
+        }
+        Ok(())
+    }
+
+    fn delete_turn(&self, req: DeleteTurnRequest) -> Result<(), Status> {
+        self.runtime.block_on(self.checkpoints.delete_turn(Request::new(req.clone())))?;
+        // Once deleted, the turn restores empty.
+        let restore = RestoreRequest { namespace: req.namespace, turn_id: req.turn_id, ..RestoreRequest::default() };
+        let left = self
+            .runtime
+            .block_on(self.checkpoints.restore(Request::new(restore)))
+            .expect("a deleted turn restores")
+            .into_inner();
+        assert!(left.checkpoints.is_empty(), "DeleteTurn left checkpoints behind");
+        Ok(())
+    }
+
+    fn begin(&self, req: BeginRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.idempotency.begin(Request::new(req)))?.into_inner();
+        match pb::BeginOutcome::try_from(response.outcome) {
+            Ok(pb::BeginOutcome::Acquired) => {
+                assert!(response.lease_token >= 1, "an acquired lease has a token");
+                assert!(response.attempt >= 1, "an acquired lease counts its attempt");
+                assert!(response.lease_expires_at.is_some(), "an acquired lease expires");
+            }
+            Ok(pb::BeginOutcome::InProgress) => {
+                assert!(response.lease_expires_at.is_some(), "a live lease expires");
+            }
+            Ok(pb::BeginOutcome::Completed | pb::BeginOutcome::Failed) => {}
+            other => panic!("Begin answered outcome {other:?}"),
+        }
+        Ok(())
+    }
+
+    fn complete(&self, req: CompleteRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.idempotency.complete(Request::new(req)))?.into_inner();
+        assert!(response.completed_at.is_some(), "Complete answers when");
+        Ok(())
+    }
+
+    fn release(&self, req: ReleaseRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.idempotency.release(Request::new(req)))?.into_inner();
+        let state = pb::RecordState::try_from(response.state);
+        assert!(
+            matches!(state, Ok(pb::RecordState::Released | pb::RecordState::Failed)),
+            "Release answered state {state:?}"
+        );
+        Ok(())
+    }
+
+    fn extend(&self, req: ExtendRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.idempotency.extend(Request::new(req)))?.into_inner();
+        assert!(response.lease_expires_at.is_some(), "Extend answers the new expiry");
+        Ok(())
+    }
+
+    fn get(&self, req: GetRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.idempotency.get(Request::new(req)))?.into_inner();
+        let state = pb::RecordState::try_from(response.state);
+        assert!(matches!(state, Ok(s) if s != pb::RecordState::Unspecified), "Get answered state {state:?}");
+        Ok(())
+    }
+}
+
+/// The namespace a request lands in: empty means the default one.
+fn namespace_of(requested: &str) -> &str {
+    if requested.is_empty() { validate::DEFAULT_NAMESPACE } else { requested }
+}
+
+/// The page size a request that was accepted asked for.
+fn effective_page_size(requested: i32, limits: &stepwell::config::Limits) -> usize {
+    if requested == 0 { limits.page_size_default as usize } else { requested as usize }
+}
+
+/// A timestamp as nanoseconds; stored timestamps always fit.
+fn nanos(t: prost_types::Timestamp) -> i64 {
+    t.seconds * 1_000_000_000 + i64::from(t.nanos)
+}
