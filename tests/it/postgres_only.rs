@@ -77,3 +77,39 @@ async fn an_outage_fails_closed_and_the_sidecar_recovers_without_a_restart() {
     let log = restore_all(&mut client, restore("t")).await;
     assert_eq!(states(&log), [r#"{"n":1}"#, r#"{"n":3}"#], "the refused write is absent, the others present");
 }
+
+#[tokio::test]
+async fn while_health_is_not_serving_requests_are_refused_at_once_and_touch_nothing() {
+    let cluster = PgCluster::start(&[]);
+    let store = postgres_store(with_database(&cluster.url(), "postgres")).await;
+    // No periodic health check within the test: only a failing request
+    // triggers one, so the breaker's state is the test's to decide.
+    let server = TestServer::start_on(store, |config| {
+        config.health_check_interval = std::time::Duration::from_secs(3600);
+    })
+    .await;
+    let mut client = server.client();
+    let mut health = watch_health(&server.channel()).await;
+    assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
+    append(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
+
+    cluster.stop_immediate();
+    let status = client.checkpoint(checkpoint("t", "during", T0 + 1, "{}")).await.expect_err("down");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(next_status(&mut health).await, Some(ServingStatus::NotServing));
+
+    // Postgres is back, but no health check has seen it yet: the breaker is
+    // still open, so requests are refused without reaching the database.
+    cluster.start_again();
+    let status = client.checkpoint(checkpoint("t", "refused", T0 + 2, "{}")).await.expect_err("breaker open");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    let status = client.restore(restore("t")).await.expect_err("reads are refused too");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+
+    // What was refused is absent once the store is back.
+    drop(server);
+    let url = with_database(&cluster.url(), "postgres");
+    let server = TestServer::start_on(postgres_store(url).await, |_| {}).await;
+    let log = restore_all(&mut server.client(), restore("t")).await;
+    assert_eq!(states(&log), [r#"{"n":1}"#], "only the acknowledged write is stored");
+}
