@@ -249,6 +249,7 @@ async fn every_single_io_error_is_reported_or_survived_and_never_corrupts() {
     for operation in [Operation::Checkpoint, Operation::Complete] {
         for (op, errno) in [("write", "EIO"), ("sync", "EIO"), ("write", "ENOSPC")] {
             let (mut ok, mut errors) = (0, 0);
+            let mut codes = std::collections::BTreeSet::new();
             let mut nth = 1;
             loop {
                 let injected = inject(operation, op, errno, nth).await;
@@ -256,17 +257,20 @@ async fn every_single_io_error_is_reported_or_survived_and_never_corrupts() {
                     assert!(injected.outcome.is_ok(), "{operation:?} succeeds with no fault");
                     break;
                 }
-                if injected.outcome.is_ok() {
-                    ok += 1
-                } else {
-                    errors += 1
+                match injected.outcome {
+                    Outcome::Ok => ok += 1,
+                    Outcome::Definite(code) | Outcome::Indeterminate(code) => {
+                        errors += 1;
+                        codes.insert(format!("{code:?}"));
+                    }
+                    Outcome::Unexpected(_) => unreachable!("inject rejects unexpected answers"),
                 }
                 nth += 1;
                 assert!(nth <= 64, "{operation:?} kept meeting {op} faults past 64 calls");
             }
             figures.push(json!({
                 "operation": format!("{operation:?}"), "fault": format!("{op} {errno}"),
-                "faults_injected": nth - 1, "answered_ok": ok, "answered_error": errors,
+                "faults_injected": nth - 1, "answered_ok": ok, "answered_error": errors, "error_codes": codes,
             }));
         }
     }
