@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 use crate::checker::{Acquisition, History, Outcome, Record, Stored, Tuple, hash};
-use crate::profile::Rng;
+use crate::profile::{Rng, report};
 use crate::support::{T0, complete, duration, nanos, restore_all, ts};
 
 /// The namespace of every fault run's writes.
@@ -199,8 +199,34 @@ async fn finish(
     }
 }
 
+/// Ends a run: reads it back, holds it to the log, reports the checker's
+/// figures with the test's own `figures`, and fails on any violation.
+pub async fn settle(test: &str, seed: u64, channel: Channel, history: &History, figures: serde_json::Value) {
+    let (stored, records) = read_back(channel, history).await;
+    let verdict = history.verify(&stored, &records);
+    let mut all = serde_json::json!({
+        "seed": seed,
+        "calls": verdict.calls,
+        "ok": verdict.ok,
+        "indeterminate": verdict.indeterminate,
+        "definite_errors": verdict.definite,
+        "errors_by_code": history.error_codes(),
+        "checkpoint_tuples": verdict.tuples,
+        "idempotency_keys": verdict.keys,
+        "lost": verdict.lost,
+        "duplicated": verdict.duplicated,
+        "violations": verdict.violations.len(),
+        "success_outside_fault_windows_pct": (1000.0 * verdict.success_outside_windows()).round() / 10.0,
+    });
+    if let (Some(all), serde_json::Value::Object(own)) = (all.as_object_mut(), figures) {
+        all.extend(own);
+    }
+    report(test, all);
+    verdict.assert_clean(&format!("{test} (seed {seed})"));
+}
+
 /// Reads back every checkpoint of the run's turns and every key's record.
-pub async fn read_back(channel: Channel, history: &History) -> (Vec<Stored>, Vec<Record>) {
+async fn read_back(channel: Channel, history: &History) -> (Vec<Stored>, Vec<Record>) {
     let (turns, keys) = history.touched();
     let checkpoints = CheckpointServiceClient::new(channel.clone());
     let stored: Vec<Vec<Stored>> = futures::stream::iter(turns)

@@ -4,8 +4,11 @@
 //! in the Postgres pass of scripts/test; those that must stop the server or
 //! change its settings use a private cluster.
 
+use std::time::Duration;
+
 use stepwell::config::Database;
-use tonic::Code;
+use tonic::{Code, Streaming};
+use tonic_health::pb::HealthCheckResponse;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::backend::{TestStore, fresh_database_on, fresh_postgres_database, postgres_admin_url, with_database};
@@ -51,17 +54,21 @@ async fn a_server_with_fsync_off_is_refused() {
     assert!(stderr.contains("fsync is off"), "the refusal says why: {stderr}");
 }
 
+/// A server on `cluster`'s `postgres` database that checks health every
+/// `interval`, and its health Watch, past SERVING.
+async fn serving_on(cluster: &PgCluster, interval: Duration) -> (TestServer, Streaming<HealthCheckResponse>) {
+    let store = postgres_store(with_database(&cluster.url(), "postgres")).await;
+    let server = TestServer::start_on(store, |config| config.health_check_interval = interval).await;
+    let mut health = watch_health(&server.channel()).await;
+    assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
+    (server, health)
+}
+
 #[tokio::test]
 async fn an_outage_fails_closed_and_the_sidecar_recovers_without_a_restart() {
     let cluster = PgCluster::start(&[]);
-    let store = postgres_store(with_database(&cluster.url(), "postgres")).await;
-    let server = TestServer::start_on(store, |config| {
-        config.health_check_interval = std::time::Duration::from_millis(50);
-    })
-    .await;
+    let (server, mut health) = serving_on(&cluster, Duration::from_millis(50)).await;
     let mut client = server.client();
-    let mut health = watch_health(&server.channel()).await;
-    assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
     append(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
 
     cluster.stop_immediate();
@@ -81,16 +88,10 @@ async fn an_outage_fails_closed_and_the_sidecar_recovers_without_a_restart() {
 #[tokio::test]
 async fn while_health_is_not_serving_requests_are_refused_at_once_and_touch_nothing() {
     let cluster = PgCluster::start(&[]);
-    let store = postgres_store(with_database(&cluster.url(), "postgres")).await;
     // No periodic health check within the test: only a failing request
     // triggers one, so the breaker's state is the test's to decide.
-    let server = TestServer::start_on(store, |config| {
-        config.health_check_interval = std::time::Duration::from_secs(3600);
-    })
-    .await;
+    let (server, mut health) = serving_on(&cluster, Duration::from_secs(3600)).await;
     let mut client = server.client();
-    let mut health = watch_health(&server.channel()).await;
-    assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
     append(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
 
     cluster.stop_immediate();
