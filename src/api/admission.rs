@@ -23,8 +23,7 @@ use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 use tower::limit::GlobalConcurrencyLimitLayer;
-use tower::load_shed::error::Overloaded;
-use tower::{BoxError, Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder, ServiceExt};
 
 use crate::error::Error;
 
@@ -81,22 +80,15 @@ where
             .service(self.inner.clone());
         let message_bytes_max = self.admission.message_bytes_max;
         Box::pin(async move {
-            let answer = match shed.oneshot(request).await {
-                Ok(response) => return Ok(refused_as_too_large(response, message_bytes_max)),
-                Err(error) => refusal(error),
-            };
-            Ok(Status::from(answer).into_http())
+            match shed.oneshot(request).await {
+                Ok(response) => Ok(refused_as_too_large(response, message_bytes_max)),
+                // The inner service is infallible and the concurrency limit
+                // only waits, so the one error is the shedder's `Overloaded`.
+                Err(_) => {
+                    Ok(Status::from(Error::Overloaded("too many requests in flight; retry with backoff")).into_http())
+                }
+            }
         })
-    }
-}
-
-/// The domain error for a request the limits refused.
-fn refusal(error: BoxError) -> Error {
-    if error.is::<Overloaded>() {
-        Error::Overloaded("too many requests in flight; retry with backoff")
-    } else {
-        // The inner service is infallible; only the limit layers can fail.
-        Error::MalformedRequest(error.to_string())
     }
 }
 

@@ -19,16 +19,15 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, SqliteConnection};
 use stepwell::api::pb::{
     BeginOutcome, BeginRequest, CheckpointRequest, DeleteTurnRequest, GetRequest, ListTurnsRequest, RecordState,
-    RestoreRequest,
 };
 use stepwell::config::Database;
 use tonic::Code;
 
 use crate::backend::{Backend, TestStore, backend};
 use crate::checker::Outcome;
-use crate::harness::{ChildServer, Client, wait_for_serving};
+use crate::harness::{ChildServer, wait_for_serving};
 use crate::profile::report;
-use crate::support::{T0, assert_error, complete, restore_all, ts};
+use crate::support::{T0, assert_error, complete, stored_states, ts};
 
 /// These tests run in the SQLite pass; the Postgres pass skips them by name.
 fn sqlite_pass() {
@@ -52,14 +51,6 @@ fn checkpoint_of(turn: &str, n: i64, state: Vec<u8>) -> CheckpointRequest {
         state,
         ..Default::default()
     }
-}
-
-async fn rows(client: &mut Client, turn: &str) -> Vec<Vec<u8>> {
-    restore_all(client, RestoreRequest { turn_id: turn.to_owned(), ..Default::default() })
-        .await
-        .into_iter()
-        .map(|c| c.state)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,10 +89,16 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed
     // Reads go on, health stays SERVING, and nothing refused was stored.
     wait_for_serving(&server.channel()).await;
     for &n in &acknowledged {
-        assert!(rows(&mut client, &turn_of(n)).await.contains(&state(n)), "acknowledged checkpoint {n} is readable");
+        assert!(
+            stored_states(&mut client, &turn_of(n)).await.contains(&state(n)),
+            "acknowledged checkpoint {n} is readable"
+        );
     }
     for &n in &refused {
-        assert!(!rows(&mut client, &turn_of(n)).await.contains(&state(n)), "refused checkpoint {n} is not stored");
+        assert!(
+            !stored_states(&mut client, &turn_of(n)).await.contains(&state(n)),
+            "refused checkpoint {n} is not stored"
+        );
     }
     client.list_turns(ListTurnsRequest::default()).await.expect("ListTurns works on a full store");
 
@@ -120,7 +117,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed
     let server = ChildServer::spawn_as(&store, "after").await;
     let mut client = server.client();
     for n in acknowledged.iter().copied().filter(|n| !freed.contains(n)).chain(2000..2010) {
-        assert!(rows(&mut client, &turn_of(n)).await.contains(&state(n)), "checkpoint {n} survives a restart");
+        assert!(stored_states(&mut client, &turn_of(n)).await.contains(&state(n)), "checkpoint {n} survives a restart");
     }
     report(
         "disk full",
@@ -221,7 +218,7 @@ async fn inject(operation: Operation, op: &str, errno: &str, nth: usize) -> Inje
     let mut client = server.client();
     match operation {
         Operation::Checkpoint => {
-            let stored = rows(&mut client, "swept").await;
+            let stored = stored_states(&mut client, "swept").await;
             match outcome {
                 Outcome::Ok => assert_eq!(stored, [state], "{what}: acknowledged, so stored byte for byte"),
                 Outcome::Definite(_) => assert!(stored.is_empty(), "{what}: refused, so not stored"),

@@ -10,8 +10,8 @@ use std::time::Duration;
 use stepwell::api::pb::CheckpointRequest;
 use tonic::Code;
 
-use crate::harness::{Client, TestServer, WAIT_LIMIT};
-use crate::support::{T0, append, assert_error, begin, checkpoint, restore, restore_all};
+use crate::harness::{TestServer, WAIT_LIMIT};
+use crate::support::{T0, append, assert_error, begin, checkpoint, stored_states};
 
 /// The state limit these servers run with, and the smallest message limit it allows.
 const STATE_MAX: usize = 1024;
@@ -32,10 +32,6 @@ fn probe() -> CheckpointRequest {
     CheckpointRequest { turn_id: String::new(), ..checkpoint("probe", "started", T0, "{}") }
 }
 
-async fn stored(client: &mut Client, turn: &str) -> Vec<Vec<u8>> {
-    restore_all(client, restore(turn)).await.into_iter().map(|c| c.state).collect()
-}
-
 #[tokio::test]
 async fn a_message_over_the_size_limit_is_resource_exhausted_and_stores_nothing() {
     let server = start(1024).await;
@@ -46,7 +42,7 @@ async fn a_message_over_the_size_limit_is_resource_exhausted_and_stores_nothing(
     let status = client.checkpoint(request).await.expect_err("an oversized message is refused");
     let info = assert_error(&status, Code::ResourceExhausted, "MESSAGE_TOO_LARGE");
     assert_eq!(info.metadata.get("limit_bytes"), Some(&MESSAGE_MAX.to_string()), "the limit is named");
-    assert!(stored(&mut client, "big").await.is_empty(), "nothing is stored");
+    assert!(stored_states(&mut client, "big").await.is_empty(), "nothing is stored");
 
     let status = server.idempotency().begin(begin(&"k".repeat(MESSAGE_MAX))).await.expect_err("oversized Begin");
     assert_error(&status, Code::ResourceExhausted, "MESSAGE_TOO_LARGE");
@@ -91,7 +87,7 @@ async fn requests_over_the_concurrency_limit_are_shed_and_store_nothing() {
         let response = write.await.expect("the held write's task").expect("a held write is answered OK");
         assert!(response.into_inner().inserted);
     }
-    assert!(stored(&mut client, "shed").await.is_empty(), "the shed write stored nothing");
+    assert!(stored_states(&mut client, "shed").await.is_empty(), "the shed write stored nothing");
     assert!(server.idempotency().get(crate::support::get("shed")).await.is_err(), "the shed Begin stored nothing");
     // Places are given back: requests are admitted again.
     append(&mut client, checkpoint("after", "started", T0, "{}")).await;
@@ -118,7 +114,7 @@ async fn a_write_whose_deadline_expires_is_indeterminate_and_its_retry_settles_i
     // up, or not at all; it is never stored twice, and a retry of the same
     // tuple gets OK either way.
     let retry = client.checkpoint(request.clone()).await.expect("the retry succeeds").into_inner();
-    let states = stored(&mut client, "late").await;
+    let states = stored_states(&mut client, "late").await;
     assert_eq!(
         states,
         std::slice::from_ref(&request.state),

@@ -112,6 +112,11 @@ pub async fn restore_all(client: &mut Client, mut request: RestoreRequest) -> Ve
     }
 }
 
+/// The states of `turn` in the default namespace, oldest first.
+pub async fn stored_states(client: &mut Client, turn: &str) -> Vec<Vec<u8>> {
+    restore_all(client, restore(turn)).await.into_iter().map(|c| c.state).collect()
+}
+
 /// Every turn `request` selects, following page tokens to the end.
 pub async fn list_all(client: &mut Client, mut request: ListTurnsRequest) -> Vec<TurnSummary> {
     let mut all = Vec::new();

@@ -100,17 +100,21 @@ describe("RESOURCE_EXHAUSTED reasons", () => {
     ["MESSAGE_TOO_LARGE", MessageTooLarge, 1],
     ["STORE_FULL", StoreFull, 1],
   ];
+  /** A client allowing 5 attempts with tiny backoffs, each attempt counted by `counter`. */
+  const countedClient = (counter: ReturnType<typeof counting>, prefix: string) =>
+    new StepwellClient({
+      target: sidecar.target,
+      namespace: freshNamespace(prefix),
+      maxAttempts: 5,
+      initialBackoffMs: 1,
+      maxBackoffMs: 2,
+      interceptors: [counter.interceptor],
+    });
+
   for (const [reason, errorClass, attempts] of attemptsByReason) {
     it(`the client makes ${attempts} attempt(s) on RESOURCE_EXHAUSTED ${reason ?? "without ErrorInfo"}`, async () => {
       const counter = counting(constructed(Code.ResourceExhausted, reason));
-      const client = new StepwellClient({
-        target: sidecar.target,
-        namespace: freshNamespace("ts-exhausted"),
-        maxAttempts: 5,
-        initialBackoffMs: 1,
-        maxBackoffMs: 2,
-        interceptors: [counter.interceptor],
-      });
+      const client = countedClient(counter, "ts-exhausted");
       try {
         await assert.rejects(
           client.checkpoint({ turnId: "t", phase: "started", state: {}, timestamp: T0 }),
@@ -125,14 +129,7 @@ describe("RESOURCE_EXHAUSTED reasons", () => {
 
   it("an oversized checkpoint is MessageTooLarge, sent once, and stores nothing", async () => {
     const counter = counting();
-    const client = new StepwellClient({
-      target: sidecar.target,
-      namespace: freshNamespace("ts-too-large"),
-      maxAttempts: 5,
-      initialBackoffMs: 1,
-      maxBackoffMs: 2,
-      interceptors: [counter.interceptor],
-    });
+    const client = countedClient(counter, "ts-too-large");
     try {
       // A 4.5 MB JSON string: the message is over the limit.
       const state = "x".repeat(4_500_000);
