@@ -66,6 +66,11 @@ impl SqliteStore {
             // The default page size; the cap counts pages.
             options = options.pragma("max_page_count", (bytes / PAGE_BYTES).max(1).to_string());
         }
+        // Sidecars on one host may share the file and start together; an
+        // exclusive lock beside it lets one create it, switch it to WAL and
+        // migrate it while the others wait (the switch to WAL does not wait
+        // on SQLite's busy timeout: it fails at once with "database is locked").
+        let lock = migration_lock(path).await.map_err(Error::MigrationLock)?;
         // Connections to a local file do not go stale: no ping before each use.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
@@ -73,9 +78,6 @@ impl SqliteStore {
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(options.clone().create_if_missing(true))
             .await?;
-        // Sidecars on one host may share the file and start together; an
-        // exclusive lock beside it lets one migrate while the others wait.
-        let lock = migration_lock(path).await.map_err(Error::MigrationLock)?;
         MIGRATOR.run(&writer).await?;
         drop(lock);
         // A restore page of up to 10000 rows crosses from the connection's
