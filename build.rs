@@ -11,6 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={proto}");
     }
     let fds = protox::compile(protos, ["proto"])?;
+    // Cargo hands a build script its output directory in the environment.
+    #[allow(clippy::disallowed_methods)]
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out_dir.join("stepwell_descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
     tonic_prost_build::configure().codec_path("crate::api::codec::Codec").compile_fds(fds)?;

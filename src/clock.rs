@@ -39,7 +39,8 @@ impl Clock {
     }
 }
 
-/// The sidecar's wall-clock time.
+/// The sidecar's wall-clock time: the one place it is read.
+#[allow(clippy::disallowed_methods)]
 pub fn system_now() -> UnixNanos {
     let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     i64::try_from(since_epoch.as_nanos()).unwrap_or(i64::MAX)
