@@ -1,17 +1,26 @@
 //! Every setting of stepwell in one place: the command line, its `STEPWELL_*`
 //! environment variables, their defaults, and the limits the contract fixes.
 //!
-//! Flags are taken as text by clap and checked here, so that every mistake in
-//! a configuration is reported at once rather than one per run.
+//! Each flag has its type, parsed by clap's typed parsers; what no single
+//! flag can check (one limit against another) is checked by the section it
+//! belongs to. Every mistake in a configuration is reported at once rather
+//! than one per run. The environment is a source passed in (`Env`), so only
+//! `Env::process` reads the process's variables, and tests read none.
 
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::{TypedValueParser, ValueParser};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use crate::clock::Clock;
+pub use crate::store::Database;
+use crate::store::Options as StoreOptions;
 
 /// Limits fixed by the contract (shared/API.md); clients rely on them.
 pub mod limits {
@@ -48,7 +57,7 @@ pub mod limits {
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Option<Command>,
+    command: Option<Command>,
 }
 
 /// What the binary does.
@@ -60,142 +69,156 @@ pub enum Command {
     ///
     /// Calls grpc.health.v1.Health/Check, for container health checks (the
     /// image has no shell). Why it is not SERVING is printed to stderr.
-    Healthcheck(HealthcheckArgs),
+    Healthcheck(Healthcheck),
 }
 
 /// Flags of `stepwell healthcheck`.
-#[derive(Debug, Clone, Args)]
-pub struct HealthcheckArgs {
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct Healthcheck {
     /// Sidecar to ask: HOST:PORT, or unix:/path/to.sock. A wildcard address
     /// such as 0.0.0.0 asks the loopback address, so the serve address works.
     #[arg(long, env = "STEPWELL_LISTEN", default_value = "127.0.0.1:50051")]
-    pub target: String,
+    pub target: Listen,
 
     /// Service whose status to ask for; empty means the whole server.
     #[arg(long, default_value = "")]
     pub service: String,
 
     /// How long connecting and answering may take together, in milliseconds.
-    #[arg(long, default_value = "3000")]
-    pub timeout_ms: String,
-}
-
-/// The checked flags of `stepwell healthcheck`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Healthcheck {
-    pub target: Listen,
-    pub service: String,
+    #[arg(long = "timeout-ms", value_name = "MS", default_value = "3000", value_parser = millis(1, 600_000))]
     pub timeout: Duration,
 }
 
-impl Healthcheck {
-    /// Checks every flag, and reports every mistake at once.
-    pub fn from_args(args: &HealthcheckArgs) -> Result<Healthcheck, ConfigErrors> {
-        let mut errors = ConfigErrors(Vec::new());
-        let target = errors.take("target", args.target.parse::<Listen>());
-        let timeout = errors.take("timeout-ms", number::<u64>(&args.timeout_ms, 1, 600_000).map(Duration::from_millis));
-        match (target, timeout) {
-            (Some(target), Some(timeout)) if errors.0.is_empty() => {
-                Ok(Healthcheck { target, service: args.service.clone(), timeout })
-            }
-            _ => Err(errors),
-        }
-    }
-}
+const DAY_SECONDS: u64 = 24 * 3600;
 
 /// Flags of `stepwell serve`. Each is also read from its environment variable.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address to serve on: HOST:PORT, or unix:/path/to.sock for a Unix socket.
     #[arg(long, env = "STEPWELL_LISTEN", default_value = "127.0.0.1:50051")]
-    pub listen: String,
+    pub listen: Listen,
 
     /// Store to use: sqlite://PATH (created if missing), or
     /// postgres://USER:PASSWORD@HOST:PORT/DATABASE for a store shared by many sidecars.
-    #[arg(long, env = "STEPWELL_DATABASE_URL", default_value = "sqlite://stepwell.db")]
-    pub database_url: String,
+    #[arg(
+        long = "database-url",
+        value_name = "URL",
+        env = "STEPWELL_DATABASE_URL",
+        default_value = "sqlite://stepwell.db"
+    )]
+    pub database: Database,
 
     /// Largest checkpoint state accepted, in bytes.
-    #[arg(long, env = "STEPWELL_STATE_BYTES_MAX", default_value = "1048576")]
-    pub state_bytes_max: String,
+    #[arg(long, env = "STEPWELL_STATE_BYTES_MAX", default_value = "1048576", value_parser = size(1, 64 << 20))]
+    pub state_bytes_max: usize,
 
     /// Largest request message accepted, in bytes. Must leave 64 KiB beyond
     /// --state-bytes-max for the other fields.
-    #[arg(long, env = "STEPWELL_MESSAGE_BYTES_MAX", default_value = "4194304")]
-    pub message_bytes_max: String,
+    #[arg(long, env = "STEPWELL_MESSAGE_BYTES_MAX", default_value = "4194304", value_parser = size(1024, 256 << 20))]
+    pub message_bytes_max: usize,
 
     /// Largest idempotency result accepted by Complete, in bytes.
-    #[arg(long, env = "STEPWELL_RESULT_BYTES_MAX", default_value = "1048576")]
-    pub result_bytes_max: String,
+    #[arg(long, env = "STEPWELL_RESULT_BYTES_MAX", default_value = "1048576", value_parser = size(1, 64 << 20))]
+    pub result_bytes_max: usize,
 
     /// Lease given by Begin and Extend when the request sets none, in seconds.
-    #[arg(long, env = "STEPWELL_LEASE_DEFAULT_SECONDS", default_value = "30")]
-    pub lease_default_seconds: String,
+    #[arg(long = "lease-default-seconds", value_name = "SECONDS", env = "STEPWELL_LEASE_DEFAULT_SECONDS", default_value = "30",
+          value_parser = seconds(1, DAY_SECONDS))]
+    pub lease_default: Duration,
 
     /// Longest lease a request may ask for, in seconds.
-    #[arg(long, env = "STEPWELL_LEASE_MAX_SECONDS", default_value = "3600")]
-    pub lease_max_seconds: String,
+    #[arg(long = "lease-max-seconds", value_name = "SECONDS", env = "STEPWELL_LEASE_MAX_SECONDS", default_value = "3600",
+          value_parser = seconds(1, DAY_SECONDS))]
+    pub lease_max: Duration,
 
     /// How long a finished idempotency record is kept when Begin sets no
     /// retention, in seconds (default 7 days).
-    #[arg(long, env = "STEPWELL_RETENTION_DEFAULT_SECONDS", default_value = "604800")]
-    pub retention_default_seconds: String,
+    #[arg(long = "retention-default-seconds", value_name = "SECONDS", env = "STEPWELL_RETENTION_DEFAULT_SECONDS", default_value = "604800",
+          value_parser = seconds(1, 3650 * DAY_SECONDS))]
+    pub retention_default: Duration,
 
     /// Longest retention a request may ask for, in seconds (default 90 days).
-    #[arg(long, env = "STEPWELL_RETENTION_MAX_SECONDS", default_value = "7776000")]
-    pub retention_max_seconds: String,
+    #[arg(long = "retention-max-seconds", value_name = "SECONDS", env = "STEPWELL_RETENTION_MAX_SECONDS", default_value = "7776000",
+          value_parser = seconds(1, 3650 * DAY_SECONDS))]
+    pub retention_max: Duration,
 
     /// How often the sweeper purges idempotency records past their retention, in seconds.
-    #[arg(long, env = "STEPWELL_SWEEP_INTERVAL_SECONDS", default_value = "60")]
-    pub sweep_interval_seconds: String,
+    #[arg(long = "sweep-interval-seconds", value_name = "SECONDS", env = "STEPWELL_SWEEP_INTERVAL_SECONDS", default_value = "60",
+          value_parser = seconds(1, DAY_SECONDS))]
+    pub sweep_interval: Duration,
 
     /// Most records one sweeper pass deletes (one short transaction each).
-    #[arg(long, env = "STEPWELL_SWEEP_BATCH_MAX", default_value = "1000")]
-    pub sweep_batch_max: String,
+    #[arg(long, env = "STEPWELL_SWEEP_BATCH_MAX", default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub sweep_batch_max: u32,
 
     /// Page size used when a request asks for 0.
-    #[arg(long, env = "STEPWELL_PAGE_SIZE_DEFAULT", default_value = "1000")]
-    pub page_size_default: String,
+    #[arg(long, env = "STEPWELL_PAGE_SIZE_DEFAULT", default_value = "1000", value_parser = count(1, 100_000))]
+    pub page_size_default: u32,
 
     /// Largest page size a request may ask for.
-    #[arg(long, env = "STEPWELL_PAGE_SIZE_MAX", default_value = "10000")]
-    pub page_size_max: String,
+    #[arg(long, env = "STEPWELL_PAGE_SIZE_MAX", default_value = "10000", value_parser = count(1, 100_000))]
+    pub page_size_max: u32,
 
     /// Most database connections: Postgres's pool, or SQLite's readers (SQLite
     /// writes always use one connection).
-    #[arg(long, env = "STEPWELL_POOL_MAX", default_value = "16")]
-    pub pool_max: String,
+    #[arg(long, env = "STEPWELL_POOL_MAX", default_value = "16", value_parser = count(1, 1024))]
+    pub pool_max: u32,
+
+    /// How long a request waits for a database connection from the pool, in
+    /// milliseconds (default 5000 on SQLite, 2000 on Postgres, so requests
+    /// fail fast while a shared database is away).
+    #[arg(long = "pool-acquire-timeout-ms", value_name = "MS", env = "STEPWELL_POOL_ACQUIRE_TIMEOUT_MS", value_parser = millis(1, 600_000))]
+    pub pool_acquire_timeout: Option<Duration>,
+
+    /// How long an SQLite connection waits for another's lock on the file
+    /// (sidecars sharing one file), in milliseconds.
+    #[arg(long = "sqlite-busy-timeout-ms", value_name = "MS", env = "STEPWELL_SQLITE_BUSY_TIMEOUT_MS", default_value = "5000",
+          value_parser = millis(1, 600_000))]
+    pub sqlite_busy_timeout: Duration,
 
     /// Most write requests waiting to be committed; more are refused with
     /// RESOURCE_EXHAUSTED.
-    #[arg(long, env = "STEPWELL_WRITE_QUEUE_MAX", default_value = "10000")]
-    pub write_queue_max: String,
+    #[arg(long, env = "STEPWELL_WRITE_QUEUE_MAX", default_value = "10000", value_parser = size(1, 1_000_000))]
+    pub write_queue_max: usize,
 
     /// Most write requests one transaction commits (group commit).
-    #[arg(long, env = "STEPWELL_WRITE_BATCH_MAX", default_value = "256")]
-    pub write_batch_max: String,
+    #[arg(long, env = "STEPWELL_WRITE_BATCH_MAX", default_value = "256", value_parser = size(1, 1024))]
+    pub write_batch_max: usize,
 
     /// Transactions a Postgres store commits side by side (SQLite always
     /// commits one at a time).
-    #[arg(long, env = "STEPWELL_WRITE_CONCURRENCY", default_value = "4")]
-    pub write_concurrency: String,
+    #[arg(long, env = "STEPWELL_WRITE_CONCURRENCY", default_value = "4", value_parser = size(1, 64))]
+    pub write_concurrency: usize,
 
     /// Most requests in the stepwell services at once, across all connections;
     /// more are shed at once with RESOURCE_EXHAUSTED (health and reflection
     /// are never shed).
-    #[arg(long, env = "STEPWELL_MAX_CONCURRENT_REQUESTS", default_value = "1024")]
-    pub max_concurrent_requests: String,
+    #[arg(long, env = "STEPWELL_MAX_CONCURRENT_REQUESTS", default_value = "1024", value_parser = size(1, 1_000_000))]
+    pub max_concurrent_requests: usize,
 
     /// Largest size the SQLite file may grow to, in bytes; 0 for no cap. A
     /// write that would pass it gets RESOURCE_EXHAUSTED (STORE_FULL), as on a
     /// full disk; reads go on, and writes resume once turns are deleted.
     #[arg(long, env = "STEPWELL_SQLITE_BYTES_MAX", default_value = "0")]
-    pub sqlite_bytes_max: String,
+    pub sqlite_bytes_max: u64,
 
     /// How often health re-checks the store, in milliseconds; a failed request
     /// also triggers a check at once.
-    #[arg(long, env = "STEPWELL_HEALTH_CHECK_INTERVAL_MS", default_value = "1000")]
-    pub health_check_interval_ms: String,
+    #[arg(long = "health-check-interval-ms", value_name = "MS", env = "STEPWELL_HEALTH_CHECK_INTERVAL_MS", default_value = "1000",
+          value_parser = millis(10, 60_000))]
+    pub health_check_interval: Duration,
+
+    /// How long one health check of the store may take before the store
+    /// counts as down, in milliseconds.
+    #[arg(long = "health-check-timeout-ms", value_name = "MS", env = "STEPWELL_HEALTH_CHECK_TIMEOUT_MS", default_value = "1000",
+          value_parser = millis(10, 60_000))]
+    pub health_check_timeout: Duration,
+
+    /// Longest wait between tries to reach a shared store that is not up yet
+    /// at start-up, in milliseconds (the wait doubles from 100 ms up to this).
+    #[arg(long = "store-retry-max-ms", value_name = "MS", env = "STEPWELL_STORE_RETRY_MAX_MS", default_value = "5000",
+          value_parser = millis(100, 600_000))]
+    pub store_retry_max: Duration,
 
     /// UNSAFE: serve on a Postgres with fsync=off or synchronous_commit=off,
     /// which can lose writes stepwell has acknowledged. For throwaway
@@ -204,26 +227,140 @@ pub struct ServeArgs {
     pub unsafe_accept_nondurable_postgres: bool,
 
     /// How long shutdown waits for in-flight requests, in seconds.
-    #[arg(long, env = "STEPWELL_SHUTDOWN_GRACE_SECONDS", default_value = "30")]
-    pub shutdown_grace_seconds: String,
+    #[arg(long = "shutdown-grace-seconds", value_name = "SECONDS", env = "STEPWELL_SHUTDOWN_GRACE_SECONDS", default_value = "30",
+          value_parser = seconds(0, 3600))]
+    pub shutdown_grace: Duration,
 
-    /// Log format: text or json. The level is set by STEPWELL_LOG (e.g. info, debug).
-    #[arg(long, env = "STEPWELL_LOG_FORMAT", default_value = "text")]
-    pub log_format: String,
+    /// Log format.
+    #[arg(long, env = "STEPWELL_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Which log events to keep: a level (error, warn, info, debug, trace) or
+    /// per-module directives such as stepwell=debug,info.
+    #[arg(long = "log", value_name = "FILTER", env = "STEPWELL_LOG", default_value = "info")]
+    pub log_filter: String,
 }
 
-impl Default for ServeArgs {
-    /// The defaults, overridden by any `STEPWELL_*` environment variables.
-    fn default() -> Self {
-        #[derive(Parser)]
-        struct Only {
-            #[command(flatten)]
-            args: ServeArgs,
+impl ServeArgs {
+    /// Every flag at its default, whatever the process's environment holds.
+    pub fn defaults() -> ServeArgs {
+        match parse(["stepwell"], &Env::default()) {
+            Ok(Command::Serve(args)) => *args,
+            other => panic!("the defaults parse as `serve`: {other:?}"),
         }
-        // Parsing an empty command line can only fail on a bad environment
-        // variable value, and all values are text, so it cannot fail.
-        Only::try_parse_from(["stepwell"]).map(|o| o.args).unwrap_or_else(|e| e.exit())
     }
+}
+
+/// The environment variables configuration is read from: a source passed
+/// in, so that tests and embedders choose what stepwell sees.
+#[derive(Debug, Clone, Default)]
+pub struct Env(HashMap<OsString, OsString>);
+
+impl Env {
+    /// The process's own environment: the one place stepwell reads it.
+    #[allow(clippy::disallowed_methods)]
+    pub fn process() -> Env {
+        Env(std::env::vars_os().collect())
+    }
+
+    fn get(&self, name: &OsStr) -> Option<&OsString> {
+        self.0.get(name)
+    }
+}
+
+impl<K: Into<OsString>, V: Into<OsString>> FromIterator<(K, V)> for Env {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> Self {
+        Env(pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+/// Parses a command line against `env`. With no subcommand, stepwell serves.
+/// Every flag with a bad value is reported at once, in one error.
+pub fn parse<I, T>(argv: I, env: &Env) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let mut argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+    let mut command = with_env(Cli::command(), env);
+    let mut mistakes = Vec::new();
+    loop {
+        match command.try_get_matches_from_mut(&argv) {
+            Ok(matches) if matches.subcommand().is_none() => argv.push("serve".into()),
+            Ok(matches) if mistakes.is_empty() => {
+                let cli = Cli::from_arg_matches(&matches)?;
+                return Ok(cli.command.expect("a subcommand was matched"));
+            }
+            Ok(_) => return Err(command.error(ErrorKind::ValueValidation, mistakes.join("\n  "))),
+            Err(error) => {
+                // The flag as clap shows it, "--name <NAME>": its first word is the flag.
+                let Some(ContextValue::String(shown)) = error.get(ContextKind::InvalidArg) else {
+                    return Err(error);
+                };
+                let flag = shown.split_whitespace().next().unwrap_or_default().to_owned();
+                if !matches!(error.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+                    return Err(error);
+                }
+                let rendered = error.render().to_string();
+                mistakes.push(rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned());
+                // Let this flag take any text, so the next pass finds the next mistake.
+                command = command.mut_subcommands(|sub| {
+                    sub.mut_args(|arg| match arg.get_long() {
+                        Some(long) if flag == format!("--{long}") => arg.value_parser(ValueParser::os_string()),
+                        _ => arg,
+                    })
+                });
+            }
+        }
+    }
+}
+
+/// Reads each flag's variable from `env` instead of the process: the value
+/// becomes the flag's default, so the command line still wins.
+fn with_env(command: clap::Command, env: &Env) -> clap::Command {
+    command.mut_subcommands(|sub| {
+        sub.mut_args(|arg| {
+            let Some(name) = arg.get_env().map(OsStr::to_owned) else { return arg };
+            let shown = format!("[env: {}]", name.to_string_lossy());
+            let help = arg.get_help().map_or_else(|| shown.clone(), |help| format!("{help} {shown}"));
+            let long_help = arg.get_long_help().map(|help| format!("{help}\n\n{shown}"));
+            let arg = arg.env(None).help(help);
+            let arg = match long_help {
+                Some(long_help) => arg.long_help(long_help),
+                None => arg,
+            };
+            match env.get(&name) {
+                Some(value) if arg.get_action().takes_values() => arg.default_value(value.clone()),
+                // A switch is off for the usual words of no, as clap reads them.
+                Some(value) => {
+                    let off = ["", "0", "n", "no", "f", "false", "off"]
+                        .contains(&value.to_string_lossy().to_ascii_lowercase().as_str());
+                    arg.default_value(if off { "false" } else { "true" })
+                }
+                None => arg,
+            }
+        })
+    })
+}
+
+/// A whole number in `min..=max`.
+fn count(min: u32, max: u32) -> impl TypedValueParser<Value = u32> {
+    clap::value_parser!(u32).range(i64::from(min)..=i64::from(max))
+}
+
+/// A size or count in `min..=max`.
+fn size(min: u64, max: u64) -> impl TypedValueParser<Value = usize> {
+    clap::value_parser!(u64).range(min..=max).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Whole seconds in `min..=max`.
+fn seconds(min: u64, max: u64) -> impl TypedValueParser<Value = Duration> {
+    clap::value_parser!(u64).range(min..=max).map(Duration::from_secs)
+}
+
+/// Whole milliseconds in `min..=max`.
+fn millis(min: u64, max: u64) -> impl TypedValueParser<Value = Duration> {
+    clap::value_parser!(u64).range(min..=max).map(Duration::from_millis)
 }
 
 /// Where the server listens.
@@ -249,58 +386,8 @@ impl FromStr for Listen {
     }
 }
 
-/// The store the sidecar writes to.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Database {
-    /// An SQLite file.
-    Sqlite { path: PathBuf },
-    /// A Postgres database; the URL may hold a password, so it is never logged.
-    Postgres { url: String },
-}
-
-impl Database {
-    /// The store, for logs: a Postgres URL without its password.
-    pub fn describe(&self) -> String {
-        match self {
-            Database::Sqlite { path } => format!("sqlite://{}", path.display()),
-            Database::Postgres { url } => match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
-                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-                }
-                _ => url.clone(),
-            },
-        }
-    }
-}
-
-impl std::fmt::Debug for Database {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.describe())
-    }
-}
-
-impl FromStr for Database {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if let Some(rest) = s.strip_prefix("sqlite:") {
-            let path = rest.strip_prefix("//").unwrap_or(rest);
-            let path = path.split('?').next().unwrap_or_default();
-            if path.is_empty() || path == ":memory:" {
-                return Err("sqlite needs a file path (an in-memory database would not be durable)".into());
-            }
-            return Ok(Database::Sqlite { path: PathBuf::from(path) });
-        }
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            return Ok(Database::Postgres { url: s.to_owned() });
-        }
-        Err("the database URL must start with sqlite:// or postgres://".into())
-    }
-}
-
 /// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
@@ -318,6 +405,8 @@ pub struct Limits {
     pub lease_max: Duration,
     pub retention_default: Duration,
     pub retention_max: Duration,
+    /// Requests in the stepwell services at once; more are shed.
+    pub max_concurrent_requests: usize,
 }
 
 /// How writes are grouped into transactions.
@@ -330,205 +419,134 @@ pub struct Sweep {
     pub batch_max: u32,
 }
 
+/// How the sidecar keeps its health true to the store.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// How often the store is pinged.
+    pub check_interval: Duration,
+    /// How long a ping may take before the store counts as down.
+    pub check_timeout: Duration,
+    /// The first wait before trying again to reach a shared store at start-up.
+    pub retry_first: Duration,
+    /// The longest such wait; each one doubles up to it.
+    pub retry_max: Duration,
+}
+
 /// The checked configuration the server runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: Listen,
-    pub database: Database,
+    pub store: StoreOptions,
     pub limits: Limits,
-    pub sweep: Sweep,
     pub writes: Writes,
-    /// The offset tests move to travel in time; not a flag.
-    pub clock: Clock,
-    pub pool_max: u32,
-    pub max_concurrent_requests: usize,
-    /// The SQLite file's size cap, if any.
-    pub sqlite_bytes_max: Option<u64>,
-    pub health_check_interval: Duration,
-    /// Serve even on a Postgres that may lose acknowledged writes.
-    pub unsafe_accept_nondurable_postgres: bool,
+    pub sweep: Sweep,
+    pub health: Health,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
+    pub log_filter: String,
 }
 
 impl Config {
     /// A configuration for the given store with every other setting at its default.
     pub fn for_database(database: Database) -> Config {
-        let mut config = Config::from_args(&ServeArgs::default()).expect("the defaults are valid");
-        config.database = database;
-        config
+        let mut args = ServeArgs::defaults();
+        args.database = database;
+        Config::from_args(&args).expect("the defaults are valid")
     }
 
-    /// Checks every flag, and reports every mistake at once.
+    /// Checks what no single flag can, section by section, and reports every
+    /// mistake at once.
     pub fn from_args(args: &ServeArgs) -> Result<Config, ConfigErrors> {
         let mut errors = ConfigErrors(Vec::new());
-        let listen = errors.take("listen", args.listen.parse::<Listen>());
-        let database = errors.take("database-url", args.database_url.parse::<Database>());
-        let state_bytes_max = errors.take("state-bytes-max", number::<usize>(&args.state_bytes_max, 1, 64 << 20));
-        let result_bytes_max = errors.take("result-bytes-max", number::<usize>(&args.result_bytes_max, 1, 64 << 20));
-        let message_bytes_max =
-            errors.take("message-bytes-max", number::<usize>(&args.message_bytes_max, 1024, 256 << 20));
-        if let (Some(state), Some(result), Some(message)) = (state_bytes_max, result_bytes_max, message_bytes_max) {
-            let needed = state.max(result) + limits::MESSAGE_OVERHEAD_BYTES;
-            if message < needed {
-                errors.add(
-                    "message-bytes-max",
-                    format!("{message} leaves no room for a full state or result; use at least {needed}"),
-                );
-            }
-        }
-        let day = 24 * 3600;
-        let lease_default = errors.take("lease-default-seconds", seconds(&args.lease_default_seconds, day));
-        let lease_max = errors.take("lease-max-seconds", seconds(&args.lease_max_seconds, day));
-        if let (Some(default), Some(max)) = (lease_default, lease_max)
-            && default > max
-        {
-            errors.add("lease-default-seconds", format!("{default:?} is above --lease-max-seconds {max:?}"));
-        }
-        let retention_default =
-            errors.take("retention-default-seconds", seconds(&args.retention_default_seconds, 3650 * day));
-        let retention_max = errors.take("retention-max-seconds", seconds(&args.retention_max_seconds, 3650 * day));
-        if let (Some(default), Some(max)) = (retention_default, retention_max)
-            && default > max
-        {
-            errors.add("retention-default-seconds", format!("{default:?} is above --retention-max-seconds {max:?}"));
-        }
-        let sweep_interval = errors.take("sweep-interval-seconds", seconds(&args.sweep_interval_seconds, day));
-        let sweep_batch_max = errors.take("sweep-batch-max", number::<u32>(&args.sweep_batch_max, 1, 1_000_000));
-        let page_size_max = errors.take("page-size-max", number::<u32>(&args.page_size_max, 1, 100_000));
-        let page_size_default = errors.take("page-size-default", number::<u32>(&args.page_size_default, 1, 100_000));
-        if let (Some(default), Some(max)) = (page_size_default, page_size_max)
-            && default > max
-        {
-            errors.add("page-size-default", format!("{default} is above --page-size-max {max}"));
-        }
-        let pool_max = errors.take("pool-max", number::<u32>(&args.pool_max, 1, 1024));
-        let write_queue_max = errors.take("write-queue-max", number::<usize>(&args.write_queue_max, 1, 1_000_000));
-        let write_batch_max = errors.take("write-batch-max", number::<usize>(&args.write_batch_max, 1, 1024));
-        let write_concurrency = errors.take("write-concurrency", number::<usize>(&args.write_concurrency, 1, 64));
-        let max_concurrent_requests =
-            errors.take("max-concurrent-requests", number::<usize>(&args.max_concurrent_requests, 1, 1_000_000));
-        let sqlite_bytes_max = errors
-            .take("sqlite-bytes-max", number::<u64>(&args.sqlite_bytes_max, 0, u64::MAX))
-            .map(|bytes| (bytes > 0).then_some(bytes));
-        if let (Some(Some(_)), Some(Database::Postgres { .. })) = (sqlite_bytes_max, &database) {
-            errors.add("sqlite-bytes-max", "applies only to a sqlite:// store".to_owned());
-        }
-        let health_check_interval = errors
-            .take("health-check-interval-ms", number::<u64>(&args.health_check_interval_ms, 10, 60_000))
-            .map(Duration::from_millis);
-        let grace = errors.take("shutdown-grace-seconds", number::<u64>(&args.shutdown_grace_seconds, 0, 3600));
-        let log_format = errors.take(
-            "log-format",
-            match args.log_format.as_str() {
-                "text" => Ok(LogFormat::Text),
-                "json" => Ok(LogFormat::Json),
-                other => Err(format!("{other:?} is not one of text, json")),
-            },
-        );
-
-        let limits = match (
-            state_bytes_max,
-            result_bytes_max,
-            message_bytes_max,
-            page_size_default,
-            page_size_max,
-            lease_default,
-            lease_max,
-            retention_default,
-            retention_max,
-        ) {
-            (
-                Some(state_bytes_max),
-                Some(result_bytes_max),
-                Some(message_bytes_max),
-                Some(page_size_default),
-                Some(page_size_max),
-                Some(lease_default),
-                Some(lease_max),
-                Some(retention_default),
-                Some(retention_max),
-            ) => Some(Limits {
-                state_bytes_max,
-                result_bytes_max,
-                message_bytes_max,
-                page_size_default,
-                page_size_max,
-                lease_default,
-                lease_max,
-                retention_default,
-                retention_max,
-            }),
-            _ => None,
-        };
-        let writes = match (write_queue_max, write_batch_max, write_concurrency, &database) {
-            (Some(queue_max), Some(batch_max), Some(concurrency), Some(database)) => Some(Writes {
-                queue_max,
-                batch_max,
+        let config = Config {
+            listen: args.listen.clone(),
+            store: store_options(args, &mut errors),
+            limits: limits(args, &mut errors),
+            writes: Writes {
+                queue_max: args.write_queue_max,
+                batch_max: args.write_batch_max,
                 // SQLite admits one writer; more tasks would only queue on its lock.
-                concurrency: if matches!(database, Database::Sqlite { .. }) { 1 } else { concurrency },
-            }),
-            _ => None,
+                concurrency: match args.database {
+                    Database::Sqlite { .. } => 1,
+                    Database::Postgres { .. } => args.write_concurrency,
+                },
+            },
+            sweep: Sweep { interval: args.sweep_interval, batch_max: args.sweep_batch_max },
+            health: Health {
+                check_interval: args.health_check_interval,
+                check_timeout: args.health_check_timeout,
+                retry_first: Duration::from_millis(100),
+                retry_max: args.store_retry_max,
+            },
+            shutdown_grace: args.shutdown_grace,
+            log_format: args.log_format,
+            log_filter: args.log_filter.clone(),
         };
-        match (
-            listen,
-            database,
-            limits,
-            writes,
-            sweep_interval,
-            sweep_batch_max,
-            pool_max,
-            (max_concurrent_requests, sqlite_bytes_max),
-            health_check_interval,
-            grace,
-            log_format,
-        ) {
-            (
-                Some(listen),
-                Some(database),
-                Some(limits),
-                Some(writes),
-                Some(interval),
-                Some(batch_max),
-                Some(pool_max),
-                (Some(max_concurrent_requests), Some(sqlite_bytes_max)),
-                Some(health_check_interval),
-                Some(grace),
-                Some(log_format),
-            ) if errors.0.is_empty() => Ok(Config {
-                listen,
-                database,
-                limits,
-                sweep: Sweep { interval, batch_max },
-                writes,
-                clock: Clock::system(),
-                pool_max,
-                max_concurrent_requests,
-                sqlite_bytes_max,
-                health_check_interval,
-                unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
-                shutdown_grace: Duration::from_secs(grace),
-                log_format,
-            }),
-            _ => Err(errors),
+        if let Err(error) = tracing_subscriber::EnvFilter::try_new(&args.log_filter) {
+            errors.add("log", format!("{:?} is not a log filter: {error}", args.log_filter));
         }
+        if errors.0.is_empty() { Ok(config) } else { Err(errors) }
     }
 }
 
-fn number<T>(text: &str, min: T, max: T) -> Result<T, String>
-where
-    T: FromStr + PartialOrd + std::fmt::Display + Copy,
-{
-    let value: T = text.trim().parse().map_err(|_| format!("{text:?} is not a whole number"))?;
-    if value < min || value > max {
-        return Err(format!("{value} is outside {min}..={max}"));
+/// The store's own options.
+fn store_options(args: &ServeArgs, errors: &mut ConfigErrors) -> StoreOptions {
+    let sqlite = matches!(args.database, Database::Sqlite { .. });
+    if args.sqlite_bytes_max > 0 && !sqlite {
+        errors.add("sqlite-bytes-max", "applies only to a sqlite:// store".to_owned());
     }
-    Ok(value)
+    let acquire_default = if sqlite { Duration::from_secs(5) } else { Duration::from_secs(2) };
+    StoreOptions {
+        database: args.database.clone(),
+        pool_max: args.pool_max,
+        acquire_timeout: args.pool_acquire_timeout.unwrap_or(acquire_default),
+        sqlite_busy_timeout: args.sqlite_busy_timeout,
+        sqlite_bytes_max: (args.sqlite_bytes_max > 0).then_some(args.sqlite_bytes_max),
+        unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
+        clock: Clock::system(),
+    }
 }
 
-/// A whole number of seconds in 1..=`max`.
-fn seconds(text: &str, max: u64) -> Result<Duration, String> {
-    number::<u64>(text, 1, max).map(Duration::from_secs)
+/// The request limits, each default within its maximum, and a message large
+/// enough for the largest state or result.
+fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
+    let needed = args.state_bytes_max.max(args.result_bytes_max) + limits::MESSAGE_OVERHEAD_BYTES;
+    if args.message_bytes_max < needed {
+        errors.add(
+            "message-bytes-max",
+            format!("{} leaves no room for a full state or result; use at least {needed}", args.message_bytes_max),
+        );
+    }
+    if args.lease_default > args.lease_max {
+        errors.add(
+            "lease-default-seconds",
+            format!("{:?} is above --lease-max-seconds {:?}", args.lease_default, args.lease_max),
+        );
+    }
+    if args.retention_default > args.retention_max {
+        errors.add(
+            "retention-default-seconds",
+            format!("{:?} is above --retention-max-seconds {:?}", args.retention_default, args.retention_max),
+        );
+    }
+    if args.page_size_default > args.page_size_max {
+        errors.add(
+            "page-size-default",
+            format!("{} is above --page-size-max {}", args.page_size_default, args.page_size_max),
+        );
+    }
+    Limits {
+        state_bytes_max: args.state_bytes_max,
+        result_bytes_max: args.result_bytes_max,
+        message_bytes_max: args.message_bytes_max,
+        page_size_default: args.page_size_default,
+        page_size_max: args.page_size_max,
+        lease_default: args.lease_default,
+        lease_max: args.lease_max,
+        retention_default: args.retention_default,
+        retention_max: args.retention_max,
+        max_concurrent_requests: args.max_concurrent_requests,
+    }
 }
 
 /// Every mistake found in a configuration.
@@ -551,32 +569,62 @@ impl ConfigErrors {
     fn add(&mut self, flag: &str, message: String) {
         self.0.push(format!("--{flag}: {message}"));
     }
-
-    /// Keeps the value, or records why the flag was rejected.
-    fn take<T>(&mut self, flag: &str, result: Result<T, String>) -> Option<T> {
-        result.map_err(|message| self.add(flag, message)).ok()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn serve(argv: &[&str], env: &Env) -> Result<ServeArgs, clap::Error> {
+        let argv = ["stepwell", "serve"].iter().chain(argv);
+        match parse(argv, env)? {
+            Command::Serve(args) => Ok(*args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn mistakes(error: &clap::Error) -> Vec<String> {
+        let text = error.render().to_string();
+        text.lines().take_while(|l| !l.is_empty()).map(str::to_owned).collect()
+    }
+
     #[test]
-    fn reports_every_error_at_once() {
-        let args = ServeArgs {
-            listen: "nowhere".into(),
-            database_url: "mysql://x".into(),
-            state_bytes_max: "-1".into(),
-            log_format: "xml".into(),
-            ..ServeArgs::default()
-        };
-        let errors = Config::from_args(&args).unwrap_err().0;
-        assert_eq!(errors.len(), 4, "{errors:?}");
-        assert!(errors[0].starts_with("--listen"));
-        assert!(errors[1].starts_with("--database-url"));
-        assert!(errors[2].starts_with("--state-bytes-max"));
-        assert!(errors[3].starts_with("--log-format"));
+    fn reports_every_bad_value_at_once() {
+        let argv =
+            ["--listen", "nowhere", "--database-url", "mysql://x", "--state-bytes-max=-1", "--log-format", "xml"];
+        let error = serve(&argv, &Env::default()).unwrap_err();
+        let lines = mistakes(&error);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        for flag in ["--listen", "--database-url", "--state-bytes-max", "--log-format"] {
+            assert!(lines.iter().any(|l| l.contains(flag)), "{flag} missing from {lines:?}");
+        }
+    }
+
+    #[test]
+    fn no_subcommand_means_serve() {
+        assert!(matches!(parse(["stepwell"], &Env::default()), Ok(Command::Serve(_))));
+    }
+
+    #[test]
+    fn the_environment_is_the_source_passed_in() {
+        let env: Env = [("STEPWELL_STATE_BYTES_MAX", "4096"), ("STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES", "1")]
+            .into_iter()
+            .collect();
+        let args = serve(&[], &env).unwrap();
+        assert_eq!(args.state_bytes_max, 4096);
+        assert!(args.unsafe_accept_nondurable_postgres);
+        // The command line wins over the environment.
+        assert_eq!(serve(&["--state-bytes-max", "8192"], &env).unwrap().state_bytes_max, 8192);
+        let off: Env = [("STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES", "false")].into_iter().collect();
+        assert!(!serve(&[], &off).unwrap().unsafe_accept_nondurable_postgres);
+        assert_eq!(ServeArgs::defaults().state_bytes_max, 1 << 20);
+    }
+
+    #[test]
+    fn a_bad_environment_value_is_reported_with_its_flag() {
+        let env: Env = [("STEPWELL_POOL_MAX", "0")].into_iter().collect();
+        let lines = mistakes(&serve(&[], &env).unwrap_err());
+        assert!(lines.len() == 1 && lines[0].contains("--pool-max"), "{lines:?}");
     }
 
     #[test]
@@ -587,36 +635,44 @@ mod tests {
     }
 
     #[test]
-    fn parses_sqlite_urls() {
-        assert_eq!("sqlite://a.db".parse(), Ok(Database::Sqlite { path: "a.db".into() }));
-        assert_eq!("sqlite:///x/a.db".parse(), Ok(Database::Sqlite { path: "/x/a.db".into() }));
-        assert!("sqlite::memory:".parse::<Database>().is_err());
-    }
-
-    #[test]
-    fn postgres_urls_are_logged_without_their_password() {
-        let database: Database = "postgres://app:s3cret@db:5432/stepwell".parse().unwrap();
-        assert_eq!(database.describe(), "postgres://app:***@db:5432/stepwell");
-        assert!(!format!("{database:?}").contains("s3cret"));
-    }
-
-    #[test]
     fn checks_healthcheck_flags() {
-        let args =
-            HealthcheckArgs { target: "unix:/run/s.sock".into(), service: String::new(), timeout_ms: "250".into() };
-        let checked = Healthcheck::from_args(&args).unwrap();
-        assert_eq!(checked.target, Listen::Unix("/run/s.sock".into()));
-        assert_eq!(checked.timeout, Duration::from_millis(250));
-        let args = HealthcheckArgs { target: "nowhere".into(), service: String::new(), timeout_ms: "0".into() };
-        let errors = Healthcheck::from_args(&args).unwrap_err().0;
-        assert_eq!(errors.len(), 2, "{errors:?}");
-        assert!(errors[0].starts_with("--target") && errors[1].starts_with("--timeout-ms"), "{errors:?}");
+        let cli =
+            parse(["stepwell", "healthcheck", "--target", "unix:/run/s.sock", "--timeout-ms", "250"], &Env::default());
+        let Ok(Command::Healthcheck(check)) = cli else { panic!("not a healthcheck: {cli:?}") };
+        assert_eq!(check.target, Listen::Unix("/run/s.sock".into()));
+        assert_eq!(check.timeout, Duration::from_millis(250));
+        let argv = ["stepwell", "healthcheck", "--target", "nowhere", "--timeout-ms", "0"];
+        let lines = mistakes(&parse(argv, &Env::default()).unwrap_err());
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("--target") && lines[1].contains("--timeout-ms"), "{lines:?}");
     }
 
     #[test]
-    fn message_limit_must_hold_a_full_state() {
-        let args = ServeArgs { message_bytes_max: "1048576".into(), ..ServeArgs::default() };
-        let errors = Config::from_args(&args).unwrap_err().0;
+    fn limits_are_checked_against_each_other_all_at_once() {
+        let argv =
+            ["--message-bytes-max", "1048576", "--lease-default-seconds", "7200", "--page-size-default", "20000"];
+        let errors = Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap_err().0;
+        assert_eq!(errors.len(), 3, "{errors:?}");
         assert!(errors[0].contains("no room"), "{errors:?}");
+        assert!(errors[1].starts_with("--lease-default-seconds"), "{errors:?}");
+        assert!(errors[2].starts_with("--page-size-default"), "{errors:?}");
+    }
+
+    #[test]
+    fn store_options_follow_the_backend() {
+        let sqlite = Config::for_database("sqlite://a.db".parse().unwrap());
+        assert_eq!(sqlite.store.acquire_timeout, Duration::from_secs(5));
+        assert_eq!(sqlite.writes.concurrency, 1);
+        let postgres = Config::for_database("postgres://u@h/d".parse().unwrap());
+        assert_eq!(postgres.store.acquire_timeout, Duration::from_secs(2));
+        assert_eq!(postgres.writes.concurrency, 4);
+        let args = serve(&["--database-url", "postgres://u@h/d", "--sqlite-bytes-max", "1"], &Env::default()).unwrap();
+        assert!(Config::from_args(&args).unwrap_err().0[0].starts_with("--sqlite-bytes-max"));
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_a_configuration_error() {
+        let args = serve(&["--log", "stepwell=loud"], &Env::default()).unwrap();
+        assert!(Config::from_args(&args).unwrap_err().0[0].starts_with("--log"));
     }
 }

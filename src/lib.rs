@@ -11,7 +11,10 @@
 //! - `store`: the one `Store` trait and its backends, the only code with SQL;
 //! - `config`: every flag, environment variable and limit;
 //! - `probe`: the health client behind `stepwell healthcheck`;
-//! - `server` (this file): `serve`, which wires the parts to a listener.
+//! - `telemetry`: logging;
+//! - `server`: `serve`, which wires the parts to a listener.
+
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod clock;

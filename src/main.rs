@@ -3,10 +3,11 @@
 //! running sidecar whether it serves (exit 0) or not (exit 1). Configuration
 //! errors exit with code 64.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
-use clap::Parser;
-use stepwell::config::{Cli, Command, Config, Healthcheck, HealthcheckArgs, ServeArgs};
+use stepwell::config::{self, Command, Config, Env, Healthcheck, ServeArgs};
 use stepwell::probe::{self, ServingStatus};
 use stepwell::{Listener, serve, telemetry};
 
@@ -14,29 +15,21 @@ use stepwell::{Listener, serve, telemetry};
 const EXIT_CONFIG: u8 = 64;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let command = match config::parse(std::env::args_os(), &Env::process()) {
+        Ok(command) => command,
         Err(error) => {
             let _ = error.print();
             return if error.use_stderr() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::SUCCESS };
         }
     };
-    match cli.command {
-        Some(Command::Serve(args)) => run_server(&args),
-        Some(Command::Healthcheck(args)) => run_healthcheck(&args),
-        None => run_server(&ServeArgs::default()),
+    match command {
+        Command::Serve(args) => run_server(&args),
+        Command::Healthcheck(check) => run_healthcheck(&check),
     }
 }
 
 /// Exit 0 when the target answers SERVING; otherwise say why on stderr and exit 1.
-fn run_healthcheck(args: &HealthcheckArgs) -> ExitCode {
-    let check = match Healthcheck::from_args(args) {
-        Ok(check) => check,
-        Err(errors) => {
-            eprint!("stepwell healthcheck: {errors}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
+fn run_healthcheck(check: &Healthcheck) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -65,7 +58,7 @@ fn run_server(args: &ServeArgs) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    telemetry::init(config.log_format);
+    telemetry::init(config.log_format, &config.log_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

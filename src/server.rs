@@ -1,10 +1,10 @@
-//! `serve`: binds the services to a listener and runs them until shutdown.
-//!
-//! The listener answers at once, with health NOT_SERVING, while the store
-//! opens and migrates; health turns SERVING only then. A monitor keeps health
-//! true to the store afterwards. On shutdown health turns NOT_SERVING, new
-//! connections are refused, and in-flight RPCs drain for up to the configured
-//! grace before the store closes.
+//! `serve`: binds the services to a listener and runs them until shutdown,
+//! in three movements. Start: the listener answers at once, with health
+//! NOT_SERVING, while the store opens and migrates (`start_store`); health
+//! turns SERVING only then. Health: a monitor keeps it true to the store
+//! afterwards and works the store's breaker. Drain: on shutdown health turns
+//! NOT_SERVING, new connections are refused, and in-flight RPCs drain for up
+//! to the configured grace before the store closes.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -15,11 +15,14 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::server::NamedService;
 use tonic::transport::Server;
+use tonic::transport::server::Router;
 use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
 
 use crate::api::admission::Admission;
@@ -28,9 +31,9 @@ use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
-use crate::config::{Config, Database, Listen, Sweep};
+use crate::config::{self, Config, Database, Listen, Sweep};
 use crate::store::writer::Writer;
-use crate::store::{self, Store};
+use crate::store::{self, Handle, Store};
 
 /// A bound socket to serve on.
 pub enum Listener {
@@ -89,48 +92,16 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
-
     let shared = Shared::new(config.limits.clone());
-    let message_max = config.limits.message_bytes_max;
-    let admission = Admission::new(config.max_concurrent_requests, message_max);
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    let router = Server::builder()
-        .add_service(health_service)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
-        .add_service(admission.wrap(
-            CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
-        ))
-        .add_service(admission.wrap(
-            IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
-        ));
+    let router = router(&config, &shared, health_service)?;
 
     // Shutdown starts on the caller's signal or when the store cannot open;
     // `stopping` tells every task that it has.
     let (stopping_tx, stopping) = watch::channel(false);
     let store_failed = Arc::new(Notify::new());
-    let signal = {
-        let (health, store_failed, stopping_tx) = (health.clone(), store_failed.clone(), stopping_tx.clone());
-        async move {
-            tokio::select! {
-                () = shutdown => tracing::info!("shutting down: draining in-flight requests"),
-                () = store_failed.notified() => {}
-            }
-            stopping_tx.send_replace(true);
-            set_health(&health, ServingStatus::NotServing).await;
-            // Clearing the statuses ends open Watch streams, which would
-            // otherwise hold the drain open until the grace runs out.
-            let mut health = health;
-            for service in SERVICES {
-                health.clear_service_status(service).await;
-            }
-        }
-    };
+    let signal = drain_signal(shutdown, store_failed.clone(), stopping_tx, health.clone());
 
+    let stopping_for_start = stopping.clone();
     let description = listener.describe();
     let socket_path = match &listener {
         Listener::Unix(_, path) => Some(path.clone()),
@@ -142,62 +113,115 @@ pub async fn serve(
         }
         Listener::Unix(l, _) => Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)),
     };
-
-    let mut background = Vec::new();
-    let open = async {
-        match open_store(&config, stopping.clone()).await {
-            Ok(Some(store)) => {
-                let (writer, writers) = Writer::start(store.clone(), &config.writes);
-                background.extend(writers);
-                background.push(tokio::spawn(sweep(store.clone(), config.sweep.clone())));
-                background.push(tokio::spawn(monitor(
-                    store.clone(),
-                    shared.clone(),
-                    health.clone(),
-                    config.health_check_interval,
-                    stopping.clone(),
-                )));
-                shared.set_writer(writer);
-                set_health(&health, ServingStatus::Serving).await;
-                tracing::info!(listen = %description, store = %config.database.describe(), "serving");
-                Ok(())
-            }
-            Ok(None) => Ok(()),
+    let start = async {
+        let started = start_store(&config, &shared, &health, stopping_for_start).await;
+        match &started {
+            Ok(Some(_)) => tracing::info!(listen = %description, store = %config.store.database.describe(), "serving"),
+            Ok(None) => {}
             Err(error) => {
                 tracing::error!(%error, "could not open the store");
                 store_failed.notify_one();
-                Err(error)
             }
         }
+        started
     };
-    let grace = config.shutdown_grace;
-    let serve_until_drained = async {
-        let mut stopping = stopping.clone();
-        tokio::select! {
-            result = server => result,
-            _ = async { stopping.wait_for(|s| *s).await.ok(); tokio::time::sleep(grace).await } => {
-                tracing::warn!(?grace, "shutdown grace ran out with requests still in flight");
-                Ok(())
-            }
-        }
-    };
-    let (served, opened) = tokio::join!(serve_until_drained, open);
+    let (served, started) = tokio::join!(drain(server, stopping, config.shutdown_grace), start);
 
     // Requests have drained, so the writers are idle. A batch or sweeper
     // pass cut short is one transaction, rolled back and never acknowledged.
-    for task in background {
-        task.abort();
-    }
-    if let Ok(store) = shared.store() {
-        store.close().await;
+    if let Ok(Some(Started { store, tasks })) = &started {
+        tasks.iter().for_each(JoinHandle::abort);
+        store.backend().close().await;
     }
     if let Some(path) = socket_path {
         let _ = std::fs::remove_file(path);
     }
     served?;
-    opened?;
+    started?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The services behind their admission limits, health and reflection.
+fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Health>) -> Result<Router, ServeError> {
+    let message_max = config.limits.message_bytes_max;
+    let admission = Admission::new(config.limits.max_concurrent_requests, message_max);
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok(Server::builder()
+        .add_service(health)
+        .add_service(reflection().build_v1()?)
+        .add_service(reflection().build_v1alpha()?)
+        .add_service(admission.wrap(
+            CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
+        ))
+        .add_service(admission.wrap(
+            IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
+        )))
+}
+
+/// Completes when serving should stop taking requests, on the caller's
+/// signal or when the store could not open, after turning health NOT_SERVING.
+async fn drain_signal(
+    shutdown: impl Future<Output = ()>,
+    store_failed: Arc<Notify>,
+    stopping: watch::Sender<bool>,
+    mut health: HealthReporter,
+) {
+    tokio::select! {
+        () = shutdown => tracing::info!("shutting down: draining in-flight requests"),
+        () = store_failed.notified() => {}
+    }
+    stopping.send_replace(true);
+    set_health(&health, ServingStatus::NotServing).await;
+    // Clearing the statuses ends open Watch streams, which would otherwise
+    // hold the drain open until the grace runs out.
+    for service in SERVICES {
+        health.clear_service_status(service).await;
+    }
+}
+
+/// Serves until in-flight requests have drained after the stop, or the grace
+/// runs out.
+async fn drain(
+    server: impl Future<Output = Result<(), tonic::transport::Error>>,
+    mut stopping: watch::Receiver<bool>,
+    grace: Duration,
+) -> Result<(), tonic::transport::Error> {
+    tokio::select! {
+        result = server => result,
+        _ = async { stopping.wait_for(|s| *s).await.ok(); tokio::time::sleep(grace).await } => {
+            tracing::warn!(?grace, "shutdown grace ran out with requests still in flight");
+            Ok(())
+        }
+    }
+}
+
+/// The opened store and the tasks that work on it.
+struct Started {
+    store: Handle,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Opens the store, starts its writers, sweeper and health monitor, hands
+/// it to the services and turns health SERVING; `None` when shutdown began first.
+async fn start_store(
+    config: &Config,
+    shared: &Arc<Shared>,
+    health: &HealthReporter,
+    stopping: watch::Receiver<bool>,
+) -> Result<Option<Started>, ServeError> {
+    let Some(store) = open_store(config, stopping.clone()).await? else { return Ok(None) };
+    let store = Handle::new(store);
+    let (writer, mut tasks) = Writer::start(store.clone(), &config.writes);
+    tasks.push(tokio::spawn(sweep(store.backend().clone(), config.sweep.clone())));
+    tasks.push(tokio::spawn(monitor(store.clone(), shared.clone(), health.clone(), config.health.clone(), stopping)));
+    shared.set_store(store.clone(), writer);
+    set_health(health, ServingStatus::Serving).await;
+    Ok(Some(Started { store, tasks }))
 }
 
 /// Opens the store. A shared store (Postgres) that cannot be reached yet is
@@ -208,11 +232,11 @@ async fn open_store(
     config: &Config,
     mut stopping: watch::Receiver<bool>,
 ) -> Result<Option<Arc<dyn Store>>, ServeError> {
-    let retry = matches!(config.database, Database::Postgres { .. });
-    let mut backoff = Duration::from_millis(100);
+    let retry = matches!(config.store.database, Database::Postgres { .. });
+    let mut backoff = config.health.retry_first;
     loop {
         let error = tokio::select! {
-            opened = store::open(config) => match opened {
+            opened = store::open(&config.store) => match opened {
                 Ok(store) => return Ok(Some(store)),
                 Err(error) => error,
             },
@@ -226,34 +250,32 @@ async fn open_store(
             () = tokio::time::sleep(backoff) => {}
             _ = stopping.wait_for(|s| *s) => return Ok(None),
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff = (backoff * 2).min(config.health.retry_max);
     }
 }
 
 /// Keeps health true to the store: a ping every interval, and at once when a
 /// request found the store unavailable. NOT_SERVING while pings fail, SERVING
 /// again when one succeeds; the store's pool reconnects by itself. While
-/// pings fail the writer's breaker is open: requests hear UNAVAILABLE at once
+/// pings fail the store's breaker is open: requests hear UNAVAILABLE at once
 /// instead of each waiting out a dead server.
 async fn monitor(
-    store: Arc<dyn Store>,
+    store: Handle,
     shared: Arc<Shared>,
     health: HealthReporter,
-    interval: Duration,
+    config: config::Health,
     mut stopping: watch::Receiver<bool>,
 ) {
     let mut serving = true;
     loop {
         tokio::select! {
-            () = tokio::time::sleep(interval) => {}
+            () = tokio::time::sleep(config.check_interval) => {}
             () = shared.store_trouble() => {}
             _ = stopping.wait_for(|s| *s) => return,
         }
-        let pinged = tokio::time::timeout(PING_TIMEOUT, store.ping()).await;
+        let pinged = tokio::time::timeout(config.check_timeout, store.backend().ping()).await;
         let ok = matches!(pinged, Ok(Ok(())));
-        if let Ok(writer) = shared.writer() {
-            writer.set_store_up(ok);
-        }
+        store.set_up(ok);
         if ok != serving && !*stopping.borrow() {
             serving = ok;
             if ok {
@@ -266,9 +288,6 @@ async fn monitor(
         }
     }
 }
-
-/// How long a health ping may take before the store counts as down.
-const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Purges idempotency records past their retention, forever: a pass every
 /// interval, and further passes at once while a pass comes back full. Each

@@ -8,15 +8,21 @@
 //! nothing of the batch was committed.
 
 pub mod batch;
+mod handle;
 pub mod postgres;
 pub mod sqlite;
 pub mod writer;
 
+use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::{Config, Database};
+pub use handle::Handle;
+
+use crate::clock::Clock;
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Refusal};
 use crate::model::{Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos};
 
@@ -101,18 +107,20 @@ pub enum Write {
     Extend { fence: Fence, lease: i64 },
 }
 
-/// The answer to one write request, once its batch committed.
-#[derive(Debug, Clone)]
-pub enum Written {
-    Appended(Appended),
-    /// How many checkpoints went.
-    Deleted(u64),
-    Begun(Fenced<BeginOutcome>),
-    /// When the result was recorded.
-    Completed(Fenced<UnixNanos>),
-    Released(Fenced<RecordState>),
-    /// The new lease expiry.
-    Extended(Fenced<UnixNanos>),
+/// The answers to a batch, once it committed: one list per kind of request,
+/// each in the order those requests stand in the batch. Typed per kind, so
+/// the writer hands each caller an answer of the type it waits for.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub appended: Vec<Appended>,
+    /// How many checkpoints each deletion removed.
+    pub deleted: Vec<u64>,
+    pub begun: Vec<Fenced<BeginOutcome>>,
+    /// When each result was recorded.
+    pub completed: Vec<Fenced<UnixNanos>>,
+    pub released: Vec<Fenced<RecordState>>,
+    /// Each new lease expiry.
+    pub extended: Vec<Fenced<UnixNanos>>,
 }
 
 /// A backend that stores checkpoint logs and idempotency records. The lease
@@ -121,9 +129,9 @@ pub enum Written {
 /// follows their plans, and commits.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Commits a batch of writes in one transaction and answers each, in
-    /// batch order. An error means nothing of the batch was committed.
-    async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error>;
+    /// Commits a batch of writes in one transaction and answers each. An
+    /// error means nothing of the batch was committed.
+    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error>;
 
     /// One page of a turn's checkpoints in restore order, and whether more follow.
     async fn restore(&self, query: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error>;
@@ -147,20 +155,109 @@ pub trait Store: Send + Sync + 'static {
     async fn close(&self);
 }
 
-/// Opens the configured store and brings its schema up to date.
-pub async fn open(config: &Config) -> Result<Arc<dyn Store>, Error> {
-    match &config.database {
+/// The store the sidecar writes to.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite file.
+    Sqlite { path: PathBuf },
+    /// A Postgres database; the URL may hold a password, so it is never logged.
+    Postgres { url: String },
+}
+
+impl Database {
+    /// The store, for logs: a Postgres URL without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            Database::Sqlite { path } => format!("sqlite://{}", path.display()),
+            Database::Postgres { url } => match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
+                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+                }
+                _ => url.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl FromStr for Database {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(rest) = s.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() || path == ":memory:" {
+                return Err("sqlite needs a file path (an in-memory database would not be durable)".into());
+            }
+            return Ok(Database::Sqlite { path: PathBuf::from(path) });
+        }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(Database::Postgres { url: s.to_owned() });
+        }
+        Err("the database URL must start with sqlite:// or postgres://".into())
+    }
+}
+
+/// What a store is opened with; built by `config`, so `store` never reads
+/// the configuration.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub database: Database,
+    /// Most connections: Postgres's pool, or SQLite's readers (SQLite writes
+    /// always use one connection).
+    pub pool_max: u32,
+    /// How long a request waits for a pooled connection.
+    pub acquire_timeout: Duration,
+    /// How long an SQLite connection waits on a locked database.
+    pub sqlite_busy_timeout: Duration,
+    /// The SQLite file's size cap, if any.
+    pub sqlite_bytes_max: Option<u64>,
+    /// Serve even on a Postgres that may lose acknowledged writes.
+    pub unsafe_accept_nondurable_postgres: bool,
+    /// The clock leases are computed on (tests move its offset).
+    pub clock: Clock,
+}
+
+/// Opens the store and brings its schema up to date.
+pub async fn open(options: &Options) -> Result<Arc<dyn Store>, Error> {
+    match &options.database {
         Database::Sqlite { path } => Ok(Arc::new(
-            sqlite::SqliteStore::open(path, config.pool_max, config.sqlite_bytes_max, config.clock.clone()).await?,
+            sqlite::SqliteStore::open(path, options.pool_max, options.sqlite_bytes_max, options.clock.clone()).await?,
         )),
         Database::Postgres { url } => Ok(Arc::new(
             postgres::PostgresStore::open(
                 url,
-                config.pool_max,
-                config.clock.clone(),
-                config.unsafe_accept_nondurable_postgres,
+                options.pool_max,
+                options.clock.clone(),
+                options.unsafe_accept_nondurable_postgres,
             )
             .await?,
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sqlite_urls() {
+        assert_eq!("sqlite://a.db".parse(), Ok(Database::Sqlite { path: "a.db".into() }));
+        assert_eq!("sqlite:///x/a.db".parse(), Ok(Database::Sqlite { path: "/x/a.db".into() }));
+        assert!("sqlite::memory:".parse::<Database>().is_err());
+    }
+
+    #[test]
+    fn postgres_urls_are_logged_without_their_password() {
+        let database: Database = "postgres://app:s3cret@db:5432/stepwell".parse().unwrap();
+        assert_eq!(database.describe(), "postgres://app:***@db:5432/stepwell");
+        assert!(!format!("{database:?}").contains("s3cret"));
     }
 }

@@ -1,13 +1,14 @@
 //! Logging: `tracing` events to standard error as text or JSON, filtered by
-//! the `STEPWELL_LOG` environment variable (default `info`).
+//! `--log` (`STEPWELL_LOG`, default `info`).
 
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
 /// Installs the global subscriber; call once, before serving.
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("STEPWELL_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init(format: LogFormat, filter: &str) {
+    // A filter that does not parse keeps the default rather than silencing logs.
+    let filter = EnvFilter::try_new(filter).unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {

@@ -21,6 +21,7 @@ use stepwell::api::pb::idempotency_service_server::IdempotencyService;
 use stepwell::api::pb::{self, *};
 use stepwell::api::{Shared, validate};
 use stepwell::config::{Config, Database};
+use stepwell::store::Handle;
 use stepwell::store::writer::Writer;
 
 /// The RPCs of stepwell's two services, in the order of their selector byte.
@@ -130,13 +131,14 @@ impl Harness {
             .keep();
         let config = Config::for_database(Database::Sqlite { path: dir.join("fuzz.db") });
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
-        let store = runtime.block_on(stepwell::store::open(&config)).expect("the SQLite store opens");
+        let store = runtime.block_on(stepwell::store::open(&config.store)).expect("the SQLite store opens");
+        let store = Handle::new(store);
         let (writer, _tasks) = {
             let _entered = runtime.enter();
-            Writer::start(store, &config.writes)
+            Writer::start(store.clone(), &config.writes)
         };
         let shared = Shared::new(config.limits.clone());
-        shared.set_writer(writer);
+        shared.set_store(store, writer);
         Harness {
             runtime,
             checkpoints: CheckpointApi::new(shared.clone()),

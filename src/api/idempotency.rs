@@ -13,6 +13,7 @@ use super::{Shared, timestamp, validate};
 use crate::config::limits;
 use crate::error::{Error, Result};
 use crate::idempotency::{self as rules, BeginArgs, Fence, RecordState};
+use crate::store::Fenced;
 
 /// The IdempotencyService implementation.
 pub struct IdempotencyApi {
@@ -42,7 +43,10 @@ impl IdempotencyApi {
             lease: validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?,
             retention: validate::duration("retention", req.retention, limits.retention_default, limits.retention_max)?,
         };
-        let outcome = self.shared.writer()?.begin(args).await??;
+        let outcome = match self.finished(&args).await? {
+            Some(answer) => answer?,
+            None => self.shared.writer()?.begin(args).await??,
+        };
         let response = match outcome {
             rules::BeginOutcome::Acquired { lease_token, attempt, lease_expires_at, previous_lease_expired } => {
                 BeginResponse {
@@ -68,6 +72,22 @@ impl IdempotencyApi {
             }
         };
         Ok(response)
+    }
+
+    /// Begin's fast path. A key that is completed or failed never changes
+    /// again (until it is purged), so its answer comes from a read, without
+    /// queueing or writing; `None` sends the Begin to the writer.
+    async fn finished(&self, args: &BeginArgs) -> Result<Option<Fenced<rules::BeginOutcome>>> {
+        let Some((record, now)) = self.shared.store()?.get(&args.namespace, &args.key).await? else {
+            return Ok(None);
+        };
+        if !matches!(record.state(now), RecordState::Completed | RecordState::Failed) {
+            return Ok(None);
+        }
+        Ok(match rules::plan_begin(Some(&record), args, now) {
+            rules::BeginPlan::Answer(answer) => Some(answer),
+            rules::BeginPlan::Acquire { .. } => None,
+        })
     }
 
     async fn complete(&self, req: CompleteRequest) -> Result<CompleteResponse> {

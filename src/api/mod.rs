@@ -18,8 +18,8 @@ use tonic::{Response, Status};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::model::UnixNanos;
-use crate::store::Store;
 use crate::store::writer::Writer;
+use crate::store::{Handle, Store};
 
 /// The generated protobuf types, servers and clients of `stepwell.v1`.
 pub mod pb {
@@ -30,10 +30,16 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/stepwell_descriptor.bin"));
 }
 
-/// What every service shares: the store's writer, once the store is open,
-/// the limits, and a signal that a request found the store unavailable.
+/// The opened store: reads through its handle, writes through its writer.
+struct Opened {
+    store: Handle,
+    writer: Writer,
+}
+
+/// What every service shares: the store, once it is open, the limits, and a
+/// signal that a request found the store unavailable.
 pub struct Shared {
-    writer: OnceLock<Writer>,
+    opened: OnceLock<Opened>,
     limits: Limits,
     store_trouble: Notify,
 }
@@ -41,7 +47,7 @@ pub struct Shared {
 impl Shared {
     /// Services start before the store is open; they answer UNAVAILABLE until then.
     pub fn new(limits: Limits) -> Arc<Shared> {
-        Arc::new(Shared { writer: OnceLock::new(), limits, store_trouble: Notify::new() })
+        Arc::new(Shared { opened: OnceLock::new(), limits, store_trouble: Notify::new() })
     }
 
     /// Completes when a request has found the store unavailable since the last call.
@@ -62,19 +68,23 @@ impl Shared {
     }
 
     /// Makes the opened store available to the services.
-    pub fn set_writer(&self, writer: Writer) {
-        // Only serve() sets the writer, once; a second set would be a bug.
-        assert!(self.writer.set(writer).is_ok(), "the writer is set once");
+    pub fn set_store(&self, store: Handle, writer: Writer) {
+        // Only serve() sets the store, once; a second set would be a bug.
+        assert!(self.opened.set(Opened { store, writer }).is_ok(), "the store is set once");
+    }
+
+    fn opened(&self) -> Result<&Opened> {
+        self.opened.get().ok_or(Error::NotReady("the store is not open yet"))
     }
 
     /// Every write goes through the writer, once the store is open.
     pub fn writer(&self) -> Result<&Writer> {
-        self.writer.get().ok_or(Error::NotReady("the store is not open yet"))
+        Ok(&self.opened()?.writer)
     }
 
     /// The store, for reads, once it is open and while it answers.
-    pub fn store(&self) -> Result<&Arc<dyn Store>> {
-        Ok(self.writer()?.store()?)
+    pub fn store(&self) -> Result<&dyn Store> {
+        Ok(self.opened()?.store.reads()?)
     }
 
     pub fn limits(&self) -> &Limits {

@@ -45,8 +45,10 @@ pub fn unique_appends(batch: &[Write]) -> Vec<&NewCheckpoint> {
 pub enum AppendSource {
     /// This append inserted its checkpoint, as `seq`.
     Inserted(i64),
-    /// The first append of the same key in this batch, at this index, did.
-    SameAs(usize),
+    /// A repeat, with the same content, of a key this batch inserted as `seq`.
+    Repeat(i64),
+    /// A repeat of a key this batch inserted, with other content.
+    Conflicting,
     /// The key was stored before the batch.
     Stored(StoredCheckpoint),
 }
@@ -62,15 +64,16 @@ pub fn append_sources(
     inserted: &HashMap<CheckpointKey<'_>, i64>,
     existing: &HashMap<CheckpointKey<'_>, StoredCheckpoint>,
 ) -> Result<HashMap<usize, AppendSource>, Error> {
-    let mut first_index: HashMap<CheckpointKey<'_>, usize> = HashMap::new();
+    let mut first: HashMap<CheckpointKey<'_>, &NewCheckpoint> = HashMap::new();
     let mut sources = HashMap::new();
     for (index, write) in batch.iter().enumerate() {
         let Write::Append(cp) = write else { continue };
         let key = checkpoint_key(cp);
-        let source = match (inserted.get(&key), first_index.get(&key)) {
-            (Some(_), Some(&first)) => AppendSource::SameAs(first),
+        let source = match (inserted.get(&key), first.get(&key)) {
+            (Some(&seq), Some(earlier)) if cp.same_content(earlier) => AppendSource::Repeat(seq),
+            (Some(_), Some(_)) => AppendSource::Conflicting,
             (Some(&seq), None) => {
-                first_index.insert(key, index);
+                first.insert(key, cp);
                 AppendSource::Inserted(seq)
             }
             (None, _) => AppendSource::Stored(existing.get(&key).ok_or(Error::Vanished)?.clone()),
@@ -80,39 +83,21 @@ pub fn append_sources(
     Ok(sources)
 }
 
-/// Every request's answer in batch order: appends from their sources (moving
-/// each inserted checkpoint into its answer, without a copy), the others from
-/// `answered`.
-pub fn answers(
-    batch: Vec<Write>,
-    mut sources: HashMap<usize, AppendSource>,
-    mut answered: HashMap<usize, Written>,
-    recorded_at: UnixNanos,
-) -> Vec<Written> {
-    let mut answers: Vec<Written> = Vec::with_capacity(batch.len());
+/// Every append's answer, in batch order, from its source. Each checkpoint
+/// moves into its own answer without a copy: a repeat of an inserted key has
+/// the same content as the row, so it answers with itself.
+pub fn appended(batch: Vec<Write>, mut sources: HashMap<usize, AppendSource>, recorded_at: UnixNanos) -> Vec<Appended> {
+    let mut answers = Vec::with_capacity(sources.len());
     for (index, write) in batch.into_iter().enumerate() {
-        let Write::Append(cp) = write else {
-            answers.push(answered.remove(&index).expect("every request of the batch is answered"));
-            continue;
+        let Write::Append(checkpoint) = write else { continue };
+        let answer = match sources.remove(&index).expect("every append has a source") {
+            AppendSource::Inserted(seq) => Appended::Inserted(StoredCheckpoint { checkpoint, recorded_at, seq }),
+            AppendSource::Repeat(seq) => Appended::Duplicate(StoredCheckpoint { checkpoint, recorded_at, seq }),
+            AppendSource::Conflicting => Appended::Conflict,
+            AppendSource::Stored(stored) if checkpoint.same_content(&stored.checkpoint) => Appended::Duplicate(stored),
+            AppendSource::Stored(_) => Appended::Conflict,
         };
-        let stored = match sources.remove(&index).expect("every append has a source") {
-            AppendSource::Inserted(seq) => {
-                answers.push(Written::Appended(Appended::Inserted(StoredCheckpoint {
-                    checkpoint: cp,
-                    recorded_at,
-                    seq,
-                })));
-                continue;
-            }
-            AppendSource::SameAs(first) => match &answers[first] {
-                Written::Appended(Appended::Inserted(stored)) => stored.clone(),
-                _ => unreachable!("the first append of an inserted key was inserted"),
-            },
-            AppendSource::Stored(stored) => stored,
-        };
-        let outcome =
-            if cp.same_content(&stored.checkpoint) { Appended::Duplicate(stored) } else { Appended::Conflict };
-        answers.push(Written::Appended(outcome));
+        answers.push(answer);
     }
     answers
 }
@@ -120,16 +105,7 @@ pub fn answers(
 /// The (namespace, key) of every idempotency request in the batch, distinct
 /// and sorted, so that concurrent batches lock keys in one order.
 pub fn idempotency_keys(batch: &[Write]) -> Vec<(&str, &str)> {
-    let mut keys: Vec<(&str, &str)> = batch
-        .iter()
-        .filter_map(|write| match write {
-            Write::Begin(args) => Some((args.namespace.as_str(), args.key.as_str())),
-            Write::Complete { fence, .. } | Write::Release { fence, .. } | Write::Extend { fence, .. } => {
-                Some((fence.namespace.as_str(), fence.key.as_str()))
-            }
-            Write::Append(_) | Write::DeleteTurn { .. } => None,
-        })
-        .collect();
+    let mut keys: Vec<(&str, &str)> = batch.iter().filter_map(idempotency_key).collect();
     keys.sort_unstable();
     keys.dedup();
     keys
@@ -142,62 +118,80 @@ pub fn tokens_needed(batch: &[Write]) -> usize {
 
 /// Plans every idempotency request of the batch in arrival order against
 /// `records` (loaded once, keyed by namespace and key), updating them in
-/// memory as each request writes. Returns each request's answer (by its index
-/// in the batch) and the records to save. Records past their retention count
-/// as absent. `tokens` yields fresh fencing tokens in increasing order.
+/// memory as each request writes. Puts each request's answer in `written`
+/// and returns the records to save. Records past their retention count as
+/// absent. `tokens` yields fresh fencing tokens in increasing order.
 pub fn plan_idempotency(
     batch: &[Write],
     mut records: HashMap<(String, String), Record>,
     now: UnixNanos,
     tokens: &mut impl Iterator<Item = u64>,
-) -> (HashMap<usize, Written>, Vec<Record>) {
+    written: &mut Written,
+) -> Vec<Record> {
     let mut changed: HashMap<(String, String), ()> = HashMap::new();
-    let mut answers = HashMap::new();
-    for (index, write) in batch.iter().enumerate() {
-        let (namespace, key) = match write {
-            Write::Begin(args) => (&args.namespace, &args.key),
-            Write::Complete { fence, .. } | Write::Release { fence, .. } | Write::Extend { fence, .. } => {
-                (&fence.namespace, &fence.key)
-            }
-            Write::Append(_) | Write::DeleteTurn { .. } => continue,
-        };
-        let id = (namespace.clone(), key.clone());
+    for write in batch {
+        let Some((namespace, key)) = idempotency_key(write) else { continue };
+        let id = (namespace.to_owned(), key.to_owned());
         let current = records.get(&id).filter(|r| !r.is_purgeable(now));
-        let (answer, record) = match write {
-            Write::Begin(args) => match idempotency::plan_begin(current, args, now) {
-                BeginPlan::Answer(answer) => (Written::Begun(answer), None),
-                BeginPlan::Acquire { attempt, previous_lease_expired } => {
-                    let lease_token = tokens.next().expect("one token per Begin was allocated");
-                    let acquired = idempotency::acquired(current, args, now, lease_token, attempt);
-                    let outcome = idempotency::BeginOutcome::Acquired {
-                        lease_token,
-                        attempt,
-                        lease_expires_at: acquired.lease_expires_at,
-                        previous_lease_expired,
-                    };
-                    (Written::Begun(Ok(outcome)), Some(acquired))
-                }
-            },
+        let record = match write {
+            Write::Begin(args) => {
+                let (answer, record) = plan_acquire(current, args, now, tokens);
+                written.begun.push(answer);
+                record
+            }
             Write::Complete { fence, result } => {
-                split(idempotency::plan_complete(current, fence, result, now), Written::Completed)
+                keep(idempotency::plan_complete(current, fence, result, now), &mut written.completed)
             }
             Write::Release { fence, error, permanent } => {
-                split(idempotency::plan_release(current, fence, error, *permanent, now), Written::Released)
+                keep(idempotency::plan_release(current, fence, error, *permanent, now), &mut written.released)
             }
             Write::Extend { fence, lease } => {
-                split(idempotency::plan_extend(current, fence, *lease, now), Written::Extended)
+                keep(idempotency::plan_extend(current, fence, *lease, now), &mut written.extended)
             }
-            Write::Append(_) | Write::DeleteTurn { .. } => unreachable!("filtered above"),
+            Write::Append(_) | Write::DeleteTurn { .. } => None,
         };
         if let Some(record) = record {
             records.insert(id.clone(), record);
             changed.insert(id, ());
         }
-        answers.insert(index, answer);
     }
     let mut to_save: Vec<Record> = changed.into_keys().filter_map(|id| records.remove(&id)).collect();
     to_save.sort_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
-    (answers, to_save)
+    to_save
+}
+
+/// The (namespace, key) an idempotency request is about; `None` for the others.
+fn idempotency_key(write: &Write) -> Option<(&str, &str)> {
+    match write {
+        Write::Begin(args) => Some((&args.namespace, &args.key)),
+        Write::Complete { fence, .. } | Write::Release { fence, .. } | Write::Extend { fence, .. } => {
+            Some((&fence.namespace, &fence.key))
+        }
+        Write::Append(_) | Write::DeleteTurn { .. } => None,
+    }
+}
+
+/// A Begin's answer, and the record to write when it acquires the lease.
+fn plan_acquire(
+    current: Option<&Record>,
+    args: &idempotency::BeginArgs,
+    now: UnixNanos,
+    tokens: &mut impl Iterator<Item = u64>,
+) -> (Fenced<idempotency::BeginOutcome>, Option<Record>) {
+    match idempotency::plan_begin(current, args, now) {
+        BeginPlan::Answer(answer) => (answer, None),
+        BeginPlan::Acquire { attempt, previous_lease_expired } => {
+            let lease_token = tokens.next().expect("one token per Begin was allocated");
+            let acquired = idempotency::acquired(current, args, now, lease_token, attempt);
+            let outcome = idempotency::BeginOutcome::Acquired {
+                lease_token,
+                attempt,
+                lease_expires_at: acquired.lease_expires_at,
+                previous_lease_expired,
+            };
+            (Ok(outcome), Some(acquired))
+        }
+    }
 }
 
 /// The statements a backend runs for a batch, on one connection: its SQL,
@@ -237,12 +231,13 @@ pub fn needs_transaction(batch: &[Write]) -> bool {
 
 /// Runs a batch's statements: locks first, in one order; then its appends,
 /// its idempotency requests and its deletions (see the module comment).
-/// Answers every request, in batch order.
+/// Answers every request.
 pub async fn run(
     statements: &mut impl Statements,
     batch: Vec<Write>,
     recorded_at: UnixNanos,
-) -> Result<Vec<Written>, Error> {
+) -> Result<Written, Error> {
+    let mut written = Written::default();
     let unique = unique_appends(&batch);
     let keys = idempotency_keys(&batch);
     let now = if keys.is_empty() { 0 } else { statements.lock_keys(&keys).await? };
@@ -255,28 +250,29 @@ pub async fn run(
         let existing = statements.fetch_checkpoints(&missing).await?;
         append_sources(&batch, &inserted, &existing)?
     };
-    let mut answered = if keys.is_empty() {
-        HashMap::new()
-    } else {
+    if !keys.is_empty() {
         let records = statements.load_records(&keys).await?;
         let tokens = statements.lease_tokens(tokens_needed(&batch)).await?;
-        let (answered, changed) = plan_idempotency(&batch, records, now, &mut tokens.into_iter());
+        let changed = plan_idempotency(&batch, records, now, &mut tokens.into_iter(), &mut written);
         statements.save_records(&changed).await?;
-        answered
-    };
-    for (index, write) in batch.iter().enumerate() {
+    }
+    for write in &batch {
         if let Write::DeleteTurn { namespace, turn_id } = write {
-            answered.insert(index, Written::Deleted(statements.delete_turn(namespace, turn_id).await?));
+            written.deleted.push(statements.delete_turn(namespace, turn_id).await?);
         }
     }
-    Ok(answers(batch, sources, answered, recorded_at))
+    written.appended = appended(batch, sources, recorded_at);
+    Ok(written)
 }
 
-fn split<T>(plan: Plan<T>, wrap: fn(Fenced<T>) -> Written) -> (Written, Option<Record>) {
-    match plan {
-        Plan::Answer(answer) => (wrap(answer), None),
-        Plan::Write(record, answer) => (wrap(Ok(answer)), Some(record)),
-    }
+/// Keeps a plan's answer in its list; returns the record to write, if any.
+fn keep<T>(plan: Plan<T>, answers: &mut Vec<Fenced<T>>) -> Option<Record> {
+    let (answer, record) = match plan {
+        Plan::Answer(answer) => (answer, None),
+        Plan::Write(record, answer) => (Ok(answer), Some(record)),
+    };
+    answers.push(answer);
+    record
 }
 
 #[cfg(test)]
@@ -307,9 +303,9 @@ mod tests {
         let inserted = HashMap::from([(("default", "t", "p", 1), 7)]);
         let sources = append_sources(&batch, &inserted, &HashMap::new()).unwrap();
         drop(inserted);
-        let outcomes = answers(batch, sources, HashMap::new(), 0);
-        assert!(matches!(&outcomes[0], Written::Appended(Appended::Inserted(s)) if s.seq == 7));
-        assert!(matches!(&outcomes[1], Written::Appended(Appended::Duplicate(s)) if s.seq == 7));
-        assert!(matches!(outcomes[2], Written::Appended(Appended::Conflict)));
+        let outcomes = appended(batch, sources, 0);
+        assert!(matches!(&outcomes[0], Appended::Inserted(s) if s.seq == 7));
+        assert!(matches!(&outcomes[1], Appended::Duplicate(s) if s.seq == 7 && s.checkpoint.state == b"{}"));
+        assert!(matches!(outcomes[2], Appended::Conflict));
     }
 }

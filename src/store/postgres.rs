@@ -477,7 +477,7 @@ impl batch::Statements for Statements<'_> {
 
 #[async_trait]
 impl Store for PostgresStore {
-    async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error> {
+    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
         let recorded_at = system_now();
         if batch::needs_transaction(&batch) {
             let mut tx = self.pool.begin().await?;

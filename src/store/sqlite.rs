@@ -404,7 +404,7 @@ impl batch::Statements for Statements<'_> {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn write(&self, batch: Vec<Write>) -> Result<Vec<Written>, Error> {
+    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
         let recorded_at = system_now();
         if batch::needs_transaction(&batch) {
             let mut tx = self.writer.begin_with(BEGIN_WRITE).await?;

@@ -7,17 +7,18 @@
 //!
 //! A full queue refuses at once (RESOURCE_EXHAUSTED) rather than growing. A
 //! batch whose commit fails answers every request in it with the error, and
-//! nothing of it is acknowledged. The rest of the service reaches the store
-//! through the cheap, cloneable `Writer` handle, never through the queue.
+//! nothing of it is acknowledged. The rest of the service reaches the queue
+//! only through the cheap, cloneable `Writer` handle. Each caller waits on a
+//! reply of its own request's type, and a batch's answers come back typed per
+//! kind, so an answer can only reach a caller waiting for that kind.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Error, Fenced, Store, Write, Written};
-use crate::idempotency::{self, BeginArgs, BeginOutcome, BeginPlan, Fence, RecordState};
+use super::{Error, Fenced, Handle, Write, Written};
+use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
 use crate::model::{Appended, NewCheckpoint, UnixNanos};
 
 /// How the writer batches.
@@ -32,53 +33,47 @@ pub struct WriterConfig {
     pub concurrency: usize,
 }
 
+/// Where one caller waits for its answer.
+type Reply<T> = oneshot::Sender<Result<T, Arc<Error>>>;
+
+/// A caller's reply, by the kind of its request.
+enum Pending {
+    Appended(Reply<Appended>),
+    Deleted(Reply<u64>),
+    Begun(Reply<Fenced<BeginOutcome>>),
+    Completed(Reply<Fenced<UnixNanos>>),
+    Released(Reply<Fenced<RecordState>>),
+    Extended(Reply<Fenced<UnixNanos>>),
+}
+
 struct Request {
     write: Write,
-    reply: oneshot::Sender<Result<Written, Arc<Error>>>,
+    reply: Pending,
 }
 
 /// The handle every write goes through; clones share one queue.
 #[derive(Clone)]
 pub struct Writer {
     queue: mpsc::Sender<Request>,
-    store: Arc<dyn Store>,
-    /// The breaker: set while the health monitor finds the store down, so
-    /// requests hear UNAVAILABLE at once instead of waiting on a dead server.
-    down: Arc<AtomicBool>,
+    store: Handle,
 }
 
 impl Writer {
     /// Starts the writer tasks; they stop when every handle is dropped.
-    pub fn start(store: Arc<dyn Store>, config: &WriterConfig) -> (Writer, Vec<JoinHandle<()>>) {
+    pub fn start(store: Handle, config: &WriterConfig) -> (Writer, Vec<JoinHandle<()>>) {
         let (queue, receiver) = mpsc::channel(config.queue_max);
         let receiver = Arc::new(Mutex::new(receiver));
-        let down = Arc::new(AtomicBool::new(false));
         let tasks = (0..config.concurrency.max(1))
-            .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max, down.clone())))
+            .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max)))
             .collect();
-        (Writer { queue, store, down }, tasks)
-    }
-
-    /// The store, for reads; `Error::Down` while the breaker is open.
-    pub fn store(&self) -> Result<&Arc<dyn Store>, Error> {
-        self.check_up()?;
-        Ok(&self.store)
-    }
-
-    /// Opens (`false`) or closes (`true`) the breaker: the health monitor's verdict.
-    pub fn set_store_up(&self, up: bool) {
-        self.down.store(!up, Ordering::SeqCst);
-    }
-
-    fn check_up(&self) -> Result<(), Error> {
-        if self.down.load(Ordering::SeqCst) { Err(Error::Down) } else { Ok(()) }
+        (Writer { queue, store }, tasks)
     }
 
     /// Queues one write and waits for its batch to commit.
-    async fn submit(&self, write: Write) -> Result<Written, Error> {
-        self.check_up()?;
+    async fn submit<T>(&self, write: Write, pending: impl FnOnce(Reply<T>) -> Pending) -> Result<T, Error> {
+        self.store.check_up()?;
         let (reply, answer) = oneshot::channel();
-        self.queue.try_send(Request { write, reply }).map_err(|error| match error {
+        self.queue.try_send(Request { write, reply: pending(reply) }).map_err(|error| match error {
             mpsc::error::TrySendError::Full(_) => Error::QueueFull,
             mpsc::error::TrySendError::Closed(_) => Error::WriterStopped,
         })?;
@@ -89,63 +84,32 @@ impl Writer {
     }
 
     pub async fn append(&self, checkpoint: NewCheckpoint) -> Result<Appended, Error> {
-        match self.submit(Write::Append(checkpoint)).await? {
-            Written::Appended(appended) => Ok(appended),
-            other => unreachable!("an append was answered {other:?}"),
-        }
+        self.submit(Write::Append(checkpoint), Pending::Appended).await
     }
 
     pub async fn delete_turn(&self, namespace: String, turn_id: String) -> Result<u64, Error> {
-        match self.submit(Write::DeleteTurn { namespace, turn_id }).await? {
-            Written::Deleted(count) => Ok(count),
-            other => unreachable!("a deletion was answered {other:?}"),
-        }
+        self.submit(Write::DeleteTurn { namespace, turn_id }, Pending::Deleted).await
     }
 
-    /// Begin. A key that is completed or failed never changes again (until
-    /// it is purged), so its answer comes from a read and writes nothing.
     pub async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error> {
-        if let Some((record, now)) = self.store()?.get(&args.namespace, &args.key).await?
-            && matches!(record.state(now), RecordState::Completed | RecordState::Failed)
-            && let BeginPlan::Answer(answer) = idempotency::plan_begin(Some(&record), &args, now)
-        {
-            return Ok(answer);
-        }
-        match self.submit(Write::Begin(args)).await? {
-            Written::Begun(outcome) => Ok(outcome),
-            other => unreachable!("a Begin was answered {other:?}"),
-        }
+        self.submit(Write::Begin(args), Pending::Begun).await
     }
 
     pub async fn complete(&self, fence: Fence, result: Vec<u8>) -> Result<Fenced<UnixNanos>, Error> {
-        match self.submit(Write::Complete { fence, result }).await? {
-            Written::Completed(answer) => Ok(answer),
-            other => unreachable!("a Complete was answered {other:?}"),
-        }
+        self.submit(Write::Complete { fence, result }, Pending::Completed).await
     }
 
     pub async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<RecordState>, Error> {
-        match self.submit(Write::Release { fence, error, permanent }).await? {
-            Written::Released(answer) => Ok(answer),
-            other => unreachable!("a Release was answered {other:?}"),
-        }
+        self.submit(Write::Release { fence, error, permanent }, Pending::Released).await
     }
 
     pub async fn extend(&self, fence: Fence, lease: i64) -> Result<Fenced<UnixNanos>, Error> {
-        match self.submit(Write::Extend { fence, lease }).await? {
-            Written::Extended(answer) => Ok(answer),
-            other => unreachable!("an Extend was answered {other:?}"),
-        }
+        self.submit(Write::Extend { fence, lease }, Pending::Extended).await
     }
 }
 
 /// One writer task: take what is waiting, commit it, answer, repeat.
-async fn commit_batches(
-    store: Arc<dyn Store>,
-    receiver: Arc<Mutex<mpsc::Receiver<Request>>>,
-    batch_max: usize,
-    down: Arc<AtomicBool>,
-) {
+async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
     let mut requests = Vec::with_capacity(batch_max);
     loop {
         {
@@ -154,24 +118,88 @@ async fn commit_batches(
                 return; // every handle is gone
             }
         }
-        let (writes, replies): (Vec<Write>, Vec<_>) = requests.drain(..).map(|r| (r.write, r.reply)).unzip();
+        let mut replies = Replies::default();
+        let writes: Vec<Write> = requests
+            .drain(..)
+            .map(|request| {
+                replies.push(request.reply);
+                request.write
+            })
+            .collect();
         tracing::trace!(size = writes.len(), "committing a batch");
-        let written = if down.load(Ordering::SeqCst) { Err(Error::Down) } else { store.write(writes).await };
+        let written = match store.check_up() {
+            Ok(()) => store.backend().write(writes).await,
+            Err(down) => Err(down),
+        };
         match written {
-            Ok(answers) => {
-                assert_eq!(answers.len(), replies.len(), "a batch answers each of its requests");
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    // A caller that gave up has dropped its receiver; nothing to do.
-                    let _ = reply.send(Ok(answer));
-                }
-            }
+            Ok(written) => replies.answer(written),
             Err(error) => {
                 tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
-                let error = Arc::new(error);
-                for reply in replies {
-                    let _ = reply.send(Err(error.clone()));
-                }
+                replies.fail(Arc::new(error));
             }
         }
+    }
+}
+
+/// A batch's callers, by kind, each list in batch order like `Written`'s.
+#[derive(Default)]
+struct Replies {
+    appended: Vec<Reply<Appended>>,
+    deleted: Vec<Reply<u64>>,
+    begun: Vec<Reply<Fenced<BeginOutcome>>>,
+    completed: Vec<Reply<Fenced<UnixNanos>>>,
+    released: Vec<Reply<Fenced<RecordState>>>,
+    extended: Vec<Reply<Fenced<UnixNanos>>>,
+}
+
+impl Replies {
+    fn push(&mut self, pending: Pending) {
+        match pending {
+            Pending::Appended(reply) => self.appended.push(reply),
+            Pending::Deleted(reply) => self.deleted.push(reply),
+            Pending::Begun(reply) => self.begun.push(reply),
+            Pending::Completed(reply) => self.completed.push(reply),
+            Pending::Released(reply) => self.released.push(reply),
+            Pending::Extended(reply) => self.extended.push(reply),
+        }
+    }
+
+    fn len(&self) -> usize {
+        let Replies { appended, deleted, begun, completed, released, extended } = self;
+        appended.len() + deleted.len() + begun.len() + completed.len() + released.len() + extended.len()
+    }
+
+    /// Hands every caller its answer once the batch committed.
+    fn answer(self, written: Written) {
+        send(self.appended, written.appended);
+        send(self.deleted, written.deleted);
+        send(self.begun, written.begun);
+        send(self.completed, written.completed);
+        send(self.released, written.released);
+        send(self.extended, written.extended);
+    }
+
+    /// Tells every caller the batch failed; nothing of it was committed.
+    fn fail(self, error: Arc<Error>) {
+        fail(self.appended, &error);
+        fail(self.deleted, &error);
+        fail(self.begun, &error);
+        fail(self.completed, &error);
+        fail(self.released, &error);
+        fail(self.extended, &error);
+    }
+}
+
+fn send<T>(replies: Vec<Reply<T>>, answers: Vec<T>) {
+    assert_eq!(replies.len(), answers.len(), "a batch answers each of its requests");
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        // A caller that gave up has dropped its receiver; nothing to do.
+        let _ = reply.send(Ok(answer));
+    }
+}
+
+fn fail<T>(replies: Vec<Reply<T>>, error: &Arc<Error>) {
+    for reply in replies {
+        let _ = reply.send(Err(error.clone()));
     }
 }
