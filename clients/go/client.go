@@ -198,7 +198,9 @@ func (c *Client) RestoreAll(ctx context.Context, req *pb.RestoreRequest) ([]*pb.
 	// Pages are asked for with a copy, whose page token moves on; the
 	// caller's request keeps the token it came with.
 	page := withNamespace(c, req)
-	if page == req {
+	if page == nil {
+		page = &pb.RestoreRequest{}
+	} else if page == req {
 		page = proto.Clone(req).(*pb.RestoreRequest)
 	}
 	for {

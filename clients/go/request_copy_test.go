@@ -1,6 +1,7 @@
 package stepwell_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -99,6 +100,17 @@ func TestRequestsAreNotModified(t *testing.T) {
 		_, err := c.Release(ctx, r)
 		return err
 	})
+
+	// A nil request is the empty one (no turn ID), with or without a client
+	// namespace to fill in: an error from the sidecar, not a panic.
+	for _, client := range []*stepwell.Client{c, dial(t)} {
+		if _, err := client.RestoreAll(ctx, nil); !errors.Is(err, stepwell.ErrInvalidArgument) {
+			t.Fatalf("RestoreAll(nil): want ErrInvalidArgument, got %v", err)
+		}
+		if _, err := client.Restore(ctx, nil); !errors.Is(err, stepwell.ErrInvalidArgument) {
+			t.Fatalf("Restore(nil): want ErrInvalidArgument, got %v", err)
+		}
+	}
 
 	// One request sent through clients of two namespaces lands in each: the
 	// first call did not pin its namespace into the shared message.
