@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -125,7 +127,7 @@ func retryable(err error) bool {
 // invoke runs one RPC with the default timeout and retries: on UNAVAILABLE
 // or OVERLOADED (see retryable) it resends the same request message after a
 // backoff, so a retry can only be answered as a duplicate.
-func invoke[Req any, Resp any](c *Client, ctx context.Context, req Req, f func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
+func invoke[Req any, Resp any](ctx context.Context, c *Client, req Req, f func(context.Context, Req, ...grpc.CallOption) (Resp, error)) (Resp, error) {
 	var zero Resp
 	if _, ok := ctx.Deadline(); !ok && c.opts.timeout > 0 {
 		var cancel context.CancelFunc
@@ -154,30 +156,53 @@ func invoke[Req any, Resp any](c *Client, ctx context.Context, req Req, f func(c
 	}
 }
 
-func (c *Client) ns(ns *string) {
-	if *ns == "" {
-		*ns = c.opts.namespace
+// withNamespace returns req with an empty namespace set to the client's. The
+// caller's message is never written to: when a namespace has to be filled in,
+// it goes into a copy, so a request can be reused, shared between goroutines
+// or sent through two clients without one call changing what the next sends.
+func withNamespace[M proto.Message](c *Client, req M) M {
+	if c.opts.namespace == "" {
+		return req
 	}
+	m := req.ProtoReflect()
+	field := m.Descriptor().Fields().ByName("namespace")
+	if m.IsValid() && m.Get(field).String() != "" {
+		return req
+	}
+	var out protoreflect.Message
+	if m.IsValid() {
+		out = proto.Clone(req).ProtoReflect()
+	} else {
+		// A nil request stands for the empty one, which Clone cannot fill in.
+		out = m.Type().New()
+	}
+	out.Set(field, protoreflect.ValueOfString(c.opts.namespace))
+	return out.Interface().(M)
 }
 
 // Checkpoint appends a checkpoint (CheckpointService.Checkpoint). An empty
-// namespace is set to the client's.
+// namespace is sent as the client's; req itself is never modified (this holds
+// for every method of Client).
 func (c *Client) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.cp.Checkpoint)
+	return invoke(ctx, c, withNamespace(c, req), c.cp.Checkpoint)
 }
 
 // Restore returns one page of a turn's checkpoints.
 func (c *Client) Restore(ctx context.Context, req *pb.RestoreRequest) (*pb.RestoreResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.cp.Restore)
+	return invoke(ctx, c, withNamespace(c, req), c.cp.Restore)
 }
 
 // RestoreAll returns every checkpoint of a turn, following page tokens.
 func (c *Client) RestoreAll(ctx context.Context, req *pb.RestoreRequest) ([]*pb.Checkpoint, error) {
 	var out []*pb.Checkpoint
-	page := &pb.RestoreRequest{Namespace: req.GetNamespace(), TurnId: req.GetTurnId(), PageSize: req.GetPageSize(),
-		NewestFirst: req.GetNewestFirst(), Phase: req.GetPhase(), ExpectWorkflowVersion: req.GetExpectWorkflowVersion(), PageToken: req.GetPageToken()}
+	// Pages are asked for with a copy, whose page token moves on; the
+	// caller's request keeps the token it came with.
+	page := withNamespace(c, req)
+	if page == nil {
+		page = &pb.RestoreRequest{}
+	} else if page == req {
+		page = proto.Clone(req).(*pb.RestoreRequest)
+	}
 	for {
 		resp, err := c.Restore(ctx, page)
 		if err != nil {
@@ -193,44 +218,37 @@ func (c *Client) RestoreAll(ctx context.Context, req *pb.RestoreRequest) ([]*pb.
 
 // ListTurns returns one page of turn summaries.
 func (c *Client) ListTurns(ctx context.Context, req *pb.ListTurnsRequest) (*pb.ListTurnsResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.cp.ListTurns)
+	return invoke(ctx, c, withNamespace(c, req), c.cp.ListTurns)
 }
 
 // DeleteTurn deletes every checkpoint of a turn.
 func (c *Client) DeleteTurn(ctx context.Context, req *pb.DeleteTurnRequest) (*pb.DeleteTurnResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.cp.DeleteTurn)
+	return invoke(ctx, c, withNamespace(c, req), c.cp.DeleteTurn)
 }
 
 // Begin asks to perform the operation named by req.Key.
 func (c *Client) Begin(ctx context.Context, req *pb.BeginRequest) (*pb.BeginResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.idem.Begin)
+	return invoke(ctx, c, withNamespace(c, req), c.idem.Begin)
 }
 
 // Complete records the result of an acquired operation.
 func (c *Client) Complete(ctx context.Context, req *pb.CompleteRequest) (*pb.CompleteResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.idem.Complete)
+	return invoke(ctx, c, withNamespace(c, req), c.idem.Complete)
 }
 
 // Release gives up a lease, for a new attempt or permanently.
 func (c *Client) Release(ctx context.Context, req *pb.ReleaseRequest) (*pb.ReleaseResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.idem.Release)
+	return invoke(ctx, c, withNamespace(c, req), c.idem.Release)
 }
 
 // Extend moves a held lease's expiry.
 func (c *Client) Extend(ctx context.Context, req *pb.ExtendRequest) (*pb.ExtendResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.idem.Extend)
+	return invoke(ctx, c, withNamespace(c, req), c.idem.Extend)
 }
 
 // Get reads an idempotency record without acquiring anything.
 func (c *Client) Get(ctx context.Context, req *pb.GetRequest) (*pb.GetResponse, error) {
-	c.ns(&req.Namespace)
-	return invoke(c, ctx, req, c.idem.Get)
+	return invoke(ctx, c, withNamespace(c, req), c.idem.Get)
 }
 
 // Timestamp converts a time to a protobuf Timestamp (nanosecond precision).

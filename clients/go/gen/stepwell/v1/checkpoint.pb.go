@@ -960,8 +960,8 @@ const file_stepwell_v1_checkpoint_proto_rawDesc = "" +
 	"\aRestore\x12\x1b.stepwell.v1.RestoreRequest\x1a\x1c.stepwell.v1.RestoreResponse\x12J\n" +
 	"\tListTurns\x12\x1d.stepwell.v1.ListTurnsRequest\x1a\x1e.stepwell.v1.ListTurnsResponse\x12M\n" +
 	"\n" +
-	"DeleteTurn\x12\x1e.stepwell.v1.DeleteTurnRequest\x1a\x1f.stepwell.v1.DeleteTurnResponseB\x9f\x01\n" +
-	"\x0fcom.stepwell.v1B\x0fCheckpointProtoP\x01Z.stepwell.dev/client/gen/stepwell/v1;stepwellv1\xa2\x02\x03SXX\xaa\x02\vStepwell.V1\xca\x02\vStepwell\\V1\xe2\x02\x17Stepwell\\V1\\GPBMetadata\xea\x02\fStepwell::V1b\x06proto3"
+	"DeleteTurn\x12\x1e.stepwell.v1.DeleteTurnRequest\x1a\x1f.stepwell.v1.DeleteTurnResponseBC\n" +
+	"\x0fdev.stepwell.v1P\x01Z.stepwell.dev/client/gen/stepwell/v1;stepwellv1b\x06proto3"
 
 var (
 	file_stepwell_v1_checkpoint_proto_rawDescOnce sync.Once

@@ -951,8 +951,8 @@ const file_stepwell_v1_idempotency_proto_rawDesc = "" +
 	"\bComplete\x12\x1c.stepwell.v1.CompleteRequest\x1a\x1d.stepwell.v1.CompleteResponse\x12D\n" +
 	"\aRelease\x12\x1b.stepwell.v1.ReleaseRequest\x1a\x1c.stepwell.v1.ReleaseResponse\x12A\n" +
 	"\x06Extend\x12\x1a.stepwell.v1.ExtendRequest\x1a\x1b.stepwell.v1.ExtendResponse\x128\n" +
-	"\x03Get\x12\x17.stepwell.v1.GetRequest\x1a\x18.stepwell.v1.GetResponseB\xa0\x01\n" +
-	"\x0fcom.stepwell.v1B\x10IdempotencyProtoP\x01Z.stepwell.dev/client/gen/stepwell/v1;stepwellv1\xa2\x02\x03SXX\xaa\x02\vStepwell.V1\xca\x02\vStepwell\\V1\xe2\x02\x17Stepwell\\V1\\GPBMetadata\xea\x02\fStepwell::V1b\x06proto3"
+	"\x03Get\x12\x17.stepwell.v1.GetRequest\x1a\x18.stepwell.v1.GetResponseBC\n" +
+	"\x0fdev.stepwell.v1P\x01Z.stepwell.dev/client/gen/stepwell/v1;stepwellv1b\x06proto3"
 
 var (
 	file_stepwell_v1_idempotency_proto_rawDescOnce sync.Once

@@ -2,6 +2,17 @@ package dev.stepwell;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import dev.stepwell.v1.BeginOutcome;
+import dev.stepwell.v1.BeginRequest;
+import dev.stepwell.v1.BeginResponse;
+import dev.stepwell.v1.Checkpoint;
+import dev.stepwell.v1.CheckpointRequest;
+import dev.stepwell.v1.CheckpointResponse;
+import dev.stepwell.v1.GetResponse;
+import dev.stepwell.v1.RecordState;
+import dev.stepwell.v1.RestoreRequest;
+import dev.stepwell.v1.TurnStatus;
+import dev.stepwell.v1.TurnSummary;
 import io.grpc.Status;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -21,16 +32,6 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
-import stepwell.v1.CheckpointOuterClass.Checkpoint;
-import stepwell.v1.CheckpointOuterClass.CheckpointRequest;
-import stepwell.v1.CheckpointOuterClass.CheckpointResponse;
-import stepwell.v1.CheckpointOuterClass.RestoreRequest;
-import stepwell.v1.CheckpointOuterClass.TurnStatus;
-import stepwell.v1.CheckpointOuterClass.TurnSummary;
-import stepwell.v1.Idempotency.BeginOutcome;
-import stepwell.v1.Idempotency.BeginResponse;
-import stepwell.v1.Idempotency.GetResponse;
-import stepwell.v1.Idempotency.RecordState;
 
 @ExtendWith(Sidecar.Extension.class)
 class ClientTest {
@@ -159,12 +160,12 @@ class ClientTest {
     KeyNotFoundException nf = assertThrows(KeyNotFoundException.class, () -> c.get("k/none"));
     assertEquals(Status.Code.NOT_FOUND, nf.code());
 
-    c.begin(stepwell.v1.Idempotency.BeginRequest.newBuilder()
+    c.begin(BeginRequest.newBuilder()
         .setKey("k/fp").setFingerprint(com.google.protobuf.ByteString.copyFromUtf8("a")).build());
     KeyReusedException kr =
         assertThrows(
             KeyReusedException.class,
-            () -> c.begin(stepwell.v1.Idempotency.BeginRequest.newBuilder()
+            () -> c.begin(BeginRequest.newBuilder()
                 .setKey("k/fp").setFingerprint(com.google.protobuf.ByteString.copyFromUtf8("b")).build()));
     assertEquals("KEY_REUSED", kr.reason());
   }

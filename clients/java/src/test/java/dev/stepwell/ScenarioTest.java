@@ -11,6 +11,15 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.fasterxml.jackson.databind.node.TextNode;
 import com.google.protobuf.Message;
 import com.google.protobuf.util.JsonFormat;
+import dev.stepwell.v1.BeginRequest;
+import dev.stepwell.v1.CheckpointRequest;
+import dev.stepwell.v1.CompleteRequest;
+import dev.stepwell.v1.DeleteTurnRequest;
+import dev.stepwell.v1.ExtendRequest;
+import dev.stepwell.v1.GetRequest;
+import dev.stepwell.v1.ListTurnsRequest;
+import dev.stepwell.v1.ReleaseRequest;
+import dev.stepwell.v1.RestoreRequest;
 import java.io.IOException;
 import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
@@ -27,15 +36,6 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.TestFactory;
 import org.junit.jupiter.api.extension.ExtendWith;
-import stepwell.v1.CheckpointOuterClass.CheckpointRequest;
-import stepwell.v1.CheckpointOuterClass.DeleteTurnRequest;
-import stepwell.v1.CheckpointOuterClass.ListTurnsRequest;
-import stepwell.v1.CheckpointOuterClass.RestoreRequest;
-import stepwell.v1.Idempotency.BeginRequest;
-import stepwell.v1.Idempotency.CompleteRequest;
-import stepwell.v1.Idempotency.ExtendRequest;
-import stepwell.v1.Idempotency.GetRequest;
-import stepwell.v1.Idempotency.ReleaseRequest;
 
 /** Runs every scenario of ../scenarios/*.json against the sidecar, per scenarios/README.md. */
 @ExtendWith(Sidecar.Extension.class)
