@@ -249,55 +249,7 @@ impl FromStr for Listen {
     }
 }
 
-/// The store the sidecar writes to.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Database {
-    /// An SQLite file.
-    Sqlite { path: PathBuf },
-    /// A Postgres database; the URL may hold a password, so it is never logged.
-    Postgres { url: String },
-}
-
-impl Database {
-    /// The store, for logs: a Postgres URL without its password.
-    pub fn describe(&self) -> String {
-        match self {
-            Database::Sqlite { path } => format!("sqlite://{}", path.display()),
-            Database::Postgres { url } => match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
-                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-                }
-                _ => url.clone(),
-            },
-        }
-    }
-}
-
-impl std::fmt::Debug for Database {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.describe())
-    }
-}
-
-impl FromStr for Database {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if let Some(rest) = s.strip_prefix("sqlite:") {
-            let path = rest.strip_prefix("//").unwrap_or(rest);
-            let path = path.split('?').next().unwrap_or_default();
-            if path.is_empty() || path == ":memory:" {
-                return Err("sqlite needs a file path (an in-memory database would not be durable)".into());
-            }
-            return Ok(Database::Sqlite { path: PathBuf::from(path) });
-        }
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            return Ok(Database::Postgres { url: s.to_owned() });
-        }
-        Err("the database URL must start with sqlite:// or postgres://".into())
-    }
-}
+pub use crate::store::Database;
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,6 +304,20 @@ pub struct Config {
 }
 
 impl Config {
+    /// What the store is opened with.
+    pub fn store_options(&self) -> crate::store::Options {
+        let sqlite = matches!(self.database, Database::Sqlite { .. });
+        crate::store::Options {
+            database: self.database.clone(),
+            pool_max: self.pool_max,
+            acquire_timeout: Duration::from_secs(if sqlite { 5 } else { 2 }),
+            sqlite_busy_timeout: Duration::from_secs(5),
+            sqlite_bytes_max: self.sqlite_bytes_max,
+            unsafe_accept_nondurable_postgres: self.unsafe_accept_nondurable_postgres,
+            clock: self.clock.clone(),
+        }
+    }
+
     /// A configuration for the given store with every other setting at its default.
     pub fn for_database(database: Database) -> Config {
         let mut config = Config::from_args(&ServeArgs::default()).expect("the defaults are valid");
@@ -584,20 +550,6 @@ mod tests {
         assert_eq!("unix:/tmp/s.sock".parse(), Ok(Listen::Unix("/tmp/s.sock".into())));
         assert_eq!("127.0.0.1:1".parse(), Ok(Listen::Tcp("127.0.0.1:1".parse().unwrap())));
         assert!("unix:".parse::<Listen>().is_err());
-    }
-
-    #[test]
-    fn parses_sqlite_urls() {
-        assert_eq!("sqlite://a.db".parse(), Ok(Database::Sqlite { path: "a.db".into() }));
-        assert_eq!("sqlite:///x/a.db".parse(), Ok(Database::Sqlite { path: "/x/a.db".into() }));
-        assert!("sqlite::memory:".parse::<Database>().is_err());
-    }
-
-    #[test]
-    fn postgres_urls_are_logged_without_their_password() {
-        let database: Database = "postgres://app:s3cret@db:5432/stepwell".parse().unwrap();
-        assert_eq!(database.describe(), "postgres://app:***@db:5432/stepwell");
-        assert!(!format!("{database:?}").contains("s3cret"));
     }
 
     #[test]

@@ -210,9 +210,10 @@ async fn open_store(
 ) -> Result<Option<Arc<dyn Store>>, ServeError> {
     let retry = matches!(config.database, Database::Postgres { .. });
     let mut backoff = Duration::from_millis(100);
+    let options = config.store_options();
     loop {
         let error = tokio::select! {
-            opened = store::open(config) => match opened {
+            opened = store::open(&options) => match opened {
                 Ok(store) => return Ok(Some(store)),
                 Err(error) => error,
             },

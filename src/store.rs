@@ -1,6 +1,7 @@
-//! The one `Store` trait every backend implements, its error type, and
-//! `open`, which picks the backend from the configured database once at
-//! start-up. Only `store` and its submodules contain SQL.
+//! The one `Store` trait every backend implements, its error type, where a
+//! store lives (`Database`) and what it is opened with (`Options`), and
+//! `open`, which picks the backend once at start-up. Only `store` and its
+//! submodules contain SQL, and they never read the configuration.
 //!
 //! Writes reach a backend in batches (`Store::write`), one transaction each,
 //! from the group-commit `writer`; `batch` holds what a batch means. A write
@@ -9,14 +10,19 @@
 
 pub mod batch;
 pub mod postgres;
+mod rows;
+mod shared;
 pub mod sqlite;
 pub mod writer;
 
+use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::{Config, Database};
+use crate::clock::Clock;
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Refusal};
 use crate::model::{Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos};
 
@@ -147,20 +153,97 @@ pub trait Store: Send + Sync + 'static {
     async fn close(&self);
 }
 
-/// Opens the configured store and brings its schema up to date.
-pub async fn open(config: &Config) -> Result<Arc<dyn Store>, Error> {
-    match &config.database {
-        Database::Sqlite { path } => Ok(Arc::new(
-            sqlite::SqliteStore::open(path, config.pool_max, config.sqlite_bytes_max, config.clock.clone()).await?,
-        )),
-        Database::Postgres { url } => Ok(Arc::new(
-            postgres::PostgresStore::open(
-                url,
-                config.pool_max,
-                config.clock.clone(),
-                config.unsafe_accept_nondurable_postgres,
-            )
-            .await?,
-        )),
+/// Where the store lives.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite file.
+    Sqlite { path: PathBuf },
+    /// A Postgres database; the URL may hold a password, so it is never logged.
+    Postgres { url: String },
+}
+
+impl Database {
+    /// The store, for logs: a Postgres URL without its password.
+    pub fn describe(&self) -> String {
+        match self {
+            Database::Sqlite { path } => format!("sqlite://{}", path.display()),
+            Database::Postgres { url } => match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
+                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+                }
+                _ => url.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+impl FromStr for Database {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(rest) = s.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() || path == ":memory:" {
+                return Err("sqlite needs a file path (an in-memory database would not be durable)".into());
+            }
+            return Ok(Database::Sqlite { path: PathBuf::from(path) });
+        }
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(Database::Postgres { url: s.to_owned() });
+        }
+        Err("the database URL must start with sqlite:// or postgres://".into())
+    }
+}
+
+/// What a store is opened with; built by `config`, so `store` never reads the configuration.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub database: Database,
+    /// Most connections: Postgres's pool, or SQLite's readers (SQLite writes always use one connection).
+    pub pool_max: u32,
+    /// How long a request waits for a pooled connection.
+    pub acquire_timeout: Duration,
+    /// How long an SQLite connection waits on a locked database.
+    pub sqlite_busy_timeout: Duration,
+    /// The SQLite file's size cap, if any.
+    pub sqlite_bytes_max: Option<u64>,
+    /// Serve even on a Postgres that may lose acknowledged writes.
+    pub unsafe_accept_nondurable_postgres: bool,
+    /// The clock leases are computed on (tests move its offset).
+    pub clock: Clock,
+}
+
+/// Opens the store `options` name and brings its schema up to date.
+pub async fn open(options: &Options) -> Result<Arc<dyn Store>, Error> {
+    match &options.database {
+        Database::Sqlite { path } => Ok(Arc::new(sqlite::SqliteStore::open(path, options).await?)),
+        Database::Postgres { url } => Ok(Arc::new(postgres::PostgresStore::open(url, options).await?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sqlite_urls() {
+        assert_eq!("sqlite://a.db".parse(), Ok(Database::Sqlite { path: "a.db".into() }));
+        assert_eq!("sqlite:///x/a.db".parse(), Ok(Database::Sqlite { path: "/x/a.db".into() }));
+        assert!("sqlite::memory:".parse::<Database>().is_err());
+    }
+
+    #[test]
+    fn postgres_urls_are_logged_without_their_password() {
+        let database: Database = "postgres://app:s3cret@db:5432/stepwell".parse().unwrap();
+        assert_eq!(database.describe(), "postgres://app:***@db:5432/stepwell");
+        assert!(!format!("{database:?}").contains("s3cret"));
     }
 }
