@@ -223,3 +223,27 @@ pub fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
     rows.truncate(limit as usize);
     (rows, more)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn_row(checkpoint_count: i64) -> TurnRow {
+        TurnRow {
+            turn_id: "t".into(),
+            session_id: String::new(),
+            first_ts_ns: 1,
+            last_ts_ns: 2,
+            last_phase: "p".into(),
+            checkpoint_count,
+            terminal: false,
+            workflow_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_negative_count_is_a_decode_error_not_zero() {
+        assert_eq!(TurnSummary::try_from(turn_row(3)).unwrap().checkpoint_count, 3);
+        assert!(matches!(TurnSummary::try_from(turn_row(-1)), Err(sqlx::Error::Decode(_))));
+    }
+}

@@ -68,6 +68,7 @@ pub trait Backend: Send + Sync + 'static {
     /// What begins a batch's transaction, where the database's plain `BEGIN` would not do.
     const BEGIN: Option<&'static str>;
 
+    /// Its connections and clock, which the shared statements run on.
     fn pools(&self) -> &Pools<Self::Database>;
 
     /// The key's record, unless absent or past its retention, with the store's time.
