@@ -1,6 +1,7 @@
-//! The one `Store` trait every backend implements, its error type, and
-//! `open`, which picks the backend from the configured database once at
-//! start-up. Only `store` and its submodules contain SQL.
+//! The one `Store` trait every backend implements, its error type, where a
+//! store lives (`Database`) and what it is opened with (`Options`), and
+//! `open`, which picks the backend once at start-up. Only `store` and its
+//! submodules contain SQL, and they never read the configuration.
 //!
 //! Writes reach a backend in batches (`Store::write`), one transaction each,
 //! from the group-commit `writer`; `batch` holds what a batch means. A write
@@ -10,6 +11,8 @@
 pub mod batch;
 mod handle;
 pub mod postgres;
+mod rows;
+mod shared;
 pub mod sqlite;
 pub mod writer;
 
@@ -155,7 +158,7 @@ pub trait Store: Send + Sync + 'static {
     async fn close(&self);
 }
 
-/// The store the sidecar writes to.
+/// Where the store lives.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Database {
     /// An SQLite file.
@@ -205,13 +208,11 @@ impl FromStr for Database {
     }
 }
 
-/// What a store is opened with; built by `config`, so `store` never reads
-/// the configuration.
+/// What a store is opened with; built by `config`, so `store` never reads the configuration.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub database: Database,
-    /// Most connections: Postgres's pool, or SQLite's readers (SQLite writes
-    /// always use one connection).
+    /// Most connections: Postgres's pool, or SQLite's readers (SQLite writes always use one connection).
     pub pool_max: u32,
     /// How long a request waits for a pooled connection.
     pub acquire_timeout: Duration,
@@ -225,21 +226,11 @@ pub struct Options {
     pub clock: Clock,
 }
 
-/// Opens the store and brings its schema up to date.
+/// Opens the store `options` name and brings its schema up to date.
 pub async fn open(options: &Options) -> Result<Arc<dyn Store>, Error> {
     match &options.database {
-        Database::Sqlite { path } => Ok(Arc::new(
-            sqlite::SqliteStore::open(path, options.pool_max, options.sqlite_bytes_max, options.clock.clone()).await?,
-        )),
-        Database::Postgres { url } => Ok(Arc::new(
-            postgres::PostgresStore::open(
-                url,
-                options.pool_max,
-                options.clock.clone(),
-                options.unsafe_accept_nondurable_postgres,
-            )
-            .await?,
-        )),
+        Database::Sqlite { path } => Ok(Arc::new(sqlite::SqliteStore::open(path, options).await?)),
+        Database::Postgres { url } => Ok(Arc::new(postgres::PostgresStore::open(url, options).await?)),
     }
 }
 

@@ -194,10 +194,18 @@ fn plan_acquire(
     }
 }
 
+/// The statement a batch runs that reads the same on every backend, so that
+/// it is implemented once for them all.
+#[async_trait]
+pub trait DeleteTurn: Send {
+    /// Deletes a turn's checkpoints and summary; answers how many checkpoints went.
+    async fn delete_turn(&mut self, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error>;
+}
+
 /// The statements a backend runs for a batch, on one connection: its SQL,
 /// nothing of what the batch means.
 #[async_trait]
-pub trait Statements: Send {
+pub trait Statements: DeleteTurn {
     /// Serializes the batch's idempotency keys against every other writer
     /// (where the backend has more than one), then reads the store's clock.
     async fn lock_keys(&mut self, keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error>;
@@ -208,8 +216,19 @@ pub trait Statements: Send {
         unique: &[&'b NewCheckpoint],
         recorded_at: UnixNanos,
     ) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error>;
-    /// The stored rows of keys the batch found already there.
+    /// The stored rows of keys the batch found already there; no statement
+    /// runs when there are none.
     async fn fetch_checkpoints<'b>(
+        &mut self,
+        keys: &[CheckpointKey<'b>],
+    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        self.fetch_stored(keys).await
+    }
+    /// `fetch_checkpoints` for at least one key.
+    async fn fetch_stored<'b>(
         &mut self,
         keys: &[CheckpointKey<'b>],
     ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error>;
@@ -219,8 +238,6 @@ pub trait Statements: Send {
     async fn lease_tokens(&mut self, count: usize) -> Result<Vec<u64>, sqlx::Error>;
     /// Writes whole records, replacing the rows of their keys.
     async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error>;
-    /// Deletes a turn's checkpoints and summary; answers how many checkpoints went.
-    async fn delete_turn(&mut self, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error>;
 }
 
 /// Whether a batch must be a transaction: a batch of appends alone is one

@@ -41,7 +41,7 @@ fn begin_args(key: &str) -> BeginArgs {
 }
 
 async fn open(store: &TestStore) -> std::sync::Arc<dyn store::Store> {
-    store::open(&Config::for_database(store.database())).await.expect("open the store")
+    store::open(&Config::for_database(store.database()).store).await.expect("open the store")
 }
 
 /// A trigger that fails any insert of turn "poison": a commit that fails

@@ -1,0 +1,249 @@
+//! The rows both backends read, and how each becomes a model value. The row
+//! types derive `sqlx::FromRow` for any `sqlx::Row`, so SQLite and Postgres
+//! decode a table the same way; whatever a row holds that the model cannot
+//! (a negative count, an unknown state, an error that is not UTF-8) is a
+//! decode error, because only a corrupt row can hold it.
+
+use std::collections::HashMap;
+
+use super::batch::{CheckpointKey, checkpoint_key};
+use crate::idempotency::{Held, Record};
+use crate::model::{NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
+
+/// A row the model cannot represent: the database holds what stepwell never writes.
+pub fn decode_error(what: String) -> sqlx::Error {
+    sqlx::Error::Decode(what.into())
+}
+
+/// A whole row of `checkpoints`.
+#[derive(sqlx::FromRow)]
+pub struct CheckpointRow {
+    namespace: String,
+    turn_id: String,
+    session_id: String,
+    phase: String,
+    state: Vec<u8>,
+    ts_ns: i64,
+    terminal: bool,
+    workflow_version: String,
+    recorded_at_ns: i64,
+    seq: i64,
+}
+
+impl From<CheckpointRow> for StoredCheckpoint {
+    fn from(row: CheckpointRow) -> StoredCheckpoint {
+        StoredCheckpoint {
+            checkpoint: NewCheckpoint {
+                namespace: row.namespace,
+                turn_id: row.turn_id,
+                session_id: row.session_id,
+                phase: row.phase,
+                state: row.state,
+                timestamp: row.ts_ns,
+                terminal: row.terminal,
+                workflow_version: row.workflow_version,
+            },
+            recorded_at: row.recorded_at_ns,
+            seq: row.seq,
+        }
+    }
+}
+
+/// A restored checkpoint: the restore query's columns, without the namespace
+/// and turn, which are the query's.
+#[derive(sqlx::FromRow)]
+pub struct PageRow {
+    seq: i64,
+    session_id: String,
+    phase: String,
+    ts_ns: i64,
+    state: Vec<u8>,
+    terminal: bool,
+    workflow_version: String,
+    recorded_at_ns: i64,
+}
+
+impl PageRow {
+    pub fn into_checkpoint(self, q: &RestoreQuery) -> StoredCheckpoint {
+        StoredCheckpoint {
+            seq: self.seq,
+            checkpoint: NewCheckpoint {
+                namespace: q.namespace.clone(),
+                turn_id: q.turn_id.clone(),
+                session_id: self.session_id,
+                phase: self.phase,
+                timestamp: self.ts_ns,
+                state: self.state,
+                terminal: self.terminal,
+                workflow_version: self.workflow_version,
+            },
+            recorded_at: self.recorded_at_ns,
+        }
+    }
+}
+
+/// A row of `turns`.
+#[derive(sqlx::FromRow)]
+pub struct TurnRow {
+    turn_id: String,
+    session_id: String,
+    first_ts_ns: i64,
+    last_ts_ns: i64,
+    last_phase: String,
+    checkpoint_count: i64,
+    terminal: bool,
+    workflow_version: String,
+}
+
+impl TryFrom<TurnRow> for TurnSummary {
+    type Error = sqlx::Error;
+
+    fn try_from(row: TurnRow) -> Result<TurnSummary, sqlx::Error> {
+        // Stepwell only ever adds to a count, so a negative one is corruption,
+        // reported as such rather than served as a plausible 0.
+        let count = row.checkpoint_count;
+        Ok(TurnSummary {
+            turn_id: row.turn_id,
+            session_id: row.session_id,
+            first_timestamp: row.first_ts_ns,
+            last_timestamp: row.last_ts_ns,
+            last_phase: row.last_phase,
+            checkpoint_count: u64::try_from(count).map_err(|_| decode_error(format!("count {count} < 0")))?,
+            terminal: row.terminal,
+            workflow_version: row.workflow_version,
+        })
+    }
+}
+
+/// A row of `idempotency`. Its `error` is read as bytes because Postgres
+/// keeps it as bytes (it may hold NUL); SQLite's text reads as bytes too.
+#[derive(sqlx::FromRow)]
+pub struct RecordRow {
+    namespace: String,
+    key: String,
+    held: i64,
+    fingerprint: Vec<u8>,
+    attempt: i64,
+    lease_token: i64,
+    lease_expires_at_ns: i64,
+    result: Vec<u8>,
+    error: Vec<u8>,
+    retention_ns: i64,
+    created_at_ns: i64,
+    updated_at_ns: i64,
+    purge_after_ns: i64,
+}
+
+impl TryFrom<RecordRow> for Record {
+    type Error = sqlx::Error;
+
+    fn try_from(row: RecordRow) -> Result<Record, sqlx::Error> {
+        let RecordRow { held, attempt, lease_token, .. } = row;
+        Ok(Record {
+            namespace: row.namespace,
+            key: row.key,
+            held: Held::from_code(held).ok_or_else(|| decode_error(format!("unknown held state {held}")))?,
+            fingerprint: row.fingerprint,
+            attempt: u32::try_from(attempt).map_err(|_| decode_error(format!("attempt {attempt} out of range")))?,
+            lease_token: u64::try_from(lease_token).map_err(|_| decode_error(format!("token {lease_token} < 0")))?,
+            lease_expires_at: row.lease_expires_at_ns,
+            result: row.result,
+            error: String::from_utf8(row.error).map_err(|_| decode_error("error is not UTF-8".into()))?,
+            retention: row.retention_ns,
+            created_at: row.created_at_ns,
+            updated_at: row.updated_at_ns,
+            purge_after: row.purge_after_ns,
+        })
+    }
+}
+
+/// Records by their (namespace, key).
+pub fn records_by_key(rows: Vec<RecordRow>) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
+    rows.into_iter().map(|row| Record::try_from(row).map(|r| ((r.namespace.clone(), r.key.clone()), r))).collect()
+}
+
+/// Each record's fencing token as the signed integer the column holds.
+pub fn stored_tokens(records: &[Record]) -> Result<Vec<i64>, sqlx::Error> {
+    records
+        .iter()
+        .map(|r| i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token))))
+        .collect()
+}
+
+/// What an insert's `RETURNING namespace, turn_id, phase, ts_ns, seq` names.
+#[derive(sqlx::FromRow)]
+pub struct InsertedRow {
+    namespace: String,
+    turn_id: String,
+    phase: String,
+    ts_ns: i64,
+    seq: i64,
+}
+
+/// The `seq` of each key the batch inserted, keyed by the batch's own
+/// strings, from the rows the insert returned.
+pub fn inserted_seqs<'b>(
+    unique: &[&'b NewCheckpoint],
+    rows: Vec<InsertedRow>,
+) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
+    let index: HashMap<CheckpointKey<'_>, usize> =
+        unique.iter().enumerate().map(|(i, cp)| (checkpoint_key(cp), i)).collect();
+    let mut inserted = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let &i = index
+            .get(&(row.namespace.as_str(), row.turn_id.as_str(), row.phase.as_str(), row.ts_ns))
+            .ok_or_else(|| decode_error("RETURNING named a checkpoint the batch did not insert".into()))?;
+        inserted.insert(checkpoint_key(unique[i]), row.seq);
+    }
+    Ok(inserted)
+}
+
+/// The fetched rows of checkpoints already stored, by the key the batch asked with.
+pub fn found_checkpoints<'b>(
+    keys: &[CheckpointKey<'b>],
+    rows: Vec<CheckpointRow>,
+) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+    let mut found = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let stored = StoredCheckpoint::from(row);
+        let c = &stored.checkpoint;
+        let key = keys
+            .iter()
+            .find(|k| **k == (c.namespace.as_str(), c.turn_id.as_str(), c.phase.as_str(), c.timestamp))
+            .copied()
+            .ok_or_else(|| decode_error("fetched a checkpoint the batch did not ask for".into()))?;
+        found.insert(key, stored);
+    }
+    Ok(found)
+}
+
+/// Splits `limit + 1` fetched rows into a page and whether more follow.
+pub fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    (rows, more)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn_row(checkpoint_count: i64) -> TurnRow {
+        TurnRow {
+            turn_id: "t".into(),
+            session_id: String::new(),
+            first_ts_ns: 1,
+            last_ts_ns: 2,
+            last_phase: "p".into(),
+            checkpoint_count,
+            terminal: false,
+            workflow_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_negative_count_is_a_decode_error_not_zero() {
+        assert_eq!(TurnSummary::try_from(turn_row(3)).unwrap().checkpoint_count, 3);
+        assert!(matches!(TurnSummary::try_from(turn_row(-1)), Err(sqlx::Error::Decode(_))));
+    }
+}

@@ -1,0 +1,257 @@
+//! What the SQLite and Postgres backends do alike: a batch's transaction,
+//! the reads of the checkpoint log and the turns, and a turn's deletion,
+//! written once over `sqlx::Database`; and `Store` for every `Backend`, so
+//! that a backend supplies only what is its own.
+//!
+//! The statements here are in the SQL both dialects accept: `$N` parameters
+//! (SQLite binds `$N` to the Nth argument as Postgres does) and `CAST`
+//! rather than Postgres's `::`.
+
+use async_trait::async_trait;
+use sqlx::postgres::PgQueryResult;
+use sqlx::sqlite::SqliteQueryResult;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, SqlStr, Type};
+
+use super::batch::{self, Statements};
+use super::rows::{self, PageRow, TurnRow};
+use super::{Error, Store, Write, Written};
+use crate::clock::{Clock, system_now};
+use crate::idempotency::Record;
+use crate::model::{Cursor, ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
+
+/// A page of a turn's checkpoints from the oldest; `$3` is the phase, if only one.
+const RESTORE_OLDEST_FIRST: &str = "\
+    SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns FROM checkpoints \
+    WHERE namespace = $1 AND turn_id = $2 AND (CAST($3 AS TEXT) IS NULL OR phase = $3) AND (ts_ns, seq) > ($4, $5) \
+    ORDER BY ts_ns, seq LIMIT $6";
+
+/// A page of a turn's checkpoints from the newest.
+const RESTORE_NEWEST_FIRST: &str = "\
+    SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns FROM checkpoints \
+    WHERE namespace = $1 AND turn_id = $2 AND (CAST($3 AS TEXT) IS NULL OR phase = $3) AND (ts_ns, seq) < ($4, $5) \
+    ORDER BY ts_ns DESC, seq DESC LIMIT $6";
+
+const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
+
+/// A page of turns after `$2`, each filter unless NULL.
+const LIST_TURNS: &str = "\
+    SELECT * FROM turns \
+    WHERE namespace = $1 AND turn_id > $2 AND (CAST($3 AS BOOLEAN) IS NULL OR terminal = $3) \
+      AND (CAST($4 AS TEXT) IS NULL OR session_id = $4) AND (CAST($5 AS BIGINT) IS NULL OR last_ts_ns < $5) \
+    ORDER BY turn_id LIMIT $6";
+
+const DELETE_CHECKPOINTS: &str = "DELETE FROM checkpoints WHERE namespace = $1 AND turn_id = $2";
+const DELETE_TURN: &str = "DELETE FROM turns WHERE namespace = $1 AND turn_id = $2";
+
+/// A backend's connections and clock.
+pub struct Pools<DB: Database> {
+    /// Where batches and purges are written: SQLite's one connection, or Postgres's pool.
+    pub writer: Pool<DB>,
+    /// Where reads go: SQLite's readers beside the writer, or Postgres's pool again.
+    pub reader: Pool<DB>,
+    /// The clock leases are computed on.
+    pub clock: Clock,
+}
+
+/// The connection a batch runs on, with the store's clock; each backend
+/// implements `batch::Statements` on it for its own database, and
+/// `batch::DeleteTurn` is implemented here for both.
+pub struct Conn<'c, DB: Database> {
+    pub conn: &'c mut DB::Connection,
+    pub clock: &'c Clock,
+}
+
+/// What is a backend's own; `Store` comes with it.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    type Database: Dialect;
+    /// What begins a batch's transaction, where the database's plain `BEGIN` would not do.
+    const BEGIN: Option<&'static str>;
+
+    /// Its connections and clock, which the shared statements run on.
+    fn pools(&self) -> &Pools<Self::Database>;
+
+    /// The key's record, unless absent or past its retention, with the store's time.
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;
+
+    /// Deletes up to `limit` records past their retention; returns how many went.
+    async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;
+
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), Error>;
+
+    /// Finishes in-flight work and closes connections.
+    async fn close(&self);
+}
+
+/// How many rows a statement changed, which `sqlx` answers per database.
+pub trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        SqliteQueryResult::rows_affected(self)
+    }
+}
+
+impl RowsAffected for PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        PgQueryResult::rows_affected(self)
+    }
+}
+
+/// A database the shared statements run on: any whose driver binds and
+/// decodes what they need (both of stepwell's do).
+#[async_trait]
+pub trait Dialect: Database {
+    /// Commits a batch on `pools.writer`: in a transaction begun with
+    /// `begin` (or plain `BEGIN`), unless the batch is one statement.
+    async fn write(pools: &Pools<Self>, begin: Option<&'static str>, batch: Vec<Write>) -> Result<Written, Error>;
+
+    /// One page of a turn's checkpoints in restore order, and whether more follow.
+    async fn restore(pool: &Pool<Self>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error>;
+
+    /// The summary of one turn, if it has checkpoints.
+    async fn turn(pool: &Pool<Self>, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, sqlx::Error>;
+
+    /// One page of turn summaries ordered by turn id, and whether more follow.
+    async fn list_turns(pool: &Pool<Self>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error>;
+
+    /// Runs a backend's purge statement, whose `$1` is `now` and `$2` the most
+    /// records to delete; answers how many went.
+    async fn purge(pool: &Pool<Self>, purge: SqlStr, now: i64, limit: u32) -> Result<u64, sqlx::Error>;
+}
+
+#[async_trait]
+impl<DB> Dialect for DB
+where
+    DB: Database,
+    DB::QueryResult: RowsAffected,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'c> Conn<'c, DB>: Statements,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<bool>: Encode<'q, DB> + Type<DB>,
+    for<'r> PageRow: FromRow<'r, DB::Row>,
+    for<'r> TurnRow: FromRow<'r, DB::Row>,
+{
+    async fn write(pools: &Pools<DB>, begin: Option<&'static str>, batch: Vec<Write>) -> Result<Written, Error> {
+        let recorded_at = system_now();
+        if !batch::needs_transaction(&batch) {
+            // One statement, atomic and durable by itself (on SQLite a
+            // trigger keeps the turns), in one round trip.
+            let mut conn = pools.writer.acquire().await?;
+            return batch::run(&mut Conn { conn: &mut *conn, clock: &pools.clock }, batch, recorded_at).await;
+        }
+        let mut tx = match begin {
+            Some(statement) => pools.writer.begin_with(statement).await?,
+            None => pools.writer.begin().await?,
+        };
+        let answers = batch::run(&mut Conn { conn: &mut *tx, clock: &pools.clock }, batch, recorded_at).await?;
+        tx.commit().await?;
+        Ok(answers)
+    }
+
+    async fn restore(pool: &Pool<DB>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error> {
+        let start = match (q.after, q.newest_first) {
+            (Some(cursor), _) => cursor,
+            (None, false) => Cursor { timestamp: i64::MIN, seq: i64::MIN },
+            (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
+        };
+        let sql = if q.newest_first { RESTORE_NEWEST_FIRST } else { RESTORE_OLDEST_FIRST };
+        let rows: Vec<PageRow> = sqlx::query_as(sql)
+            .bind(q.namespace.as_str())
+            .bind(q.turn_id.as_str())
+            .bind(q.phase.as_deref())
+            .bind(start.timestamp)
+            .bind(start.seq)
+            .bind(i64::from(q.limit) + 1)
+            .fetch_all(pool)
+            .await?;
+        let checkpoints = rows.into_iter().map(|row| row.into_checkpoint(q)).collect();
+        Ok(rows::page(checkpoints, q.limit))
+    }
+
+    async fn turn(pool: &Pool<DB>, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, sqlx::Error> {
+        let row: Option<TurnRow> = sqlx::query_as(TURN).bind(namespace).bind(turn_id).fetch_optional(pool).await?;
+        row.map(TurnSummary::try_from).transpose()
+    }
+
+    async fn list_turns(pool: &Pool<DB>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error> {
+        let terminal = match q.status {
+            TurnStatus::Open => Some(false),
+            TurnStatus::Terminal => Some(true),
+            TurnStatus::Any => None,
+        };
+        let rows: Vec<TurnRow> = sqlx::query_as(LIST_TURNS)
+            .bind(q.namespace.as_str())
+            .bind(q.after_turn_id.as_deref().unwrap_or(""))
+            .bind(terminal)
+            .bind(q.session_id.as_deref())
+            .bind(q.updated_before)
+            .bind(i64::from(q.limit) + 1)
+            .fetch_all(pool)
+            .await?;
+        let turns = rows.into_iter().map(TurnSummary::try_from).collect::<Result<Vec<_>, _>>()?;
+        Ok(rows::page(turns, q.limit))
+    }
+
+    async fn purge(pool: &Pool<DB>, purge: SqlStr, now: i64, limit: u32) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(purge).bind(now).bind(i64::from(limit)).execute(pool).await?.rows_affected())
+    }
+}
+
+#[async_trait]
+impl<DB> batch::DeleteTurn for Conn<'_, DB>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    DB::QueryResult: RowsAffected,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    async fn delete_turn(&mut self, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error> {
+        let deleted = sqlx::query(DELETE_CHECKPOINTS).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
+        sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
+        Ok(deleted.rows_affected())
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Store for B {
+    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
+        <B::Database as Dialect>::write(self.pools(), B::BEGIN, batch).await
+    }
+
+    async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
+        Ok(<B::Database as Dialect>::restore(&self.pools().reader, q).await?)
+    }
+
+    async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {
+        Ok(<B::Database as Dialect>::turn(&self.pools().reader, namespace, turn_id).await?)
+    }
+
+    async fn list_turns(&self, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error> {
+        Ok(<B::Database as Dialect>::list_turns(&self.pools().reader, q).await?)
+    }
+
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {
+        Backend::get(self, namespace, key).await
+    }
+
+    async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
+        Backend::purge_expired(self, limit).await
+    }
+
+    async fn ping(&self) -> Result<(), Error> {
+        Backend::ping(self).await
+    }
+
+    async fn close(&self) {
+        Backend::close(self).await
+    }
+}
