@@ -83,7 +83,7 @@ impl Workload {
 
 /// A new checkpoint of writer `w`: its `n`th, with a payload of its own.
 fn new_checkpoint(w: usize, n: u64, rng: &mut Rng) -> CheckpointRequest {
-    let pad: String = (0..4).map(|_| format!("{:016x}", rng.next())).collect();
+    let pad: String = (0..4).map(|_| format!("{:016x}", rng.next_u64())).collect();
     CheckpointRequest {
         namespace: NAMESPACE.to_owned(),
         turn_id: format!("w{w}-{}", n / TURN_LENGTH),

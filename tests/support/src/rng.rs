@@ -33,7 +33,7 @@ impl Rng {
         self.seed
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -43,17 +43,17 @@ impl Rng {
 
     /// A number in `0..n`.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     /// True `percent` times in a hundred.
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 
     /// A number in `low..=high`.
     pub fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
+        low + self.next_u64() % (high - low + 1)
     }
 
     /// A time in `low..=high` milliseconds.

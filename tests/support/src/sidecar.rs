@@ -79,11 +79,14 @@ impl<Kind> Running<Kind> {
     }
 }
 
+/// One adjustment of a test's configuration, given to `.configure(..)`.
+type Adjustment<'a> = Box<dyn FnOnce(&mut Config) + 'a>;
+
 /// What an in-process sidecar is to be: see `Sidecar::builder`.
 #[must_use = "a builder starts nothing until `start`"]
 pub struct SidecarBuilder<'a> {
     store: Option<TestStore>,
-    configure: Vec<Box<dyn FnOnce(&mut Config) + 'a>>,
+    configure: Vec<Adjustment<'a>>,
     unix_socket: bool,
 }
 
