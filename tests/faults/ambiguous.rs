@@ -14,13 +14,15 @@ use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use stepwell::api::pb::{BeginOutcome, BeginRequest, CheckpointRequest, GetRequest, RecordState, RestoreRequest};
 
-use crate::backend::TestStore;
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::requests::{T0, complete, restore_all, ts};
+use stepwell_test_support::sidecar::SidecarProcess;
+
+use crate::STEPWELL;
 use crate::checker::{History, Outcome};
-use crate::harness::ChildServer;
-use crate::profile::{Profile, Rng};
+use crate::profile::{Profile, fault_rng};
 use crate::proxy::LossyProxy;
-use crate::support::{T0, complete, restore_all, ts};
-use crate::workload::{NAMESPACE, Workload, settle};
+use crate::workload::{NAMESPACE, Workload, settle_and_assert_clean};
 
 fn assert_indeterminate(status: &tonic::Status, what: &str) {
     assert!(
@@ -30,8 +32,9 @@ fn assert_indeterminate(status: &tonic::Status, what: &str) {
 }
 
 /// Retries a call as a client does while its outcome is indeterminate (the
-/// first retry may still meet the cut connection), and returns the answer.
-async fn retried<T, F: Future<Output = Result<tonic::Response<T>, tonic::Status>>>(
+/// first retry may still meet the cut connection), asserting that every
+/// failure is indeterminate, and returns the answer.
+async fn retried_asserting_indeterminate<T, F: Future<Output = Result<tonic::Response<T>, tonic::Status>>>(
     what: &str,
     mut call: impl FnMut() -> F,
 ) -> T {
@@ -48,7 +51,7 @@ async fn retried<T, F: Future<Output = Result<tonic::Response<T>, tonic::Status>
 async fn a_lost_reply_is_settled_by_the_retry_and_stored_once() {
     let profile = Profile::from_env();
     let store = TestStore::new().await;
-    let server = ChildServer::spawn_as(&store, "ambiguous").await;
+    let server = SidecarProcess::builder(STEPWELL, &store).name("ambiguous").spawn().await;
     let proxy = LossyProxy::start(server.socket_path()).await;
     let mut checkpoints = CheckpointServiceClient::new(proxy.channel());
     let mut operations = IdempotencyServiceClient::new(proxy.channel());
@@ -67,7 +70,7 @@ async fn a_lost_reply_is_settled_by_the_retry_and_stored_once() {
         proxy.cut_next_reply();
         let lost = checkpoints.checkpoint(request.clone()).await.expect_err("the reply is lost");
         assert_indeterminate(&lost, "Checkpoint");
-        let retry = retried("retried Checkpoint", || {
+        let retry = retried_asserting_indeterminate("retried Checkpoint", || {
             let (mut client, request) = (checkpoints.clone(), request.clone());
             async move { client.checkpoint(request).await }
         })
@@ -91,14 +94,14 @@ async fn a_lost_reply_is_settled_by_the_retry_and_stored_once() {
         proxy.cut_next_reply();
         let lost = operations.complete(finish.clone()).await.expect_err("the reply is lost");
         assert_indeterminate(&lost, "Complete");
-        let again = retried("retried Begin", || {
+        let again = retried_asserting_indeterminate("retried Begin", || {
             let (mut client, begin) = (operations.clone(), begin.clone());
             async move { client.begin(begin).await }
         })
         .await;
         assert_eq!(again.outcome(), BeginOutcome::Completed, "round {round}: the lost Complete was committed");
         assert_eq!(again.result, result, "round {round}: with its result");
-        retried("retried Complete", || {
+        retried_asserting_indeterminate("retried Complete", || {
             let (mut client, finish) = (operations.clone(), finish.clone());
             async move { client.complete(finish).await }
         })
@@ -117,10 +120,10 @@ async fn a_lost_reply_is_settled_by_the_retry_and_stored_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_lost_at_random_under_load_lose_and_duplicate_nothing() {
     let profile = Profile::from_env();
-    let mut rng = Rng::from_env();
+    let mut rng = fault_rng();
     let seed = rng.seed();
     let store = TestStore::new().await;
-    let server = ChildServer::spawn_as(&store, "lossy").await;
+    let server = SidecarProcess::builder(STEPWELL, &store).name("lossy").spawn().await;
     let proxy = LossyProxy::start(server.socket_path()).await;
     let history = Arc::new(History::default());
     let workload = Workload::start(profile.writers, seed, &history, || proxy.channel());
@@ -137,5 +140,5 @@ async fn replies_lost_at_random_under_load_lose_and_duplicate_nothing() {
     workload.stop().await;
 
     let figures = json!({ "replies_lost": proxy.cuts_made() });
-    settle("lost replies", seed, server.channel(), &history, figures).await;
+    settle_and_assert_clean("lost replies", seed, server.channel(), &history, figures).await;
 }

@@ -10,19 +10,22 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::backend::TestStore;
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::channel::lazy_unix_channel;
+use stepwell_test_support::sidecar::SidecarProcess;
+
+use crate::STEPWELL;
 use crate::checker::History;
-use crate::harness::{ChildServer, lazy_unix_channel};
-use crate::profile::{Profile, Rng, quantiles};
-use crate::workload::{Workload, settle};
+use crate::profile::{Profile, fault_rng, quantiles};
+use crate::workload::{Workload, settle_and_assert_clean};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_loop_loses_and_duplicates_nothing() {
     let profile = Profile::from_env();
-    let mut rng = Rng::from_env();
+    let mut rng = fault_rng();
     let seed = rng.seed();
     let store = TestStore::new().await;
-    let mut server = ChildServer::spawn_as(&store, "killed").await;
+    let mut server = SidecarProcess::builder(STEPWELL, &store).name("killed").spawn().await;
     let socket = server.socket_path().to_owned();
     let history = Arc::new(History::default());
     let workload = Workload::start(profile.writers, seed, &history, || lazy_unix_channel(&socket));
@@ -35,7 +38,7 @@ async fn sigkill_loop_loses_and_duplicates_nothing() {
         let killed = Instant::now();
         server.kill().await;
         let restarting = Instant::now();
-        server = ChildServer::spawn_as(&store, "killed").await;
+        server = SidecarProcess::builder(STEPWELL, &store).name("killed").spawn().await;
         restarts.push(restarting.elapsed());
         history.window(killed, Instant::now());
     }
@@ -49,5 +52,5 @@ async fn sigkill_loop_loses_and_duplicates_nothing() {
         "ready_after_restart_ms": { "p50": p50.round(), "p99": p99.round(), "max": max.round() },
         "ready_within_2s": max <= 2000.0,
     });
-    settle("kill loop", seed, server.channel(), &history, figures).await;
+    settle_and_assert_clean("kill loop", seed, server.channel(), &history, figures).await;
 }

@@ -7,21 +7,9 @@
 //! the store holds afterwards. Runs once per backend, one test at a time;
 //! `profile` picks the CI or the long profile.
 //!
-//! It shares the integration suite's harness: how a server is started and
-//! which store it runs on.
-
-#[path = "../it/backend.rs"]
-#[allow(dead_code)]
-mod backend;
-#[path = "../it/harness.rs"]
-#[allow(dead_code)]
-mod harness;
-#[path = "../it/pg_cluster.rs"]
-#[allow(dead_code)]
-mod pg_cluster;
-#[path = "../it/support.rs"]
-#[allow(dead_code)]
-mod support;
+//! How a sidecar is started and which store it runs on come from the
+//! `stepwell-test-support` crate (tests/support), shared with the
+//! integration suite.
 
 mod checker;
 mod profile;
@@ -32,3 +20,7 @@ mod ambiguous;
 mod kill_loop;
 mod postgres_only;
 mod sqlite_only;
+
+/// The real binary, which cargo builds for this test binary; every fault
+/// run kills or starts it through `SidecarProcess::builder`.
+const STEPWELL: &str = env!("CARGO_BIN_EXE_stepwell");

@@ -15,15 +15,20 @@ use stepwell::config::Database;
 use tokio::sync::watch;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::backend::{TestStore, fresh_database_on};
+use stepwell_test_support::WAIT_LIMIT;
+use stepwell_test_support::backend::{TestStore, fresh_database_on};
+use stepwell_test_support::channel::lazy_unix_channel;
+use stepwell_test_support::health::{next_status, watch_health};
+use stepwell_test_support::pg_cluster::PgCluster;
+use stepwell_test_support::sidecar::SidecarProcess;
+
+use crate::STEPWELL;
 use crate::checker::History;
-use crate::harness::{ChildServer, WAIT_LIMIT, lazy_unix_channel, next_status, watch_health};
-use crate::pg_cluster::PgCluster;
-use crate::profile::{Profile, Rng, quantiles};
-use crate::workload::{Workload, settle};
+use crate::profile::{Profile, fault_rng, quantiles};
+use crate::workload::{Workload, settle_and_assert_clean};
 
 /// Follows the sidecar's health, publishing each status with when it arrived.
-async fn follow_health(server: &ChildServer) -> watch::Receiver<(ServingStatus, Instant)> {
+async fn follow_health(server: &SidecarProcess) -> watch::Receiver<(ServingStatus, Instant)> {
     let mut stream = watch_health(&server.channel()).await;
     let first = next_status(&mut stream).await.expect("a first health status");
     let (tx, rx) = watch::channel((first, Instant::now()));
@@ -58,11 +63,11 @@ async fn blocking(cluster: &Arc<PgCluster>, action: fn(&PgCluster)) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_crashes_under_load_lose_nothing_and_the_sidecar_recovers_by_itself() {
     let profile = Profile::from_env();
-    let mut rng = Rng::from_env();
+    let mut rng = fault_rng();
     let seed = rng.seed();
     let cluster = Arc::new(tokio::task::spawn_blocking(|| PgCluster::start(&[])).await.expect("start a cluster"));
     let store = TestStore::on(Database::Postgres { url: fresh_database_on(&cluster.url()).await });
-    let mut server = ChildServer::spawn_as(&store, "outage").await;
+    let mut server = SidecarProcess::builder(STEPWELL, &store).name("outage").spawn().await;
     let mut health = follow_health(&server).await;
     let socket = server.socket_path().to_owned();
     let history = Arc::new(History::default());
@@ -103,7 +108,7 @@ async fn postgres_crashes_under_load_lose_nothing_and_the_sidecar_recovers_by_it
         "serving_within_5s": back_max <= 5000.0,
         "outage_ms": quantiles(&downtime).1.round(),
     });
-    settle("postgres outage", seed, server.channel(), &history, figures).await;
+    settle_and_assert_clean("postgres outage", seed, server.channel(), &history, figures).await;
     let codes = history.error_codes();
     assert!(
         codes.keys().all(|code| code == "Unavailable" || code == "Aborted"),

@@ -1,12 +1,15 @@
 //! How hard a fault run pushes, and what it reports. The CI profile (the
 //! default) keeps the whole suite within minutes; `STEPWELL_FAULT_PROFILE=long`
 //! runs ten times the kill cycles and five times the outages. Random choices
-//! come from one seed, printed with every report and replayed with
-//! `STEPWELL_FAULT_SEED`. Each test prints one report line, and appends it as
-//! JSON to the file `STEPWELL_FAULT_REPORT` names, if set.
+//! come from one seed (`fault_rng`), printed with every report and replayed
+//! with `STEPWELL_FAULT_SEED`. Each test prints one report line, and appends
+//! it as JSON to the file `STEPWELL_FAULT_REPORT` names, if set.
 
 use std::io::Write;
 use std::time::Duration;
+
+use stepwell_test_support::backend::backend;
+use stepwell_test_support::rng::Rng;
 
 /// The numbers a profile fixes.
 #[derive(Debug, Clone, Copy)]
@@ -34,47 +37,10 @@ impl Profile {
     }
 }
 
-/// A small seeded generator (xorshift64*), so a failing run can be replayed.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// From `STEPWELL_FAULT_SEED`, or else from the clock.
-    pub fn from_env() -> Rng {
-        let seed = std::env::var("STEPWELL_FAULT_SEED")
-            .ok()
-            .map(|s| s.parse().expect("STEPWELL_FAULT_SEED is a whole number"))
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_nanos()
-                    as u64
-            });
-        Rng::new(seed)
-    }
-
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-
-    pub fn seed(&self) -> u64 {
-        self.0
-    }
-
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A number in `low..=high`.
-    pub fn range(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
-    }
-
-    /// A time in `low..=high` milliseconds.
-    pub fn millis(&mut self, low: u64, high: u64) -> Duration {
-        Duration::from_millis(self.range(low, high))
-    }
+/// A fault run's generator: from `STEPWELL_FAULT_SEED`, or else from the
+/// clock; its seed goes into the run's report.
+pub fn fault_rng() -> Rng {
+    Rng::from_env("STEPWELL_FAULT_SEED")
 }
 
 /// Quantiles of a set of durations, in milliseconds.
@@ -87,7 +53,7 @@ pub fn quantiles(samples: &[Duration]) -> (f64, f64, f64) {
 
 /// Prints a test's report line, and appends it to `STEPWELL_FAULT_REPORT`.
 pub fn report(test: &str, fields: serde_json::Value) {
-    let backend = format!("{:?}", crate::backend::backend()).to_lowercase();
+    let backend = format!("{:?}", backend()).to_lowercase();
     let profile = Profile::from_env().name;
     println!("fault report [{test}, {backend}, {profile} profile]: {fields}");
     if let Ok(path) = std::env::var("STEPWELL_FAULT_REPORT") {

@@ -10,7 +10,6 @@
 //!   the answer is an error or OK with the row stored; the next write on the
 //!   same sidecar succeeds; the file stays intact.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -23,14 +22,18 @@ use stepwell::api::pb::{
 use stepwell::config::Database;
 use tonic::Code;
 
-use crate::backend::{Backend, TestStore, backend};
+use stepwell_test_support::backend::{Backend, TestStore, backend};
+use stepwell_test_support::errors::assert_error;
+use stepwell_test_support::health::wait_for_serving;
+use stepwell_test_support::requests::{T0, complete, stored_states, ts};
+use stepwell_test_support::sidecar::SidecarProcess;
+
+use crate::STEPWELL;
 use crate::checker::Outcome;
-use crate::harness::{ChildServer, wait_for_serving};
 use crate::profile::report;
-use crate::support::{T0, assert_error, complete, stored_states, ts};
 
 /// These tests run in the SQLite pass; the Postgres pass skips them by name.
-fn sqlite_pass() {
+fn assert_sqlite_pass() {
     assert_eq!(backend(), Backend::Sqlite, "sqlite_only tests need STEPWELL_TEST_BACKEND=sqlite");
 }
 
@@ -55,9 +58,10 @@ fn checkpoint_of(turn: &str, n: i64, state: Vec<u8>) -> CheckpointRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed() {
-    sqlite_pass();
+    assert_sqlite_pass();
     let store = TestStore::new().await;
-    let server = ChildServer::spawn_with(&store, "full", &["--sqlite-bytes-max", "1048576"]).await;
+    let server =
+        SidecarProcess::builder(STEPWELL, &store).name("full").flags(&["--sqlite-bytes-max", "1048576"]).spawn().await;
     let mut client = server.client();
     let state = |n: i64| format!("\"{n}:{}\"", "x".repeat(16 * 1024)).into_bytes();
     let turn_of = |n: i64| format!("fill-{}", n / 8);
@@ -114,7 +118,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed
     server.kill().await;
     assert_eq!(integrity(&store).await, "ok");
 
-    let server = ChildServer::spawn_as(&store, "after").await;
+    let server = SidecarProcess::builder(STEPWELL, &store).name("after").spawn().await;
     let mut client = server.client();
     for n in acknowledged.iter().copied().filter(|n| !freed.contains(n)).chain(2000..2010) {
         assert!(stored_states(&mut client, &turn_of(n)).await.contains(&state(n)), "checkpoint {n} survives a restart");
@@ -158,23 +162,25 @@ enum Operation {
 }
 
 /// Starts a sidecar with the shim set to fail the `nth` `op`, runs
-/// `operation` with the fault armed, and checks what it left behind.
-async fn inject(operation: Operation, op: &str, errno: &str, nth: usize) -> Injected {
+/// `operation` with the fault armed, and asserts that the answer was
+/// honest, the next write succeeds, the file is intact, and what is stored
+/// agrees with the answer.
+async fn inject_and_assert_survived(operation: Operation, op: &str, errno: &str, nth: usize) -> Injected {
     let store = TestStore::new().await;
     let dir = store.dir().to_owned();
     let (arm, fired) = (dir.join("arm"), dir.join("fired"));
-    let nth_text = nth.to_string();
     let shim = shim();
-    let env: [(&str, &OsStr); 7] = [
-        ("LD_PRELOAD", shim.as_os_str()),
-        ("STEPWELL_IOFAIL_DIR", dir.as_os_str()),
-        ("STEPWELL_IOFAIL_OP", OsStr::new(op)),
-        ("STEPWELL_IOFAIL_NTH", OsStr::new(&nth_text)),
-        ("STEPWELL_IOFAIL_ERRNO", OsStr::new(errno)),
-        ("STEPWELL_IOFAIL_ARM", arm.as_os_str()),
-        ("STEPWELL_IOFAIL_FIRED", fired.as_os_str()),
-    ];
-    let server = ChildServer::spawn_with_env(&store, "iofail", &[], &env).await;
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .name("iofail")
+        .env("LD_PRELOAD", shim)
+        .env("STEPWELL_IOFAIL_DIR", &dir)
+        .env("STEPWELL_IOFAIL_OP", op)
+        .env("STEPWELL_IOFAIL_NTH", nth.to_string())
+        .env("STEPWELL_IOFAIL_ERRNO", errno)
+        .env("STEPWELL_IOFAIL_ARM", &arm)
+        .env("STEPWELL_IOFAIL_FIRED", &fired)
+        .spawn()
+        .await;
     let mut client = server.client();
     let mut operations = server.idempotency();
     let state = br#"{"charged":true}"#.to_vec();
@@ -214,7 +220,7 @@ async fn inject(operation: Operation, op: &str, errno: &str, nth: usize) -> Inje
     assert_eq!(integrity(&store).await, "ok", "{what}: the file is intact");
 
     // Read back on a sidecar without the shim.
-    let server = ChildServer::spawn_as(&store, "clean").await;
+    let server = SidecarProcess::builder(STEPWELL, &store).name("clean").spawn().await;
     let mut client = server.client();
     match operation {
         Operation::Checkpoint => {
@@ -241,7 +247,7 @@ async fn inject(operation: Operation, op: &str, errno: &str, nth: usize) -> Inje
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_single_io_error_is_reported_or_survived_and_never_corrupts() {
-    sqlite_pass();
+    assert_sqlite_pass();
     let mut figures = Vec::new();
     for operation in [Operation::Checkpoint, Operation::Complete] {
         for (op, errno) in [("write", "EIO"), ("sync", "EIO"), ("write", "ENOSPC")] {
@@ -249,7 +255,7 @@ async fn every_single_io_error_is_reported_or_survived_and_never_corrupts() {
             let mut codes = std::collections::BTreeSet::new();
             let mut nth = 1;
             loop {
-                let injected = inject(operation, op, errno, nth).await;
+                let injected = inject_and_assert_survived(operation, op, errno, nth).await;
                 if !injected.fired {
                     assert!(injected.outcome.is_ok(), "{operation:?} succeeds with no fault");
                     break;
@@ -260,7 +266,7 @@ async fn every_single_io_error_is_reported_or_survived_and_never_corrupts() {
                         errors += 1;
                         codes.insert(format!("{code:?}"));
                     }
-                    Outcome::Unexpected(_) => unreachable!("inject rejects unexpected answers"),
+                    Outcome::Unexpected(_) => unreachable!("inject_and_assert_survived rejects unexpected answers"),
                 }
                 nth += 1;
                 assert!(nth <= 64, "{operation:?} kept meeting {op} faults past 64 calls");

@@ -19,9 +19,11 @@ use stepwell::api::pb::{BeginOutcome, BeginRequest, CheckpointRequest, GetReques
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
+use stepwell_test_support::requests::{T0, complete, duration, nanos, restore_all, ts};
+use stepwell_test_support::rng::Rng;
+
 use crate::checker::{Acquisition, History, Outcome, Record, Stored, Tuple, hash};
-use crate::profile::{Rng, report};
-use crate::support::{T0, complete, duration, nanos, restore_all, ts};
+use crate::profile::report;
 
 /// The namespace of every fault run's writes.
 pub const NAMESPACE: &str = "faults";
@@ -81,7 +83,7 @@ impl Workload {
 
 /// A new checkpoint of writer `w`: its `n`th, with a payload of its own.
 fn new_checkpoint(w: usize, n: u64, rng: &mut Rng) -> CheckpointRequest {
-    let pad: String = (0..4).map(|_| format!("{:016x}", rng.next())).collect();
+    let pad: String = (0..4).map(|_| format!("{:016x}", rng.next_u64())).collect();
     CheckpointRequest {
         namespace: NAMESPACE.to_owned(),
         turn_id: format!("w{w}-{}", n / TURN_LENGTH),
@@ -200,8 +202,15 @@ async fn finish(
 }
 
 /// Ends a run: reads it back, holds it to the log, reports the checker's
-/// figures with the test's own `figures`, and fails on any violation.
-pub async fn settle(test: &str, seed: u64, channel: Channel, history: &History, figures: serde_json::Value) {
+/// figures with the test's own `figures`, and asserts that the checker found
+/// no violation.
+pub async fn settle_and_assert_clean(
+    test: &str,
+    seed: u64,
+    channel: Channel,
+    history: &History,
+    figures: serde_json::Value,
+) {
     let (stored, records) = read_back(channel, history).await;
     let verdict = history.verify(&stored, &records);
     let mut all = serde_json::json!({

@@ -10,20 +10,24 @@ use std::time::Duration;
 use stepwell::api::pb::CheckpointRequest;
 use tonic::Code;
 
-use crate::harness::{TestServer, WAIT_LIMIT};
-use crate::support::{T0, append, assert_error, begin, checkpoint, stored_states};
+use stepwell_test_support::WAIT_LIMIT;
+use stepwell_test_support::errors::assert_error;
+use stepwell_test_support::requests::{T0, assert_inserted, begin, checkpoint, stored_states};
+use stepwell_test_support::sidecar::Sidecar;
 
 /// The state limit these servers run with, and the smallest message limit it allows.
 const STATE_MAX: usize = 1024;
 const MESSAGE_MAX: usize = STATE_MAX + 64 * 1024;
 
-async fn start(max_concurrent_requests: usize) -> TestServer {
-    TestServer::start_with(|config| {
-        config.limits.state_bytes_max = STATE_MAX;
-        config.limits.message_bytes_max = MESSAGE_MAX;
-        config.max_concurrent_requests = max_concurrent_requests;
-    })
-    .await
+async fn start(max_concurrent_requests: usize) -> Sidecar {
+    Sidecar::builder()
+        .configure(|config| {
+            config.limits.state_bytes_max = STATE_MAX;
+            config.limits.message_bytes_max = MESSAGE_MAX;
+            config.max_concurrent_requests = max_concurrent_requests;
+        })
+        .start()
+        .await
 }
 
 /// A checkpoint that fails validation in its handler, touching no store:
@@ -47,7 +51,7 @@ async fn a_message_over_the_size_limit_is_resource_exhausted_and_stores_nothing(
     let status = server.idempotency().begin(begin(&"k".repeat(MESSAGE_MAX))).await.expect_err("oversized Begin");
     assert_error(&status, Code::ResourceExhausted, "MESSAGE_TOO_LARGE");
     // The connection stays usable, and a message just under the limit is read.
-    append(&mut client, checkpoint("big", "started", T0, "{}")).await;
+    assert_inserted(&mut client, checkpoint("big", "started", T0, "{}")).await;
     let status = client.checkpoint(CheckpointRequest { state: vec![b' '; STATE_MAX + 1], ..probe() }).await;
     assert_eq!(status.expect_err("a bad request under the limit").code(), Code::InvalidArgument);
 }
@@ -88,9 +92,12 @@ async fn requests_over_the_concurrency_limit_are_shed_and_store_nothing() {
         assert!(response.into_inner().inserted);
     }
     assert!(stored_states(&mut client, "shed").await.is_empty(), "the shed write stored nothing");
-    assert!(server.idempotency().get(crate::support::get("shed")).await.is_err(), "the shed Begin stored nothing");
+    assert!(
+        server.idempotency().get(stepwell_test_support::requests::get("shed")).await.is_err(),
+        "the shed Begin stored nothing"
+    );
     // Places are given back: requests are admitted again.
-    append(&mut client, checkpoint("after", "started", T0, "{}")).await;
+    assert_inserted(&mut client, checkpoint("after", "started", T0, "{}")).await;
 }
 
 #[tokio::test]

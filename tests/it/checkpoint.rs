@@ -5,12 +5,15 @@
 use stepwell::api::pb::{CheckpointRequest, TurnStatus};
 use tonic::Code;
 
-use crate::harness::TestServer;
-use crate::support::{T0, append, assert_error, checkpoint, list_all, list_turns, nanos, restore, restore_all, ts};
+use stepwell_test_support::errors::assert_error;
+use stepwell_test_support::requests::{
+    T0, assert_inserted, checkpoint, list_all, list_turns, nanos, restore, restore_all, ts,
+};
+use stepwell_test_support::sidecar::Sidecar;
 
 #[tokio::test]
 async fn the_same_checkpoint_twice_is_stored_once() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     let request = CheckpointRequest {
         session_id: "session-1".into(),
@@ -18,7 +21,7 @@ async fn the_same_checkpoint_twice_is_stored_once() {
         ..checkpoint("turn-1", "started", T0, r#"{"step":1}"#)
     };
 
-    let first = append(&mut client, request.clone()).await;
+    let first = assert_inserted(&mut client, request.clone()).await;
     let second = client.checkpoint(request).await.expect("a repeat succeeds").into_inner();
 
     assert!(!second.inserted, "the repeat is not inserted again");
@@ -31,24 +34,24 @@ async fn the_same_checkpoint_twice_is_stored_once() {
 
 #[tokio::test]
 async fn the_same_phase_at_another_time_is_a_new_checkpoint() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
 
-    append(&mut client, checkpoint("turn-1", "tool-received", T0, r#"{"n":1}"#)).await;
-    append(&mut client, checkpoint("turn-1", "tool-received", T0 + 1_000, r#"{"n":1}"#)).await;
+    assert_inserted(&mut client, checkpoint("turn-1", "tool-received", T0, r#"{"n":1}"#)).await;
+    assert_inserted(&mut client, checkpoint("turn-1", "tool-received", T0 + 1_000, r#"{"n":1}"#)).await;
 
     assert_eq!(restore_all(&mut client, restore("turn-1")).await.len(), 2);
 }
 
 #[tokio::test]
 async fn timestamps_one_nanosecond_apart_are_distinct() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     // Across a second boundary too, where a seconds/nanos mix-up would show.
     let times = [T0 - 1, T0, T0 + 1, T0 + 999_999_999, T0 + 1_000_000_000];
 
     for (i, &time) in times.iter().enumerate() {
-        append(&mut client, checkpoint("turn-1", "tick", time, &format!("{i}"))).await;
+        assert_inserted(&mut client, checkpoint("turn-1", "tick", time, &format!("{i}"))).await;
     }
 
     let restored = restore_all(&mut client, restore("turn-1")).await;
@@ -58,14 +61,14 @@ async fn timestamps_one_nanosecond_apart_are_distinct() {
 
 #[tokio::test]
 async fn a_different_content_under_the_same_key_conflicts_and_changes_nothing() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     let original = CheckpointRequest {
         session_id: "session-1".into(),
         workflow_version: "1.0.0".into(),
         ..checkpoint("turn-1", "settled", T0, r#"{"answer":42}"#)
     };
-    let stored = append(&mut client, original.clone()).await;
+    let stored = assert_inserted(&mut client, original.clone()).await;
 
     // Each variant differs from the original in exactly one content field.
     let variants: [(&str, CheckpointRequest); 5] = [
@@ -88,7 +91,7 @@ async fn a_different_content_under_the_same_key_conflicts_and_changes_nothing() 
 
 #[tokio::test]
 async fn state_and_fields_come_back_exactly_as_sent() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     // Odd whitespace, escapes, non-ASCII text and number forms a JSON
     // round trip would normalise.
@@ -100,7 +103,7 @@ async fn state_and_fields_come_back_exactly_as_sent() {
         ..checkpoint("turn/ü-1", "llm-complete:2", T0 + 123_456_789, state)
     };
 
-    let stored = append(&mut client, request.clone()).await;
+    let stored = assert_inserted(&mut client, request.clone()).await;
 
     assert_eq!(stored.namespace, "default", "an empty namespace is stored as default");
     assert_eq!(stored.state, request.state);
@@ -115,14 +118,14 @@ async fn state_and_fields_come_back_exactly_as_sent() {
 
 #[tokio::test]
 async fn timestamps_at_the_edges_of_the_range_round_trip() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     // Before the epoch, the epoch itself, and the last representable
     // nanosecond (2262-04-11).
     let times = [-1_500_000_000_000_000_000, -1, 0, i64::MAX];
 
     for &time in &times {
-        let stored = append(&mut client, checkpoint("turn-1", "edge", time, "null")).await;
+        let stored = assert_inserted(&mut client, checkpoint("turn-1", "edge", time, "null")).await;
         assert_eq!(stored.timestamp, Some(ts(time)));
     }
 

@@ -8,9 +8,11 @@ use std::os::unix::process::ExitStatusExt;
 
 use stepwell::api::pb::{Checkpoint, CheckpointRequest};
 
-use crate::backend::TestStore;
-use crate::harness::ChildServer;
-use crate::support::{T0, append, checkpoint, restore, restore_all};
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::requests::{T0, assert_inserted, checkpoint, restore, restore_all};
+use stepwell_test_support::sidecar::SidecarProcess;
+
+use crate::STEPWELL;
 
 const WRITERS: usize = 8;
 const CHECKPOINTS_PER_WRITER: usize = 25;
@@ -30,7 +32,7 @@ fn burst_checkpoint(writer: usize, i: usize) -> CheckpointRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_checkpoints_survive_sigkill() {
     let store = TestStore::new().await;
-    let server = ChildServer::spawn(&store).await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
 
     let writers: Vec<_> = (0..WRITERS)
         .map(|writer| {
@@ -38,7 +40,7 @@ async fn acknowledged_checkpoints_survive_sigkill() {
             tokio::spawn(async move {
                 let mut acknowledged: Vec<Checkpoint> = Vec::new();
                 for i in 0..CHECKPOINTS_PER_WRITER {
-                    acknowledged.push(append(&mut client, burst_checkpoint(writer, i)).await);
+                    acknowledged.push(assert_inserted(&mut client, burst_checkpoint(writer, i)).await);
                 }
                 acknowledged
             })
@@ -51,7 +53,7 @@ async fn acknowledged_checkpoints_survive_sigkill() {
     let status = server.kill().await;
     assert_eq!(status.signal(), Some(libc::SIGKILL), "the sidecar died by SIGKILL: {status:?}");
 
-    let restarted = ChildServer::spawn(&store).await;
+    let restarted = SidecarProcess::builder(STEPWELL, &store).spawn().await;
     let mut client = restarted.client();
     for (writer, expected) in acknowledged.into_iter().enumerate() {
         let restored = restore_all(&mut client, restore(&format!("turn-{writer}"))).await;

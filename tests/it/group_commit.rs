@@ -13,9 +13,10 @@ use stepwell::store::{self, Write, Written};
 use tokio::task::JoinSet;
 use tonic::{Code, Status};
 
-use crate::backend::TestStore;
-use crate::harness::TestServer;
-use crate::support::{T0, assert_error, checkpoint, restore, restore_all, states};
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::errors::assert_error;
+use stepwell_test_support::requests::{T0, checkpoint, restore, restore_all, states};
+use stepwell_test_support::sidecar::Sidecar;
 
 fn new_checkpoint(turn: &str, phase: &str, ts: i64, state: &str) -> NewCheckpoint {
     NewCheckpoint {
@@ -128,7 +129,7 @@ async fn a_batch_whose_commit_fails_stores_nothing_and_the_next_one_commits() {
 
 #[tokio::test]
 async fn through_the_queue_every_answer_is_either_stored_or_unavailable() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     poison_inserts(server.store()).await;
     let mut calls = JoinSet::new();
     for i in 0..40 {
@@ -158,11 +159,13 @@ async fn through_the_queue_every_answer_is_either_stored_or_unavailable() {
 
 #[tokio::test]
 async fn a_full_write_queue_refuses_with_resource_exhausted_and_stores_nothing_it_refused() {
-    let server = TestServer::start_with(|config| {
-        config.writes.queue_max = 1;
-        config.writes.batch_max = 1;
-    })
-    .await;
+    let server = Sidecar::builder()
+        .configure(|config| {
+            config.writes.queue_max = 1;
+            config.writes.batch_max = 1;
+        })
+        .start()
+        .await;
     // While the store's write lock is held, one batch of one waits for it
     // and one request waits in the queue: every other request is refused.
     let lock = server.store().hold_write_lock().await;

@@ -27,32 +27,12 @@ use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 
-use crate::harness::TestServer;
+use stepwell_test_support::rng::Rng;
+use stepwell_test_support::sidecar::Sidecar;
 
 const QUANTUM_S: i64 = 50;
 const KEYS: usize = 3;
 const WORKERS: usize = 5;
-
-/// splitmix64: a small, seedable generator, so a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Held {
@@ -276,7 +256,8 @@ impl Run {
         panic!("model test failed at step {} (replay with STEPWELL_MODEL_SEED={}): {what}", self.step, self.seed)
     }
 
-    fn check(&mut self, call: &str, expected: &Expect, actual: &Expect) {
+    /// Asserts that the server answered what the model expected, and tallies the answer.
+    fn assert_agrees(&mut self, call: &str, expected: &Expect, actual: &Expect) {
         if expected != actual {
             self.fail(format!("{call}: the model expected {expected:?}, the server answered {actual:?}"));
         }
@@ -307,7 +288,16 @@ impl Run {
         }
     }
 
-    fn on_acquired(&mut self, worker: usize, key: &str, token: u64, attempt: u32, expires: prost_types::Timestamp) {
+    /// Records an acquisition, asserting that no other lease on the key is
+    /// live and that the token is above every earlier one.
+    fn assert_acquisition_invariants(
+        &mut self,
+        worker: usize,
+        key: &str,
+        token: u64,
+        attempt: u32,
+        expires: prost_types::Timestamp,
+    ) {
         // Never two live holders: every lease granted on this key before has
         // ended (Complete, Release) or run out by the time this one is granted.
         let now = self.model.now;
@@ -339,7 +329,8 @@ impl Run {
         }
     }
 
-    fn on_completed_result(&mut self, key: &str, result: &[u8]) {
+    /// Records a completed result, asserting that it is the one recorded before.
+    fn assert_result_unchanged(&mut self, key: &str, result: &[u8]) {
         let generation = self.invariants.generation.get(key).copied().unwrap_or_default();
         let recorded = self.invariants.completed.entry((key.to_owned(), generation)).or_insert_with(|| result.to_vec());
         if recorded != result {
@@ -348,7 +339,9 @@ impl Run {
         }
     }
 
-    async fn step(&mut self) {
+    /// One random step: a call, asserted to agree with the model and the
+    /// invariants, a worker's crash, or a move of the clock.
+    async fn assert_random_step_agrees(&mut self) {
         let worker = self.rng.below(WORKERS);
         let key = format!("key-{}", self.rng.below(KEYS));
         match self.rng.below(100) {
@@ -394,7 +387,7 @@ impl Run {
             }
             other => other.clone(),
         };
-        self.check("Begin", &expected, &comparable);
+        self.assert_agrees("Begin", &expected, &comparable);
         if let Expect::Acquired { token, .. } = actual {
             self.model.records.get_mut(key).expect("the model recorded the acquisition").token = token;
         }
@@ -402,7 +395,7 @@ impl Run {
         match actual {
             Expect::Acquired { token, attempt, .. } => {
                 let expires = response.lease_expires_at.expect("ACQUIRED carries lease_expires_at");
-                self.on_acquired(worker, key, token, attempt, expires);
+                self.assert_acquisition_invariants(worker, key, token, attempt, expires);
             }
             Expect::InProgress => {
                 let reported = self.model.record(key).and_then(|r| r.expires_reported);
@@ -410,7 +403,7 @@ impl Run {
                     self.fail(format!("IN_PROGRESS expiry {:?}, holder's {reported:?}", response.lease_expires_at));
                 }
             }
-            Expect::Completed { result } => self.on_completed_result(key, &result),
+            Expect::Completed { result } => self.assert_result_unchanged(key, &result),
             _ => {}
         }
     }
@@ -440,9 +433,9 @@ impl Run {
             Ok(_) => Expect::Ok,
             Err(status) => refusal(&status),
         };
-        self.check("Complete", &expected, &actual);
+        self.assert_agrees("Complete", &expected, &actual);
         if actual == Expect::Ok {
-            self.on_completed_result(key, result.as_bytes());
+            self.assert_result_unchanged(key, result.as_bytes());
             self.end_lease(worker, key, token);
         }
         actual == Expect::Ok
@@ -459,7 +452,7 @@ impl Run {
             Ok(_) => Expect::Ok,
             Err(status) => refusal(&status),
         };
-        self.check("Release", &expected, &actual);
+        self.assert_agrees("Release", &expected, &actual);
         if actual == Expect::Ok {
             self.end_lease(worker, key, token);
             // Reading right after a release covers the RELEASED and FAILED states.
@@ -484,7 +477,7 @@ impl Run {
             Ok(_) => Expect::Ok,
             Err(status) => refusal(status),
         };
-        self.check("Extend", &expected, &actual);
+        self.assert_agrees("Extend", &expected, &actual);
         if let Ok(response) = answer {
             let record = self.model.records.get_mut(key).expect("extended");
             record.expires_reported = response.into_inner().lease_expires_at;
@@ -500,7 +493,7 @@ impl Run {
             Ok(response) => Expect::Record(response.get_ref().state()),
             Err(status) => refusal(status),
         };
-        self.check("Get", &expected, &actual);
+        self.assert_agrees("Get", &expected, &actual);
         let (Ok(response), Some(record)) = (answer, self.model.record(key)) else { return };
         let response = response.into_inner();
         let leased = record.held == Held::Leased;
@@ -516,21 +509,21 @@ impl Run {
 
 #[tokio::test]
 async fn random_workers_agree_with_the_model() {
-    let seed = std::env::var("STEPWELL_MODEL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| stepwell::clock::system_now() as u64);
+    let rng = Rng::from_env("STEPWELL_MODEL_SEED");
+    let seed = rng.seed();
     let steps = std::env::var("STEPWELL_MODEL_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
     println!("model test seed {seed}, {steps} steps (replay with STEPWELL_MODEL_SEED={seed})");
 
     let clock = Clock::system();
-    let server = TestServer::start_with(|config| {
-        config.clock = clock.clone();
-        config.limits.retention_max = Duration::from_secs(30 * 24 * 3600);
-    })
-    .await;
+    let server = Sidecar::builder()
+        .configure(|config| {
+            config.clock = clock.clone();
+            config.limits.retention_max = Duration::from_secs(30 * 24 * 3600);
+        })
+        .start()
+        .await;
     let mut run = Run {
-        rng: Rng(seed),
+        rng,
         model: Model { now: 0, last_token: 0, records: HashMap::new() },
         client: IdempotencyServiceClient::new(server.channel()),
         clock,
@@ -543,7 +536,7 @@ async fn random_workers_agree_with_the_model() {
     };
     for step in 0..steps {
         run.step = step;
-        run.step().await;
+        run.assert_random_step_agrees().await;
     }
     // The run must have met every kind of answer, or it proved little.
     let mut kinds: Vec<_> = run.tally.iter().collect();

@@ -10,16 +10,19 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::backend::TestStore;
-use crate::harness::{ChildServer, TestServer, next_status, watch_health};
-use crate::support::{T0, append, checkpoint, restore, restore_all};
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::health::{next_status, watch_health};
+use stepwell_test_support::requests::{T0, assert_inserted, checkpoint, restore, restore_all};
+use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
+
+use crate::STEPWELL;
 
 const CHECKPOINT_SERVICE: &str = "stepwell.v1.CheckpointService";
 const IDEMPOTENCY_SERVICE: &str = "stepwell.v1.IdempotencyService";
 
 #[tokio::test]
 async fn health_is_serving_once_started() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut health = HealthClient::new(server.channel());
 
     for service in ["", CHECKPOINT_SERVICE, IDEMPOTENCY_SERVICE] {
@@ -40,7 +43,7 @@ async fn assert_watch_sees_shutdown(watch: &mut tonic::Streaming<tonic_health::p
 
 #[tokio::test]
 async fn in_process_shutdown_turns_health_not_serving_and_returns() {
-    let mut server = TestServer::start().await;
+    let mut server = Sidecar::builder().start().await;
     let mut watch = watch_health(&server.channel()).await;
     assert_eq!(next_status(&mut watch).await, Some(ServingStatus::Serving));
 
@@ -53,9 +56,9 @@ async fn in_process_shutdown_turns_health_not_serving_and_returns() {
 #[tokio::test]
 async fn sigterm_turns_health_not_serving_and_exits_zero() {
     let store = TestStore::new().await;
-    let server = ChildServer::spawn(&store).await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
     let mut client = server.client();
-    append(&mut client, checkpoint("turn-1", "started", T0, "{}")).await;
+    assert_inserted(&mut client, checkpoint("turn-1", "started", T0, "{}")).await;
     let mut watch = watch_health(&server.channel()).await;
     assert_eq!(next_status(&mut watch).await, Some(ServingStatus::Serving));
 
@@ -70,7 +73,7 @@ async fn sigterm_turns_health_not_serving_and_exits_zero() {
 
 /// Runs `stepwell healthcheck` against `target`; answers its exit code and stderr.
 fn healthcheck(target: &str) -> (Option<i32>, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stepwell"))
+    let output = std::process::Command::new(STEPWELL)
         .args(["healthcheck", "--target", target, "--timeout-ms", "5000"])
         .output()
         .expect("run stepwell healthcheck");
@@ -80,7 +83,7 @@ fn healthcheck(target: &str) -> (Option<i32>, String) {
 #[tokio::test]
 async fn the_healthcheck_subcommand_exits_zero_only_while_serving() {
     let store = TestStore::new().await;
-    let server = ChildServer::spawn(&store).await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
     let target = format!("unix:{}", server.socket_path().display());
     let (code, stderr) = healthcheck(&target);
     assert_eq!(code, Some(0), "SERVING: {stderr}");
@@ -128,7 +131,7 @@ fn assert_lists_the_api(version: &str, services: &BTreeSet<String>) {
 
 #[tokio::test]
 async fn reflection_lists_the_services_in_both_versions() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let channel: Channel = server.channel();
 
     assert_lists_the_api("v1", &reflected_services!(v1, channel.clone()));
@@ -137,10 +140,10 @@ async fn reflection_lists_the_services_in_both_versions() {
 
 #[tokio::test]
 async fn a_unix_socket_listener_serves_the_api() {
-    let server = TestServer::start_on_unix_socket().await;
+    let server = Sidecar::builder().unix_socket().start().await;
     let mut client = server.client();
 
-    let stored = append(&mut client, checkpoint("turn-1", "started", T0, r#"{"over":"uds"}"#)).await;
+    let stored = assert_inserted(&mut client, checkpoint("turn-1", "started", T0, r#"{"over":"uds"}"#)).await;
 
     assert_eq!(restore_all(&mut client, restore("turn-1")).await, [stored]);
 }

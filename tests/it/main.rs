@@ -1,13 +1,10 @@
 //! The integration suite of stepwell: one test binary that drives the gRPC
-//! API end to end, against in-process servers and the real binary, each on
-//! a fresh store of its own. `harness` hides how a server is started and
-//! `support` holds the request builders and assertions; every other module
-//! covers one part of the contract in shared/API.md.
-
-mod backend;
-mod harness;
-mod pg_cluster;
-mod support;
+//! API end to end, against in-process sidecars and the real binary, each on
+//! a fresh store of its own. How a sidecar is started, which store it runs
+//! on, and the request builders and assertions come from the
+//! `stepwell-test-support` crate (tests/support), which the fault suite
+//! shares; every module here covers one part of the contract in
+//! shared/API.md.
 
 mod admission;
 mod checkpoint;
@@ -22,3 +19,7 @@ mod restore;
 mod shared_store;
 mod turns;
 mod validation;
+
+/// The real binary, which cargo builds for this test binary; tests that
+/// kill, signal or run it pass it to `SidecarProcess::builder`.
+const STEPWELL: &str = env!("CARGO_BIN_EXE_stepwell");

@@ -4,8 +4,11 @@
 
 use stepwell::api::pb::{CheckpointRequest, DeleteTurnRequest, ListTurnsRequest, RestoreRequest, TurnStatus};
 
-use crate::harness::{Client, TestServer};
-use crate::support::{T0, append, checkpoint, list_all, list_turns, restore, restore_all, states, turn_ids};
+use stepwell_test_support::Client;
+use stepwell_test_support::requests::{
+    T0, assert_inserted, checkpoint, list_all, list_turns, restore, restore_all, states, turn_ids,
+};
+use stepwell_test_support::sidecar::Sidecar;
 
 fn in_namespace(namespace: &str, request: CheckpointRequest) -> CheckpointRequest {
     CheckpointRequest { namespace: namespace.into(), ..request }
@@ -28,12 +31,12 @@ async fn delete_in(client: &mut Client, namespace: &str, turn: &str) -> u64 {
 
 #[tokio::test]
 async fn nothing_crosses_from_one_namespace_to_another() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append(&mut client, in_namespace("tenant-a", checkpoint("shared", "started", T0, "\"a1\""))).await;
-    append(&mut client, in_namespace("tenant-a", checkpoint("only-a", "started", T0, "\"a2\""))).await;
+    assert_inserted(&mut client, in_namespace("tenant-a", checkpoint("shared", "started", T0, "\"a1\""))).await;
+    assert_inserted(&mut client, in_namespace("tenant-a", checkpoint("only-a", "started", T0, "\"a2\""))).await;
     // The same key with other content in another namespace is not a conflict.
-    append(&mut client, in_namespace("tenant-b", checkpoint("shared", "started", T0, "\"b1\""))).await;
+    assert_inserted(&mut client, in_namespace("tenant-b", checkpoint("shared", "started", T0, "\"b1\""))).await;
 
     assert_eq!(restore_in(&mut client, "tenant-a", "shared").await, ["\"a1\""]);
     assert_eq!(restore_in(&mut client, "tenant-b", "shared").await, ["\"b1\""]);
@@ -50,10 +53,10 @@ async fn nothing_crosses_from_one_namespace_to_another() {
 
 #[tokio::test]
 async fn the_empty_namespace_is_default() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    let stored = append(&mut client, in_namespace("", checkpoint("turn-1", "started", T0, "{}"))).await;
-    append(&mut client, in_namespace("default", checkpoint("turn-2", "started", T0, "{}"))).await;
+    let stored = assert_inserted(&mut client, in_namespace("", checkpoint("turn-1", "started", T0, "{}"))).await;
+    assert_inserted(&mut client, in_namespace("default", checkpoint("turn-2", "started", T0, "{}"))).await;
 
     assert_eq!(stored.namespace, "default");
     // A repeat under the other spelling is the same key.

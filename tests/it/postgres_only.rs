@@ -11,10 +11,15 @@ use tonic::{Code, Streaming};
 use tonic_health::pb::HealthCheckResponse;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::backend::{TestStore, fresh_database_on, fresh_postgres_database, postgres_admin_url, with_database};
-use crate::harness::{ChildServer, TestServer, next_status, serve_until_exit, watch_health};
-use crate::pg_cluster::PgCluster;
-use crate::support::{T0, append, checkpoint, restore, restore_all, states};
+use stepwell_test_support::backend::{
+    TestStore, fresh_database_on, fresh_postgres_database, postgres_admin_url, with_database,
+};
+use stepwell_test_support::health::{next_status, watch_health};
+use stepwell_test_support::pg_cluster::PgCluster;
+use stepwell_test_support::requests::{T0, assert_inserted, checkpoint, restore, restore_all, states};
+use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
+
+use crate::STEPWELL;
 
 const OVERRIDE: &str = "--unsafe-accept-nondurable-postgres";
 
@@ -34,31 +39,32 @@ async fn a_database_with_synchronous_commit_off_is_refused_unless_overridden() {
         .expect("turn synchronous_commit off for the database");
     let store = postgres_store(url).await;
 
-    let (status, stderr) = serve_until_exit(&store, &[]);
+    let (status, stderr) = SidecarProcess::builder(STEPWELL, &store).name("refused").run_until_exit();
     assert!(!status.success(), "a non-durable database must be refused");
     assert!(stderr.contains("synchronous_commit is off"), "the refusal says why: {stderr}");
     assert!(stderr.contains(OVERRIDE), "the refusal names the override: {stderr}");
 
     // The loudly named flag overrides the refusal.
-    let server = ChildServer::spawn_with(&store, "unsafe", &[OVERRIDE]).await;
+    let server = SidecarProcess::builder(STEPWELL, &store).name("unsafe").flags(&[OVERRIDE]).spawn().await;
     let mut client = server.client();
-    append(&mut client, checkpoint("t", "started", T0, "{}")).await;
+    assert_inserted(&mut client, checkpoint("t", "started", T0, "{}")).await;
 }
 
 #[tokio::test]
 async fn a_server_with_fsync_off_is_refused() {
     let cluster = PgCluster::start(&["fsync=off"]);
     let store = postgres_store(fresh_database_on(&cluster.url()).await).await;
-    let (status, stderr) = serve_until_exit(&store, &[]);
+    let (status, stderr) = SidecarProcess::builder(STEPWELL, &store).name("refused").run_until_exit();
     assert!(!status.success(), "a server with fsync=off must be refused");
     assert!(stderr.contains("fsync is off"), "the refusal says why: {stderr}");
 }
 
 /// A server on `cluster`'s `postgres` database that checks health every
-/// `interval`, and its health Watch, past SERVING.
-async fn serving_on(cluster: &PgCluster, interval: Duration) -> (TestServer, Streaming<HealthCheckResponse>) {
+/// `interval`, and its health Watch, asserted to report SERVING first.
+async fn start_asserting_serving(cluster: &PgCluster, interval: Duration) -> (Sidecar, Streaming<HealthCheckResponse>) {
     let store = postgres_store(with_database(&cluster.url(), "postgres")).await;
-    let server = TestServer::start_on(store, |config| config.health_check_interval = interval).await;
+    let server =
+        Sidecar::builder().store(&store).configure(|config| config.health_check_interval = interval).start().await;
     let mut health = watch_health(&server.channel()).await;
     assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
     (server, health)
@@ -67,9 +73,9 @@ async fn serving_on(cluster: &PgCluster, interval: Duration) -> (TestServer, Str
 #[tokio::test]
 async fn an_outage_fails_closed_and_the_sidecar_recovers_without_a_restart() {
     let cluster = PgCluster::start(&[]);
-    let (server, mut health) = serving_on(&cluster, Duration::from_millis(50)).await;
+    let (server, mut health) = start_asserting_serving(&cluster, Duration::from_millis(50)).await;
     let mut client = server.client();
-    append(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
+    assert_inserted(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
 
     cluster.stop_immediate();
     let refused = client.checkpoint(checkpoint("t", "during", T0 + 1, r#"{"n":2}"#)).await;
@@ -80,7 +86,7 @@ async fn an_outage_fails_closed_and_the_sidecar_recovers_without_a_restart() {
 
     cluster.start_again();
     assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
-    append(&mut client, checkpoint("t", "after", T0 + 2, r#"{"n":3}"#)).await;
+    assert_inserted(&mut client, checkpoint("t", "after", T0 + 2, r#"{"n":3}"#)).await;
     let log = restore_all(&mut client, restore("t")).await;
     assert_eq!(states(&log), [r#"{"n":1}"#, r#"{"n":3}"#], "the refused write is absent, the others present");
 }
@@ -90,9 +96,9 @@ async fn while_health_is_not_serving_requests_are_refused_at_once_and_touch_noth
     let cluster = PgCluster::start(&[]);
     // No periodic health check within the test: only a failing request
     // triggers one, so the breaker's state is the test's to decide.
-    let (server, mut health) = serving_on(&cluster, Duration::from_secs(3600)).await;
+    let (server, mut health) = start_asserting_serving(&cluster, Duration::from_secs(3600)).await;
     let mut client = server.client();
-    append(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
+    assert_inserted(&mut client, checkpoint("t", "before", T0, r#"{"n":1}"#)).await;
 
     cluster.stop_immediate();
     let status = client.checkpoint(checkpoint("t", "during", T0 + 1, "{}")).await.expect_err("down");
@@ -110,7 +116,7 @@ async fn while_health_is_not_serving_requests_are_refused_at_once_and_touch_noth
     // What was refused is absent once the store is back.
     drop(server);
     let url = with_database(&cluster.url(), "postgres");
-    let server = TestServer::start_on(postgres_store(url).await, |_| {}).await;
+    let server = Sidecar::builder().store(&postgres_store(url).await).start().await;
     let log = restore_all(&mut server.client(), restore("t")).await;
     assert_eq!(states(&log), [r#"{"n":1}"#], "only the acknowledged write is stored");
 }

@@ -7,13 +7,16 @@ use std::collections::HashMap;
 use stepwell::api::pb::{CheckpointRequest, RestoreRequest};
 use tonic::Code;
 
-use crate::harness::{Client, TestServer};
-use crate::support::{T0, append, assert_error, assert_invalid, checkpoint, nanos, restore, restore_all, states};
+use stepwell_test_support::Client;
+use stepwell_test_support::errors::{assert_error, assert_invalid};
+use stepwell_test_support::requests::{T0, assert_inserted, checkpoint, nanos, restore, restore_all, states};
+use stepwell_test_support::sidecar::Sidecar;
 
-/// Appends `(phase, ts offset, state)` rows to `turn` in the given order.
-async fn append_all(client: &mut Client, turn: &str, rows: &[(&str, i64, &str)]) {
+/// Appends `(phase, ts offset, state)` rows to `turn` in the given order,
+/// asserting that each is inserted.
+async fn assert_all_inserted(client: &mut Client, turn: &str, rows: &[(&str, i64, &str)]) {
     for &(phase, offset, state) in rows {
-        append(client, checkpoint(turn, phase, T0 + offset, state)).await;
+        assert_inserted(client, checkpoint(turn, phase, T0 + offset, state)).await;
     }
 }
 
@@ -31,9 +34,9 @@ const MIXED_ORDER: [&str; 6] = ["\"t100\"", "\"t150\"", "\"t200-b\"", "\"t200-a\
 
 #[tokio::test]
 async fn checkpoints_come_back_by_timestamp_then_insertion_order() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_all(&mut client, "turn-1", &MIXED).await;
+    assert_all_inserted(&mut client, "turn-1", &MIXED).await;
 
     let oldest_first = restore_all(&mut client, restore("turn-1")).await;
     let newest_first = restore_all(&mut client, RestoreRequest { newest_first: true, ..restore("turn-1") }).await;
@@ -45,9 +48,9 @@ async fn checkpoints_come_back_by_timestamp_then_insertion_order() {
 
 #[tokio::test]
 async fn paging_in_either_direction_gives_the_same_sequence() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_all(&mut client, "turn-1", &MIXED).await;
+    assert_all_inserted(&mut client, "turn-1", &MIXED).await;
 
     for page_size in [1, 2, 4, 6, 7] {
         let paged = restore_all(&mut client, RestoreRequest { page_size, ..restore("turn-1") }).await;
@@ -61,10 +64,10 @@ async fn paging_in_either_direction_gives_the_same_sequence() {
 
 #[tokio::test]
 async fn paging_stays_correct_while_checkpoints_are_appended() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     for i in 0..10 {
-        append(&mut client, checkpoint("turn-1", "step", T0 + i * 10, &i.to_string())).await;
+        assert_inserted(&mut client, checkpoint("turn-1", "step", T0 + i * 10, &i.to_string())).await;
     }
 
     let mut request = RestoreRequest { page_size: 3, ..restore("turn-1") };
@@ -79,8 +82,9 @@ async fn paging_stays_correct_while_checkpoints_are_appended() {
         // Between pages: a later checkpoint, and one sharing the timestamp of
         // the last one seen (a tie that must sort after it).
         let last_seen = nanos(seen.last().unwrap().timestamp) - T0;
-        append(&mut client, checkpoint("turn-1", "tie", T0 + last_seen, &appended.to_string())).await;
-        append(&mut client, checkpoint("turn-1", "late", T0 + 1_000 + appended, &(appended + 1).to_string())).await;
+        assert_inserted(&mut client, checkpoint("turn-1", "tie", T0 + last_seen, &appended.to_string())).await;
+        assert_inserted(&mut client, checkpoint("turn-1", "late", T0 + 1_000 + appended, &(appended + 1).to_string()))
+            .await;
         appended += 2;
         request.page_token = page.next_page_token;
     }
@@ -92,9 +96,9 @@ async fn paging_stays_correct_while_checkpoints_are_appended() {
 
 #[tokio::test]
 async fn newest_first_with_page_size_one_is_the_latest_snapshot() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_all(&mut client, "turn-1", &MIXED).await;
+    assert_all_inserted(&mut client, "turn-1", &MIXED).await;
 
     let latest = RestoreRequest { newest_first: true, page_size: 1, ..restore("turn-1") };
     let page = client.restore(latest).await.expect("Restore succeeds").into_inner();
@@ -105,9 +109,9 @@ async fn newest_first_with_page_size_one_is_the_latest_snapshot() {
 
 #[tokio::test]
 async fn an_unknown_turn_is_an_empty_log() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_all(&mut client, "turn-1", &MIXED).await;
+    assert_all_inserted(&mut client, "turn-1", &MIXED).await;
 
     let page = client.restore(restore("turn-2")).await.expect("Restore succeeds").into_inner();
 
@@ -117,9 +121,9 @@ async fn an_unknown_turn_is_an_empty_log() {
 
 #[tokio::test]
 async fn the_phase_filter_keeps_only_that_phase_in_order() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_all(&mut client, "turn-1", &MIXED).await;
+    assert_all_inserted(&mut client, "turn-1", &MIXED).await;
 
     for page_size in [0, 1] {
         let only_p = RestoreRequest { phase: "p".into(), page_size, ..restore("turn-1") };
@@ -133,9 +137,9 @@ async fn the_phase_filter_keeps_only_that_phase_in_order() {
 
 #[tokio::test]
 async fn a_page_token_only_continues_in_its_own_direction() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_all(&mut client, "turn-1", &MIXED).await;
+    assert_all_inserted(&mut client, "turn-1", &MIXED).await;
 
     for newest_first in [false, true] {
         let first = RestoreRequest { page_size: 2, newest_first, ..restore("turn-1") };
@@ -154,11 +158,11 @@ async fn restore_expecting(client: &mut Client, turn: &str, expected: &str) -> R
 
 #[tokio::test]
 async fn the_workflow_version_check_compares_semver_majors_and_other_versions_exactly() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     for (turn, version) in [("semver", "1.3.0"), ("named", "blue"), ("short", "1.3")] {
         let request = CheckpointRequest { workflow_version: version.into(), ..checkpoint(turn, "started", T0, "{}") };
-        append(&mut client, request).await;
+        assert_inserted(&mut client, request).await;
     }
 
     // Compatible: the same MAJOR, or the very same non-semver text.
@@ -188,16 +192,16 @@ async fn the_workflow_version_check_compares_semver_majors_and_other_versions_ex
 
 #[tokio::test]
 async fn the_workflow_version_check_uses_the_latest_recorded_version() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     let at = |offset: i64, version: &str| CheckpointRequest {
         workflow_version: version.into(),
         ..checkpoint("turn-1", "step", T0 + offset, "{}")
     };
-    append(&mut client, at(100, "1.0.0")).await;
-    append(&mut client, at(300, "2.0.0")).await;
+    assert_inserted(&mut client, at(100, "1.0.0")).await;
+    assert_inserted(&mut client, at(300, "2.0.0")).await;
     // Written late but older: it must not change what the turn last recorded.
-    append(&mut client, at(200, "1.5.0")).await;
+    assert_inserted(&mut client, at(200, "1.5.0")).await;
 
     assert_eq!(restore_expecting(&mut client, "turn-1", "2.1.0").await.ok(), Some(3));
     let status = restore_expecting(&mut client, "turn-1", "1.0.0").await.expect_err("recorded 2.0.0 last");

@@ -10,19 +10,24 @@ use stepwell::api::pb::{BeginOutcome, CheckpointRequest, ListTurnsRequest, Recor
 use tokio::task::JoinSet;
 use tonic::Code;
 
-use crate::backend::TestStore;
-use crate::harness::{ChildServer, WAIT_LIMIT};
-use crate::support::{T0, append, begin, begin_leased, checkpoint, complete, get, restore, restore_all};
+use stepwell_test_support::WAIT_LIMIT;
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::requests::{
+    T0, assert_inserted, begin, begin_leased, checkpoint, complete, get, restore, restore_all,
+};
+use stepwell_test_support::sidecar::SidecarProcess;
+
+use crate::STEPWELL;
 
 const SIDECARS: usize = 3;
 
 /// Three sidecars on one fresh store, started at the same time, so their
 /// migrations race as they would in a rolling deploy.
-async fn three_sidecars(store: &TestStore) -> Vec<ChildServer> {
+async fn three_sidecars(store: &TestStore) -> Vec<SidecarProcess> {
     let (a, b, c) = tokio::join!(
-        ChildServer::spawn_as(store, "a"),
-        ChildServer::spawn_as(store, "b"),
-        ChildServer::spawn_as(store, "c"),
+        SidecarProcess::builder(STEPWELL, store).name("a").spawn(),
+        SidecarProcess::builder(STEPWELL, store).name("b").spawn(),
+        SidecarProcess::builder(STEPWELL, store).name("c").spawn(),
     );
     vec![a, b, c]
 }
@@ -104,7 +109,7 @@ async fn namespaces_stay_isolated_across_sidecars() {
         request.namespace = ns.to_owned();
         request
     };
-    append(&mut sidecars[0].client(), in_ns("team-a", checkpoint("turn", "started", T0, "{}"))).await;
+    assert_inserted(&mut sidecars[0].client(), in_ns("team-a", checkpoint("turn", "started", T0, "{}"))).await;
     let mut held = begin("charge");
     held.namespace = "team-a".into();
     sidecars[0].idempotency().begin(held).await.expect("Begin in team-a");

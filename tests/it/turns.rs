@@ -4,16 +4,20 @@
 
 use stepwell::api::pb::{CheckpointRequest, DeleteTurnRequest, ListTurnsRequest, TurnStatus, TurnSummary};
 
-use crate::harness::{Client, TestServer};
-use crate::support::{T0, append, checkpoint, list_all, list_turns, restore, restore_all, ts, turn_ids};
+use stepwell_test_support::Client;
+use stepwell_test_support::requests::{
+    T0, assert_inserted, checkpoint, list_all, list_turns, restore, restore_all, ts, turn_ids,
+};
+use stepwell_test_support::sidecar::Sidecar;
 
 /// A checkpoint of `turn` at `T0 + offset`, terminal or not.
 fn step(turn: &str, phase: &str, offset: i64, terminal: bool) -> CheckpointRequest {
     CheckpointRequest { terminal, ..checkpoint(turn, phase, T0 + offset, "{}") }
 }
 
-/// Turns covering every way a turn can end up open or terminal.
-async fn append_lifecycles(client: &mut Client) {
+/// Turns covering every way a turn can end up open or terminal, each
+/// checkpoint asserted to be inserted.
+async fn assert_lifecycles_inserted(client: &mut Client) {
     let steps = [
         step("a-open", "started", 100, false),
         step("b-done", "started", 100, false),
@@ -32,15 +36,15 @@ async fn append_lifecycles(client: &mut Client) {
         step("e-tie", "settled", 100, true),
     ];
     for request in steps {
-        append(client, request).await;
+        assert_inserted(client, request).await;
     }
 }
 
 #[tokio::test]
 async fn the_status_filter_selects_open_or_terminal_turns() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_lifecycles(&mut client).await;
+    assert_lifecycles_inserted(&mut client).await;
 
     let cases = [
         (TurnStatus::Open, vec!["a-open", "c-reopened"]),
@@ -60,14 +64,14 @@ async fn the_status_filter_selects_open_or_terminal_turns() {
 
 #[tokio::test]
 async fn the_session_filter_selects_the_turns_of_one_session() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     for (turn, session) in [("t1", "s1"), ("t2", "s2"), ("t3", "s1"), ("t4", "")] {
         let request = CheckpointRequest { session_id: session.into(), ..checkpoint(turn, "started", T0, "{}") };
-        append(&mut client, request).await;
+        assert_inserted(&mut client, request).await;
     }
     // A later checkpoint that names no session keeps the turn in its session.
-    append(&mut client, checkpoint("t3", "settled", T0 + 1, "{}")).await;
+    assert_inserted(&mut client, checkpoint("t3", "settled", T0 + 1, "{}")).await;
 
     let of_s1 = ListTurnsRequest { session_id: "s1".into(), ..list_turns(TurnStatus::Any) };
     let turns = list_all(&mut client, of_s1).await;
@@ -78,7 +82,7 @@ async fn the_session_filter_selects_the_turns_of_one_session() {
 
 #[tokio::test]
 async fn updated_before_selects_turns_whose_latest_checkpoint_is_older() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     for request in [
         step("t-old", "started", 100, false),
@@ -87,7 +91,7 @@ async fn updated_before_selects_turns_whose_latest_checkpoint_is_older() {
         step("t-new", "started", 300, false),
         step("t-done", "settled", 100, true),
     ] {
-        append(&mut client, request).await;
+        assert_inserted(&mut client, request).await;
     }
 
     let before = |offset: i64, status: TurnStatus| ListTurnsRequest {
@@ -109,12 +113,12 @@ async fn updated_before_selects_turns_whose_latest_checkpoint_is_older() {
 
 #[tokio::test]
 async fn turns_page_in_turn_id_order() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     let ids = ["turn-5", "turn-1", "turn-7", "turn-3", "turn-2", "turn-6", "turn-4"];
     for (i, id) in ids.iter().enumerate() {
         // Odd positions are terminal, so the filtered listing pages too.
-        append(&mut client, step(id, "started", 0, i % 2 == 1)).await;
+        assert_inserted(&mut client, step(id, "started", 0, i % 2 == 1)).await;
     }
 
     for page_size in [1, 2, 3, 7, 8] {
@@ -129,8 +133,8 @@ async fn turns_page_in_turn_id_order() {
     }
 }
 
-/// The one turn of the default namespace.
-async fn only_turn(client: &mut Client) -> TurnSummary {
+/// The one turn of the default namespace, asserting that there is only one.
+async fn assert_only_turn(client: &mut Client) -> TurnSummary {
     let mut turns = list_all(client, list_turns(TurnStatus::Any)).await;
     assert_eq!(turns.len(), 1, "one turn: {turns:?}");
     turns.remove(0)
@@ -138,17 +142,17 @@ async fn only_turn(client: &mut Client) -> TurnSummary {
 
 #[tokio::test]
 async fn the_summary_describes_the_turn() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     let named = |phase: &str, offset: i64, session: &str, version: &str| CheckpointRequest {
         session_id: session.into(),
         workflow_version: version.into(),
         ..step("turn-1", phase, offset, false)
     };
-    append(&mut client, named("started", 100, "s1", "1.0.0")).await;
-    append(&mut client, named("llm-complete", 200, "s2", "1.1.0")).await;
+    assert_inserted(&mut client, named("started", 100, "s1", "1.0.0")).await;
+    assert_inserted(&mut client, named("llm-complete", 200, "s2", "1.1.0")).await;
     // The latest names neither, so the summary keeps the last ones named.
-    append(&mut client, CheckpointRequest { terminal: true, ..named("settled", 300, "", "") }).await;
+    assert_inserted(&mut client, CheckpointRequest { terminal: true, ..named("settled", 300, "", "") }).await;
 
     let expected = TurnSummary {
         turn_id: "turn-1".into(),
@@ -160,23 +164,23 @@ async fn the_summary_describes_the_turn() {
         terminal: true,
         workflow_version: "1.1.0".into(),
     };
-    assert_eq!(only_turn(&mut client).await, expected);
+    assert_eq!(assert_only_turn(&mut client).await, expected);
 }
 
 #[tokio::test]
 async fn the_summary_follows_timestamps_not_arrival_order() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
     let named = |phase: &str, offset: i64, session: &str, version: &str, terminal: bool| CheckpointRequest {
         session_id: session.into(),
         workflow_version: version.into(),
         ..step("turn-1", phase, offset, terminal)
     };
-    append(&mut client, named("started", 200, "s1", "1.0.0", false)).await;
-    append(&mut client, named("settled", 400, "s2", "2.0.0", true)).await;
+    assert_inserted(&mut client, named("started", 200, "s1", "1.0.0", false)).await;
+    assert_inserted(&mut client, named("settled", 400, "s2", "2.0.0", true)).await;
     // Both arrive last but are older than "settled".
-    append(&mut client, named("tool", 300, "s3", "1.5.0", false)).await;
-    append(&mut client, named("early", 100, "s0", "0.9.0", false)).await;
+    assert_inserted(&mut client, named("tool", 300, "s3", "1.5.0", false)).await;
+    assert_inserted(&mut client, named("early", 100, "s0", "0.9.0", false)).await;
 
     let expected = TurnSummary {
         turn_id: "turn-1".into(),
@@ -188,7 +192,7 @@ async fn the_summary_follows_timestamps_not_arrival_order() {
         terminal: true,
         workflow_version: "2.0.0".into(),
     };
-    assert_eq!(only_turn(&mut client).await, expected);
+    assert_eq!(assert_only_turn(&mut client).await, expected);
 }
 
 /// Deletes `turn` in the default namespace and returns the count.
@@ -199,9 +203,9 @@ async fn delete(client: &mut Client, turn: &str) -> u64 {
 
 #[tokio::test]
 async fn delete_turn_removes_every_checkpoint_of_one_turn() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append_lifecycles(&mut client).await;
+    assert_lifecycles_inserted(&mut client).await;
     let kept = restore_all(&mut client, restore("b-done")).await;
 
     assert_eq!(delete(&mut client, "c-reopened").await, 3);
@@ -216,16 +220,16 @@ async fn delete_turn_removes_every_checkpoint_of_one_turn() {
 
 #[tokio::test]
 async fn a_deleted_turn_starts_afresh() {
-    let server = TestServer::start().await;
+    let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    append(&mut client, step("turn-1", "started", 100, false)).await;
-    append(&mut client, step("turn-1", "settled", 200, true)).await;
+    assert_inserted(&mut client, step("turn-1", "started", 100, false)).await;
+    assert_inserted(&mut client, step("turn-1", "settled", 200, true)).await;
     delete(&mut client, "turn-1").await;
 
     // The same key as before the delete is new again.
-    append(&mut client, step("turn-1", "started", 100, false)).await;
+    assert_inserted(&mut client, step("turn-1", "started", 100, false)).await;
 
-    let summary = only_turn(&mut client).await;
+    let summary = assert_only_turn(&mut client).await;
     assert_eq!((summary.checkpoint_count, summary.terminal, summary.last_phase.as_str()), (1, false, "started"));
     assert_eq!(summary.last_timestamp, Some(ts(T0 + 100)));
 }

@@ -10,15 +10,17 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::{Code, Status};
 
-use crate::harness::{Client, TestServer};
-use crate::support::{Rejection, T0, append, assert_error, checkpoint, list_turns, restore, restore_all};
+use stepwell_test_support::Client;
+use stepwell_test_support::errors::{Rejection, assert_error};
+use stepwell_test_support::requests::{T0, assert_inserted, checkpoint, list_turns, restore, restore_all};
+use stepwell_test_support::sidecar::Sidecar;
 
 /// The state limit the validation server runs with: small, so that the
 /// limit is cheap to reach.
 const STATE_MAX: usize = 1024;
 
-async fn start() -> TestServer {
-    TestServer::start_with(|config| config.limits.state_bytes_max = STATE_MAX).await
+async fn start() -> Sidecar {
+    Sidecar::builder().configure(|config| config.limits.state_bytes_max = STATE_MAX).start().await
 }
 
 /// One request to any CheckpointService RPC.
@@ -316,7 +318,7 @@ async fn values_exactly_at_each_limit_are_accepted() {
         accepted("timestamp nanos 999999999", |r| r.timestamp = raw_ts(1, 999_999_999)),
     ];
     for (name, request) in checkpoints {
-        let stored = append(&mut client, request.clone()).await;
+        let stored = assert_inserted(&mut client, request.clone()).await;
         let restore_it = RestoreRequest { namespace: request.namespace.clone(), ..restore(&request.turn_id) };
         assert_eq!(stored.state, request.state, "{name}: state byte for byte");
         assert_eq!(restore_all(&mut client, restore_it).await, [stored], "{name}: stored as answered");
@@ -398,5 +400,5 @@ async fn bytes_that_are_not_a_message_are_invalid_argument() {
         assert_nothing_stored(&mut client, name).await;
     }
     // The connection stays usable after the rejections.
-    append(&mut client, checkpoint("turn-1", "started", T0, "{}")).await;
+    assert_inserted(&mut client, checkpoint("turn-1", "started", T0, "{}")).await;
 }

@@ -6,6 +6,7 @@
 //! loudly; nothing is skipped.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sqlx::postgres::PgConnection;
@@ -30,7 +31,12 @@ pub fn backend() -> Backend {
 }
 
 /// A fresh store, and a directory for sockets (and the SQLite file).
-pub struct TestStore {
+/// Clones share one store: every sidecar started on it holds a clone, so the
+/// directory is removed only when the test and its last sidecar are done.
+#[derive(Clone)]
+pub struct TestStore(Arc<Place>);
+
+struct Place {
     dir: TempDir,
     database: Database,
 }
@@ -42,25 +48,25 @@ impl TestStore {
             Backend::Sqlite => Database::Sqlite { path: dir.path().join("stepwell.db") },
             Backend::Postgres => Database::Postgres { url: fresh_postgres_database().await },
         };
-        TestStore { dir, database }
+        TestStore(Arc::new(Place { dir, database }))
     }
 
     /// A store on a given database, e.g. on a private cluster.
     pub fn on(database: Database) -> TestStore {
-        TestStore { dir: tempfile::tempdir().expect("create a temporary directory"), database }
+        TestStore(Arc::new(Place { dir: tempfile::tempdir().expect("create a temporary directory"), database }))
     }
 
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.0.dir.path()
     }
 
     pub fn database(&self) -> Database {
-        self.database.clone()
+        self.0.database.clone()
     }
 
     /// The store as the binary's --database-url.
     pub fn url(&self) -> String {
-        match &self.database {
+        match &self.0.database {
             Database::Sqlite { path } => format!("sqlite://{}", path.display()),
             Database::Postgres { url } => url.clone(),
         }
@@ -69,7 +75,7 @@ impl TestStore {
     /// A connection to the store itself, for tests that check what is
     /// physically stored rather than what the API shows.
     pub async fn inspect(&self) -> Inspector {
-        match &self.database {
+        match &self.0.database {
             Database::Sqlite { path } => Inspector::Sqlite(
                 SqlitePool::connect_with(SqliteConnectOptions::new().filename(path).read_only(true))
                     .await
@@ -86,7 +92,7 @@ impl TestStore {
     /// Runs a statement on the store itself, in the backend's own dialect:
     /// how tests inject faults (e.g. a trigger that fails some inserts).
     pub async fn execute(&self, sqlite: &str, postgres: &str) {
-        match &self.database {
+        match &self.0.database {
             Database::Sqlite { path } => {
                 let mut conn = sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path))
                     .await
@@ -103,7 +109,7 @@ impl TestStore {
     /// Takes the store's write lock from outside the sidecar, so its writes
     /// wait until `WriteLock::release`.
     pub async fn hold_write_lock(&self) -> WriteLock {
-        match &self.database {
+        match &self.0.database {
             Database::Sqlite { path } => {
                 let mut conn = sqlx::SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path))
                     .await

@@ -1,9 +1,9 @@
-//! Request builders and assertions shared by the test modules: a valid
+//! Request builders and readers shared by the test modules: a valid
 //! `checkpoint(turn, phase, ts_ns, state)` request to adjust, the
 //! IdempotencyService requests (`begin(key)`, `complete(key, token, result)`
-//! and the rest) in the default namespace, readers that follow page tokens
-//! to the end, and checks of the rich error details (ErrorInfo reason and
-//! domain, BadRequest field) every failure carries.
+//! and the rest) in the default namespace, timestamps and durations as the
+//! API carries them, readers that follow page tokens to the end, and
+//! `assert_inserted`, the append that must store a new checkpoint.
 
 use std::time::Duration;
 
@@ -11,13 +11,8 @@ use stepwell::api::pb::{
     BeginRequest, Checkpoint, CheckpointRequest, CompleteRequest, ExtendRequest, GetRequest, ListTurnsRequest,
     ReleaseRequest, RestoreRequest, TurnStatus, TurnSummary,
 };
-use tonic::{Code, Status};
-use tonic_types::{ErrorInfo, StatusExt};
 
-use crate::harness::Client;
-
-/// The ErrorInfo domain of every stepwell error.
-pub const DOMAIN: &str = "stepwell.dev";
+use crate::Client;
 
 /// A base time (November 2023) in nanoseconds, so that tests can write
 /// `T0 + n` for their timestamps.
@@ -92,8 +87,9 @@ pub fn list_turns(status: TurnStatus) -> ListTurnsRequest {
     ListTurnsRequest { status: status.into(), ..Default::default() }
 }
 
-/// Appends a checkpoint that must be new, and returns it as stored.
-pub async fn append(client: &mut Client, request: CheckpointRequest) -> Checkpoint {
+/// Appends a checkpoint, asserts that it was new (inserted), and returns it
+/// as stored.
+pub async fn assert_inserted(client: &mut Client, request: CheckpointRequest) -> Checkpoint {
     let response = client.checkpoint(request).await.expect("Checkpoint succeeds").into_inner();
     assert!(response.inserted, "a new checkpoint is inserted");
     response.checkpoint.expect("the stored checkpoint is returned")
@@ -138,55 +134,4 @@ pub fn turn_ids(turns: &[TurnSummary]) -> Vec<&str> {
 /// The states of checkpoints, in order, as text.
 pub fn states(checkpoints: &[Checkpoint]) -> Vec<&str> {
     checkpoints.iter().map(|c| std::str::from_utf8(&c.state).expect("UTF-8 state")).collect()
-}
-
-/// Asserts the status code and the ErrorInfo reason and domain, and returns
-/// the ErrorInfo for further checks.
-pub fn assert_error(status: &Status, code: Code, reason: &str) -> ErrorInfo {
-    assert_eq!(status.code(), code, "status code of {status:?}");
-    let info = status.get_details_error_info().unwrap_or_else(|| panic!("ErrorInfo in {status:?}"));
-    assert_eq!(info.reason, reason, "ErrorInfo reason of {status:?}");
-    assert_eq!(info.domain, DOMAIN, "ErrorInfo domain of {status:?}");
-    info
-}
-
-/// What a rejection says, for comparison in one piece: the code, the
-/// ErrorInfo domain and reason, and the fields of any BadRequest violations.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Rejection {
-    pub code: Code,
-    pub domain: String,
-    pub reason: String,
-    pub fields: Vec<String>,
-}
-
-impl Rejection {
-    pub fn of(status: &Status) -> Rejection {
-        let details = status.get_error_details();
-        let info = details.error_info();
-        Rejection {
-            code: status.code(),
-            domain: info.map(|i| i.domain.clone()).unwrap_or_default(),
-            reason: info.map(|i| i.reason.clone()).unwrap_or_default(),
-            fields: details
-                .bad_request()
-                .map(|b| b.field_violations.iter().map(|v| v.field.clone()).collect())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// INVALID_ARGUMENT naming `field`, with ErrorInfo `reason`.
-    pub fn invalid(field: &str, reason: &str) -> Rejection {
-        Rejection::new(Code::InvalidArgument, field, reason)
-    }
-
-    pub fn new(code: Code, field: &str, reason: &str) -> Rejection {
-        Rejection { code, domain: DOMAIN.to_owned(), reason: reason.to_owned(), fields: vec![field.to_owned()] }
-    }
-}
-
-/// Asserts INVALID_ARGUMENT naming `field` in a BadRequest violation, with
-/// ErrorInfo `reason`.
-pub fn assert_invalid(status: &Status, field: &str, reason: &str) {
-    assert_eq!(Rejection::of(status), Rejection::invalid(field, reason), "{status:?}");
 }

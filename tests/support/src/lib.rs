@@ -1,0 +1,37 @@
+//! What stepwell's two test binaries share, the integration suite
+//! (tests/it) and the fault suite (tests/faults): the store a test runs on
+//! and the one place that picks the backend (`backend`), a private Postgres
+//! cluster for tests that stop it (`pg_cluster`), running sidecars, in
+//! process or as the real binary (`sidecar`), dialling them and following
+//! their health (`channel`, `health`), the request builders and readers
+//! (`requests`) and the checks of rich error details (`errors`), and the
+//! one seeded random generator (`rng`).
+//!
+//! The real binary's path is the test binary's to give (cargo tells only
+//! the stepwell package's own tests where it is), so `SidecarProcess`
+//! takes it as an argument.
+
+pub mod backend;
+pub mod channel;
+pub mod errors;
+pub mod health;
+pub mod pg_cluster;
+pub mod requests;
+pub mod rng;
+pub mod sidecar;
+
+use std::time::Duration;
+
+use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
+use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
+use tonic::transport::Channel;
+
+/// The generated CheckpointService client every test uses.
+pub type Client = CheckpointServiceClient<Channel>;
+
+/// The generated IdempotencyService client.
+pub type IdempotencyClient = IdempotencyServiceClient<Channel>;
+
+/// A guard against a hung test, not a synchronisation: every wait is for a
+/// condition, and a passing test never comes near this.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(30);

@@ -1,0 +1,316 @@
+//! How a test gets a running stepwell, so that no test knows how a server is
+//! started or where its store lives. Two builders:
+//!
+//! - `Sidecar::builder()` runs `stepwell::serve` in-process, on TCP or
+//!   (`.unix_socket()`) a Unix socket, on a fresh store or (`.store(..)`)
+//!   a given one, with its configuration adjusted by `.configure(..)`.
+//!   A second sidecar on another's store (`.store(first.store())`) runs as
+//!   sidecars sharing one would: its own connections, writer and sweeper.
+//! - `SidecarProcess::builder(binary, &store)` runs the real binary as a
+//!   child process on a Unix socket in the store's directory, for tests
+//!   that kill or signal it and restart it on the same store; `.name(..)`
+//!   picks the socket, so several can share a store, and `.flags(..)` and
+//!   `.env(..)` reach the process.
+//!
+//! Both return only once health reports SERVING, as a `Running` sidecar
+//! that hands out connected clients. This is the one place a test's
+//! `Config` is built from its store (`Config::for_database`), before
+//! `.configure(..)` adjusts it.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
+use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
+use stepwell::config::Config;
+use stepwell::{Listener, ServeError};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+use crate::backend::TestStore;
+use crate::channel::{Target, connect};
+use crate::health::wait_for_serving;
+use crate::{Client, IdempotencyClient, WAIT_LIMIT};
+
+/// A running sidecar, connected: `Sidecar` in-process, or `SidecarProcess`,
+/// the real binary. Either hands out clients on its channel.
+pub struct Running<Kind> {
+    channel: Channel,
+    kind: Kind,
+}
+
+/// An in-process server, shut down when dropped.
+pub type Sidecar = Running<InProcess>;
+
+/// The real `stepwell` binary serving on a Unix socket in its store's
+/// directory, so that a restart finds the same store. Killed when dropped.
+pub type SidecarProcess = Running<ChildProcess>;
+
+/// What only an in-process sidecar has.
+pub struct InProcess {
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+    // A clone of the store, so that it outlives every server on it.
+    store: TestStore,
+}
+
+/// What only a sidecar process has.
+pub struct ChildProcess {
+    process: Process,
+    socket: PathBuf,
+}
+
+impl<Kind> Running<Kind> {
+    pub fn client(&self) -> Client {
+        CheckpointServiceClient::new(self.channel.clone())
+    }
+
+    pub fn idempotency(&self) -> IdempotencyClient {
+        IdempotencyServiceClient::new(self.channel.clone())
+    }
+
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+}
+
+/// One adjustment of a test's configuration, given to `.configure(..)`.
+type Adjustment<'a> = Box<dyn FnOnce(&mut Config) + 'a>;
+
+/// What an in-process sidecar is to be: see `Sidecar::builder`.
+#[must_use = "a builder starts nothing until `start`"]
+pub struct SidecarBuilder<'a> {
+    store: Option<TestStore>,
+    configure: Vec<Adjustment<'a>>,
+    unix_socket: bool,
+}
+
+impl Sidecar {
+    /// An in-process sidecar on TCP, on a fresh store, with the default
+    /// configuration, until the builder says otherwise.
+    pub fn builder<'a>() -> SidecarBuilder<'a> {
+        SidecarBuilder { store: None, configure: Vec::new(), unix_socket: false }
+    }
+
+    /// The store this server runs on.
+    pub fn store(&self) -> &TestStore {
+        &self.kind.store
+    }
+
+    /// Starts a graceful shutdown without waiting for it.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(shutdown) = self.kind.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+
+    /// Shuts down (if not begun already) and returns what `serve` returned.
+    pub async fn stop(mut self) -> Result<(), ServeError> {
+        self.begin_shutdown();
+        let task = &mut self.kind.task;
+        tokio::time::timeout(WAIT_LIMIT, task)
+            .await
+            .expect("serve returns after shutdown")
+            .expect("the serve task does not panic")
+    }
+}
+
+impl<'a> SidecarBuilder<'a> {
+    /// Runs on `store` (shared with whoever else holds it) instead of a fresh one.
+    pub fn store(mut self, store: &TestStore) -> Self {
+        self.store = Some(store.clone());
+        self
+    }
+
+    /// Adjusts the configuration (e.g. its limits or clock) before the start;
+    /// adjustments apply in the order given.
+    pub fn configure(mut self, configure: impl FnOnce(&mut Config) + 'a) -> Self {
+        self.configure.push(Box::new(configure));
+        self
+    }
+
+    /// Listens on `stepwell.sock` in the store's directory instead of TCP.
+    pub fn unix_socket(mut self) -> Self {
+        self.unix_socket = true;
+        self
+    }
+
+    /// Starts the server and waits until it serves.
+    pub async fn start(self) -> Sidecar {
+        let store = match self.store {
+            Some(store) => store,
+            None => TestStore::new().await,
+        };
+        let mut config = Config::for_database(store.database());
+        for configure in self.configure {
+            configure(&mut config);
+        }
+        let (listener, target) = if self.unix_socket {
+            let path = store.dir().join("stepwell.sock");
+            let listener = UnixListener::bind(&path).expect("bind a Unix socket");
+            (Listener::Unix(listener, path.clone()), Target::Unix(path))
+        } else {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a TCP port");
+            let addr = listener.local_addr().expect("a bound address");
+            (Listener::Tcp(listener), Target::Tcp(addr))
+        };
+        let (shutdown, signal) = oneshot::channel::<()>();
+        // A dropped sender also shuts the server down, so a panicking test
+        // does not leave it running.
+        let task = tokio::spawn(stepwell::serve(listener, config, async move {
+            let _ = signal.await;
+        }));
+        let channel = connect(&target).await;
+        wait_for_serving(&channel).await;
+        Running { channel, kind: InProcess { shutdown: Some(shutdown), task, store } }
+    }
+}
+
+/// What a sidecar process is to be: see `SidecarProcess::builder`.
+#[must_use = "a builder starts nothing until `spawn` or `run_until_exit`"]
+pub struct SidecarProcessBuilder {
+    binary: PathBuf,
+    store: TestStore,
+    name: String,
+    flags: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+}
+
+/// A child process that is killed and reaped when dropped, so that a failing
+/// test leaves no server behind.
+struct Process(Option<Child>);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl SidecarProcess {
+    /// The binary at `binary` (the test binary's `CARGO_BIN_EXE_stepwell`)
+    /// serving `store` on `stepwell.sock` in the store's directory, until
+    /// the builder says otherwise.
+    pub fn builder(binary: impl AsRef<Path>, store: &TestStore) -> SidecarProcessBuilder {
+        SidecarProcessBuilder {
+            binary: binary.as_ref().to_owned(),
+            store: store.clone(),
+            name: "stepwell".to_owned(),
+            flags: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    pub fn socket_path(&self) -> &Path {
+        &self.kind.socket
+    }
+
+    /// Whether the process is still running: it has not exited by itself.
+    pub fn is_running(&mut self) -> bool {
+        self.kind.process.0.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
+    /// Sends SIGTERM, the graceful stop, without waiting.
+    pub fn terminate(&self) {
+        let child = self.kind.process.0.as_ref().expect("the child is running");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+        // SAFETY: kill(2) on a pid we spawned and have not reaped, so it
+        // cannot name another process.
+        let result = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(result, 0, "SIGTERM delivered");
+    }
+
+    /// Sends SIGKILL, the crash, and reaps the process.
+    pub async fn kill(mut self) -> ExitStatus {
+        let mut child = self.kind.process.0.take().expect("the child is running");
+        child.kill().expect("SIGKILL delivered");
+        reap(child).await
+    }
+
+    /// Waits for the process to exit by itself.
+    pub async fn wait(mut self) -> ExitStatus {
+        reap(self.kind.process.0.take().expect("the child is running")).await
+    }
+}
+
+impl SidecarProcessBuilder {
+    /// Listens on `NAME.sock`, so several sidecars can share a store.
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// Extra flags for `stepwell serve`.
+    pub fn flags(mut self, flags: &[&str]) -> Self {
+        self.flags.extend(flags.iter().map(OsString::from));
+        self
+    }
+
+    /// An extra environment variable for the process (e.g. LD_PRELOAD).
+    pub fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.env.push((key.into(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// `stepwell serve` on the store, listening on `NAME.sock`.
+    fn command(&self) -> (Command, PathBuf) {
+        let socket = self.store.dir().join(format!("{}.sock", self.name));
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--database-url")
+            .arg(self.store.url())
+            .args(&self.flags)
+            .envs(self.env.iter().map(|(key, value)| (key, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        (command, socket)
+    }
+
+    /// Starts the process and waits until it serves.
+    pub async fn spawn(self) -> SidecarProcess {
+        let (mut command, socket) = self.command();
+        let child = command.env("STEPWELL_LOG", "warn").spawn().expect("start the stepwell binary");
+        let process = Process(Some(child));
+        let channel = connect(&Target::Unix(socket.clone())).await;
+        wait_for_serving(&channel).await;
+        Running { channel, kind: ChildProcess { process, socket } }
+    }
+
+    /// Runs a process expected to refuse to start; returns its exit status
+    /// and what it wrote to stderr. One still running after `WAIT_LIMIT` is
+    /// killed and fails the test.
+    pub fn run_until_exit(self) -> (ExitStatus, String) {
+        let (mut command, _) = self.command();
+        let mut child = command.stderr(Stdio::piped()).spawn().expect("run the stepwell binary");
+        let deadline = std::time::Instant::now() + WAIT_LIMIT;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("poll the child") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("stepwell kept running; it was expected to refuse to start");
+            }
+            std::thread::sleep(Duration::from_millis(10)); // polling for the exit, bounded above
+        };
+        let mut stderr = String::new();
+        child.stderr.take().expect("piped").read_to_string(&mut stderr).expect("read stderr");
+        (status, stderr)
+    }
+}
+
+/// Waits for a child to exit off the async threads, which `wait` would block.
+async fn reap(mut child: Child) -> ExitStatus {
+    let waiting = tokio::task::spawn_blocking(move || child.wait().expect("wait for the child"));
+    tokio::time::timeout(WAIT_LIMIT, waiting).await.expect("the child exits").expect("the wait task does not panic")
+}
