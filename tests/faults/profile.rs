@@ -27,12 +27,14 @@ pub struct Profile {
 
 impl Profile {
     pub fn from_env() -> Profile {
-        match std::env::var("STEPWELL_FAULT_PROFILE").as_deref() {
-            Ok("long") => Profile { name: "long", kill_cycles: 1000, outages: 50, ambiguous_rounds: 200, writers: 32 },
-            Ok("ci") | Err(_) => {
+        match stepwell_test_support::setting("STEPWELL_FAULT_PROFILE").as_deref() {
+            Some("long") => {
+                Profile { name: "long", kill_cycles: 1000, outages: 50, ambiguous_rounds: 200, writers: 32 }
+            }
+            Some("ci") | None => {
                 Profile { name: "ci", kill_cycles: 100, outages: 10, ambiguous_rounds: 20, writers: 32 }
             }
-            Ok(other) => panic!("STEPWELL_FAULT_PROFILE={other:?}: use ci or long"),
+            Some(other) => panic!("STEPWELL_FAULT_PROFILE={other:?}: use ci or long"),
         }
     }
 }
@@ -56,7 +58,7 @@ pub fn report(test: &str, fields: serde_json::Value) {
     let backend = format!("{:?}", backend()).to_lowercase();
     let profile = Profile::from_env().name;
     println!("fault report [{test}, {backend}, {profile} profile]: {fields}");
-    if let Ok(path) = std::env::var("STEPWELL_FAULT_REPORT") {
+    if let Some(path) = stepwell_test_support::setting("STEPWELL_FAULT_REPORT") {
         let line = serde_json::json!({ "test": test, "backend": backend, "profile": profile, "figures": fields });
         let mut file =
             std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("open the fault report file");

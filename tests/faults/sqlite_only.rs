@@ -135,7 +135,7 @@ fn shim() -> PathBuf {
     SHIM.get_or_init(|| {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faults/iofail.c");
         let out = std::env::temp_dir().join(format!("stepwell-iofail-{}.so", std::process::id()));
-        let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        let status = Command::new(stepwell_test_support::setting("CC").unwrap_or_else(|| "cc".into()))
             .args(["-shared", "-fPIC", "-O2", "-o"])
             .arg(&out)
             .arg(&source)

@@ -24,7 +24,7 @@ async fn start(max_concurrent_requests: usize) -> Sidecar {
         .configure(|config| {
             config.limits.state_bytes_max = STATE_MAX;
             config.limits.message_bytes_max = MESSAGE_MAX;
-            config.max_concurrent_requests = max_concurrent_requests;
+            config.limits.max_concurrent_requests = max_concurrent_requests;
         })
         .start()
         .await

@@ -511,13 +511,13 @@ impl Run {
 async fn random_workers_agree_with_the_model() {
     let rng = Rng::from_env("STEPWELL_MODEL_SEED");
     let seed = rng.seed();
-    let steps = std::env::var("STEPWELL_MODEL_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
+    let steps = stepwell_test_support::setting("STEPWELL_MODEL_STEPS").and_then(|s| s.parse().ok()).unwrap_or(3000);
     println!("model test seed {seed}, {steps} steps (replay with STEPWELL_MODEL_SEED={seed})");
 
     let clock = Clock::system();
     let server = Sidecar::builder()
         .configure(|config| {
-            config.clock = clock.clone();
+            config.store.clock = clock.clone();
             config.limits.retention_max = Duration::from_secs(30 * 24 * 3600);
         })
         .start()

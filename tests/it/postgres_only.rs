@@ -64,7 +64,7 @@ async fn a_server_with_fsync_off_is_refused() {
 async fn start_asserting_serving(cluster: &PgCluster, interval: Duration) -> (Sidecar, Streaming<HealthCheckResponse>) {
     let store = postgres_store(with_database(&cluster.url(), "postgres")).await;
     let server =
-        Sidecar::builder().store(&store).configure(|config| config.health_check_interval = interval).start().await;
+        Sidecar::builder().store(&store).configure(|config| config.health.check_interval = interval).start().await;
     let mut health = watch_health(&server.channel()).await;
     assert_eq!(next_status(&mut health).await, Some(ServingStatus::Serving));
     (server, health)

@@ -57,7 +57,7 @@ async fn start_on_clock(configure: impl FnOnce(&mut Config)) -> (Sidecar, Clock)
     let clock = Clock::system();
     let server = Sidecar::builder()
         .configure(|config| {
-            config.clock = clock.clone();
+            config.store.clock = clock.clone();
             configure(config);
         })
         .start()

@@ -23,10 +23,10 @@ pub enum Backend {
 }
 
 pub fn backend() -> Backend {
-    match std::env::var("STEPWELL_TEST_BACKEND").as_deref() {
-        Ok("postgres") => Backend::Postgres,
-        Ok("sqlite") | Err(_) => Backend::Sqlite,
-        Ok(other) => panic!("STEPWELL_TEST_BACKEND={other:?}: use sqlite or postgres"),
+    match crate::setting("STEPWELL_TEST_BACKEND").as_deref() {
+        Some("postgres") => Backend::Postgres,
+        Some("sqlite") | None => Backend::Sqlite,
+        Some(other) => panic!("STEPWELL_TEST_BACKEND={other:?}: use sqlite or postgres"),
     }
 }
 
@@ -175,7 +175,7 @@ impl Inspector {
 
 /// The server every Postgres test database lives on.
 pub fn postgres_admin_url() -> String {
-    std::env::var("STEPWELL_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+    crate::setting("STEPWELL_TEST_POSTGRES_URL").unwrap_or_else(|| {
         panic!(
             "STEPWELL_TEST_BACKEND=postgres needs STEPWELL_TEST_POSTGRES_URL (postgres://USER@HOST:PORT/DB); \
              scripts/test starts a throwaway server and sets it"

@@ -32,6 +32,14 @@ pub type Client = CheckpointServiceClient<Channel>;
 /// The generated IdempotencyService client.
 pub type IdempotencyClient = IdempotencyServiceClient<Channel>;
 
+/// A test setting from the environment (a profile, a seed, a compiler):
+/// the one place the test binaries read it, since the sidecar's lints
+/// forbid reading the environment anywhere but its config.
+#[allow(clippy::disallowed_methods)]
+pub fn setting(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
 /// A guard against a hung test, not a synchronisation: every wait is for a
 /// condition, and a passing test never comes near this.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(30);

@@ -21,9 +21,9 @@ impl Rng {
     /// A value that is not a whole number fails, so that a mistyped replay
     /// does not run some other seed unnoticed.
     pub fn from_env(var: &str) -> Rng {
-        let seed = match std::env::var(var) {
-            Ok(text) => text.parse().unwrap_or_else(|_| panic!("{var}={text:?}: use a whole number")),
-            Err(_) => stepwell::clock::system_now() as u64,
+        let seed = match crate::setting(var) {
+            Some(text) => text.parse().unwrap_or_else(|_| panic!("{var}={text:?}: use a whole number")),
+            None => stepwell::clock::system_now() as u64,
         };
         Rng::new(seed)
     }
