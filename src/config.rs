@@ -231,6 +231,41 @@ pub struct ServeArgs {
           value_parser = seconds(0, 3600))]
     pub shutdown_grace: Duration,
 
+    /// Principals, their secrets' SHA-256 hashes or certificate identities,
+    /// and their grants per namespace (a TOML file; README, "Security").
+    /// Turns authentication on; SIGHUP reloads it.
+    #[arg(long = "auth-file", env = "STEPWELL_AUTH_FILE", value_name = "PATH")]
+    pub auth_file: Option<PathBuf>,
+
+    /// Serve gRPC reflection while authentication is on (it is off then,
+    /// since it describes the API to any caller).
+    #[arg(long, env = "STEPWELL_REFLECTION_WITH_AUTH")]
+    pub reflection_with_auth: bool,
+
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key. SIGHUP reloads it.
+    #[arg(long = "tls-cert", env = "STEPWELL_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long = "tls-key", env = "STEPWELL_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by these CAs (PEM): mutual TLS.
+    /// A certificate's URI or DNS name can be granted roles in --auth-file.
+    #[arg(long = "tls-client-ca", env = "STEPWELL_TLS_CLIENT_CA", value_name = "PATH")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// UNSAFE: serve a TCP address beyond loopback without TLS and
+    /// authentication, so anyone who reaches it can read and delete every
+    /// namespace. A warning is logged at every start.
+    #[arg(long, env = "STEPWELL_INSECURE_ALLOW_NETWORK")]
+    pub insecure_allow_network: bool,
+
+    /// Permissions of a Unix socket file, in octal (only its owner by default).
+    #[arg(long = "unix-socket-mode", env = "STEPWELL_UNIX_SOCKET_MODE", value_name = "OCTAL", default_value = "600",
+          value_parser = octal_mode)]
+    pub unix_socket_mode: u32,
+
     /// Log format.
     #[arg(long, env = "STEPWELL_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -343,6 +378,14 @@ fn with_env(command: clap::Command, env: &Env) -> clap::Command {
     })
 }
 
+/// File permissions in octal, such as 600 or 0660.
+fn octal_mode(text: &str) -> Result<u32, String> {
+    match u32::from_str_radix(text, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(mode),
+        _ => Err(format!("{text:?} is not a permission mode in octal, such as 600 or 660")),
+    }
+}
+
 /// A whole number in `min..=max`.
 fn count(min: u32, max: u32) -> impl TypedValueParser<Value = u32> {
     clap::value_parser!(u32).range(i64::from(min)..=i64::from(max))
@@ -432,6 +475,30 @@ pub struct Health {
     pub retry_max: Duration,
 }
 
+/// TLS on the gRPC listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// The certificate chain and its key (PEM), reloaded on SIGHUP.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CAs whose client certificates are required: mutual TLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Who may call, and over what.
+#[derive(Debug, Clone)]
+pub struct Security {
+    /// The principals file; `None` serves without authentication.
+    pub auth_file: Option<PathBuf>,
+    /// Reflection stays on while authentication is on.
+    pub reflection_with_auth: bool,
+    pub tls: Option<Tls>,
+    /// The operator accepted a network-facing port without TLS and authentication.
+    pub insecure_allow_network: bool,
+    /// Permissions of a Unix socket file.
+    pub unix_socket_mode: u32,
+}
+
 /// The checked configuration the server runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -441,6 +508,7 @@ pub struct Config {
     pub writes: Writes,
     pub sweep: Sweep,
     pub health: Health,
+    pub security: Security,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub log_filter: String,
@@ -478,6 +546,7 @@ impl Config {
                 retry_first: Duration::from_millis(100),
                 retry_max: args.store_retry_max,
             },
+            security: security(args, &mut errors),
             shutdown_grace: args.shutdown_grace,
             log_format: args.log_format,
             log_filter: args.log_filter.clone(),
@@ -486,6 +555,52 @@ impl Config {
             errors.add("log", format!("{:?} is not a log filter: {error}", args.log_filter));
         }
         if errors.0.is_empty() { Ok(config) } else { Err(errors) }
+    }
+}
+
+/// TLS comes as a certificate with its key; a TCP port beyond loopback
+/// needs TLS and authentication, or the operator's word that it may go without.
+fn security(args: &ServeArgs, errors: &mut ConfigErrors) -> Security {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(Tls { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone() })
+        }
+        (None, None) => None,
+        (Some(_), None) => {
+            errors.add("tls-cert", "needs --tls-key, the certificate's private key".to_owned());
+            None
+        }
+        (None, Some(_)) => {
+            errors.add("tls-key", "needs --tls-cert, the certificate it belongs to".to_owned());
+            None
+        }
+    };
+    if args.tls_client_ca.is_some() && args.tls_cert.is_none() {
+        errors.add(
+            "tls-client-ca",
+            "needs --tls-cert and --tls-key: client certificates are asked for over TLS".to_owned(),
+        );
+    }
+    if let Listen::Tcp(address) = &args.listen
+        && !address.ip().is_loopback()
+        && !(args.tls_cert.is_some() && args.auth_file.is_some())
+        && !args.insecure_allow_network
+    {
+        errors.add(
+            "listen",
+            format!(
+                "{address} is reachable beyond this host, and without TLS and authentication anyone who reaches it \
+                 could read and delete every namespace. Add --tls-cert, --tls-key and --auth-file (README, \
+                 \"Security\"), listen on 127.0.0.1 or a unix: socket, or pass --insecure-allow-network to accept the risk"
+            ),
+        );
+    }
+    Security {
+        auth_file: args.auth_file.clone(),
+        reflection_with_auth: args.reflection_with_auth,
+        tls,
+        insecure_allow_network: args.insecure_allow_network,
+        unix_socket_mode: args.unix_socket_mode,
     }
 }
 
@@ -668,6 +783,32 @@ mod tests {
         assert_eq!(postgres.writes.concurrency, 4);
         let args = serve(&["--database-url", "postgres://u@h/d", "--sqlite-bytes-max", "1"], &Env::default()).unwrap();
         assert!(Config::from_args(&args).unwrap_err().0[0].starts_with("--sqlite-bytes-max"));
+    }
+
+    #[test]
+    fn a_network_port_needs_tls_and_auth_or_the_operators_word() {
+        let errors = |argv: &[&str]| Config::from_args(&serve(argv, &Env::default()).unwrap()).err();
+        let refused = errors(&["--listen", "0.0.0.0:50051"]).expect("refused");
+        assert!(
+            refused.0[0].starts_with("--listen") && refused.0[0].contains("--insecure-allow-network"),
+            "{refused:?}"
+        );
+        assert!(errors(&["--listen", "0.0.0.0:50051", "--insecure-allow-network"]).is_none());
+        let secured = ["--listen", "[::]:50051", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--auth-file", "a.toml"];
+        assert!(errors(&secured).is_none());
+        assert!(errors(&["--listen", "0.0.0.0:1", "--tls-cert", "c.pem", "--tls-key", "k.pem"]).is_some(), "TLS alone");
+        assert!(errors(&["--listen", "[::1]:50051"]).is_none(), "loopback needs neither");
+        assert!(errors(&["--listen", "unix:/tmp/s.sock"]).is_none(), "a socket file needs neither");
+    }
+
+    #[test]
+    fn tls_flags_come_together() {
+        let errors = |argv: &[&str]| Config::from_args(&serve(argv, &Env::default()).unwrap()).unwrap_err().0;
+        assert!(errors(&["--tls-cert", "c.pem"])[0].starts_with("--tls-cert"));
+        assert!(errors(&["--tls-key", "k.pem"])[0].starts_with("--tls-key"));
+        assert!(errors(&["--tls-client-ca", "ca.pem"])[0].starts_with("--tls-client-ca"));
+        assert!(mistakes(&serve(&["--unix-socket-mode", "999"], &Env::default()).unwrap_err())[0].contains("octal"));
+        assert_eq!(serve(&["--unix-socket-mode", "660"], &Env::default()).unwrap().unix_socket_mode, 0o660);
     }
 
     #[test]

@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod error;
