@@ -6,6 +6,7 @@ package stepwell
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ type options struct {
 	backoff     time.Duration
 	maxBackoff  time.Duration
 	dialOptions []grpc.DialOption
+	token       string // cleared by Dial once the credential holds it
+	tokenSet    bool
+	tls         *TLSConfig
 }
 
 // Option configures Dial.
@@ -54,7 +58,7 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts = attempts; o.backoff = backoff }
 }
 
-// WithDialOptions adds grpc.DialOptions (e.g. per-RPC credentials).
+// WithDialOptions adds grpc.DialOptions (e.g. interceptors).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
 }
@@ -68,14 +72,36 @@ type Client struct {
 }
 
 // Dial connects to a sidecar at "host:port" or "unix:/path/to.sock". Over a
-// Unix socket the HTTP/2 authority is "localhost". The connection is made
-// lazily; the first call waits for it (within its deadline).
+// Unix socket the HTTP/2 authority is "localhost". The connection is
+// plaintext unless WithTLS is given; WithToken adds a bearer token to every
+// call. The connection is made lazily; the first call waits for it (within
+// its deadline).
 func Dial(target string, opts ...Option) (*Client, error) {
 	o := options{timeout: 10 * time.Second, maxAttempts: 5, backoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
 	for _, f := range opts {
 		f(&o)
 	}
-	dopts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	transport := insecure.NewCredentials()
+	if o.tls != nil {
+		var err error
+		if transport, err = transportCredentials(*o.tls); err != nil {
+			return nil, err
+		}
+	}
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
+	if o.tokenSet {
+		token, err := newBearerToken(o.token, !isLocal(target))
+		if err != nil {
+			return nil, err
+		}
+		// The Client keeps no copy of the token: only the connection's
+		// credential holds it.
+		o.token = ""
+		if token.requireTLS && o.tls == nil {
+			return nil, errors.New("stepwell: WithToken to a non-loopback target needs WithTLS")
+		}
+		dopts = append(dopts, grpc.WithPerRPCCredentials(token))
+	}
 	if strings.HasPrefix(target, "unix:") {
 		dopts = append(dopts, grpc.WithAuthority("localhost"))
 	} else if !strings.Contains(target, "://") {
@@ -88,6 +114,12 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	}
 	return &Client{conn: conn, cp: pb.NewCheckpointServiceClient(conn), idem: pb.NewIdempotencyServiceClient(conn), opts: o}, nil
 }
+
+// String names the client by its target; it never shows credentials.
+func (c *Client) String() string { return "stepwell.Client(" + c.conn.CanonicalTarget() + ")" }
+
+// GoString is String, so that %#v shows no credentials either.
+func (c *Client) GoString() string { return c.String() }
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
@@ -108,7 +140,8 @@ func (c *Client) IdempotencyService() pb.IdempotencyServiceClient { return c.ide
 // retryable reports whether a failed call is worth resending unchanged:
 // UNAVAILABLE always; RESOURCE_EXHAUSTED when its reason is OVERLOADED or
 // when it carries no ErrorInfo at all (e.g. from a proxy in between).
-// MESSAGE_TOO_LARGE and STORE_FULL cannot succeed on a retry.
+// MESSAGE_TOO_LARGE and STORE_FULL cannot succeed on a retry, and neither
+// can UNAUTHENTICATED or PERMISSION_DENIED (the credentials stay the same).
 func retryable(err error) bool {
 	e, ok := err.(*Error)
 	if !ok {

@@ -134,9 +134,14 @@ var (
 	// ErrOnceTimeout: Once waited longer than its wait timeout for another holder.
 	ErrOnceTimeout error = &sentinel{reason: "IN_PROGRESS", text: "still in progress"}
 
-	ErrInvalidArgument  error = &sentinel{code: codes.InvalidArgument, text: "invalid argument"}
-	ErrUnavailable      error = &sentinel{code: codes.Unavailable, text: "unavailable"}
-	ErrUnauthenticated  error = &sentinel{code: codes.Unauthenticated, text: "unauthenticated"}
+	ErrInvalidArgument error = &sentinel{code: codes.InvalidArgument, text: "invalid argument"}
+	ErrUnavailable     error = &sentinel{code: codes.Unavailable, text: "unavailable"}
+	// ErrUnauthenticated: UNAUTHENTICATED, the call carried no token (or
+	// client certificate) the sidecar knows. Never retried: the same
+	// credentials fail again.
+	ErrUnauthenticated error = &sentinel{code: codes.Unauthenticated, text: "unauthenticated"}
+	// ErrPermissionDenied: PERMISSION_DENIED, the caller is known but has no
+	// grant of the needed role for the request's namespace. Never retried.
 	ErrPermissionDenied error = &sentinel{code: codes.PermissionDenied, text: "permission denied"}
 	ErrDeadlineExceeded error = &sentinel{code: codes.DeadlineExceeded, text: "deadline exceeded"}
 )
