@@ -19,6 +19,13 @@ var (
 	target  string // host:port of the sidecar TestMain started
 	tmpDir  string
 	binPath string
+
+	// secureSetup, set by the stepwell_tls build (secure_test.go), returns
+	// the flags that put the shared sidecar behind TLS and auth and the
+	// options every test client then needs; nil runs it in plaintext.
+	secureSetup func() (serveArgs []string, clientOpts []stepwell.Option, err error)
+	// secureOpts are those client options (nil in plaintext).
+	secureOpts []stepwell.Option
 )
 
 func sidecarBin() string {
@@ -44,7 +51,14 @@ func freePort() (int, error) {
 // startSidecar starts `stepwell serve` on listen with a fresh SQLite file and
 // waits until it answers a Restore (bounded).
 func startSidecar(listen, dial, db string) (*exec.Cmd, error) {
-	cmd := exec.Command(binPath, "serve", "--listen", listen, "--database-url", "sqlite://"+db)
+	return startSidecarWith(listen, dial, db, nil, nil)
+}
+
+// startSidecarWith is startSidecar with extra serve flags and the client
+// options the readiness probe needs to be let in.
+func startSidecarWith(listen, dial, db string, extra []string, probeOpts []stepwell.Option) (*exec.Cmd, error) {
+	args := append([]string{"serve", "--listen", listen, "--database-url", "sqlite://" + db}, extra...)
+	cmd := exec.Command(binPath, args...)
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
 	if os.Getenv("STEPWELL_TEST_VERBOSE") == "" {
@@ -53,7 +67,7 @@ func startSidecar(listen, dial, db string) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	c, err := stepwell.Dial(dial, stepwell.WithTimeout(time.Second), stepwell.WithRetry(1, 0))
+	c, err := stepwell.Dial(dial, append([]stepwell.Option{stepwell.WithTimeout(time.Second), stepwell.WithRetry(1, 0)}, probeOpts...)...)
 	if err != nil {
 		_ = cmd.Process.Kill()
 		return nil, err
@@ -99,7 +113,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	target = fmt.Sprintf("127.0.0.1:%d", port)
-	cmd, err := startSidecar(target, target, filepath.Join(tmpDir, "x.db"))
+	var serveArgs []string
+	if secureSetup != nil {
+		if serveArgs, secureOpts, err = secureSetup(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	cmd, err := startSidecarWith(target, target, filepath.Join(tmpDir, "x.db"), serveArgs, secureOpts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -122,7 +143,7 @@ func freshNS(t *testing.T, prefix string) string {
 
 func dial(t *testing.T, opts ...stepwell.Option) *stepwell.Client {
 	t.Helper()
-	c, err := stepwell.Dial(target, opts...)
+	c, err := stepwell.Dial(target, append(append([]stepwell.Option{}, secureOpts...), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
