@@ -12,6 +12,8 @@ import java.util.concurrent.ThreadLocalRandom;
  * when its reason is OVERLOADED (nothing was stored) or when it carries no ErrorInfo at all (e.g.
  * from a proxy). RESOURCE_EXHAUSTED with MESSAGE_TOO_LARGE (the same request can never fit) or
  * STORE_FULL (only an operator freeing space helps) is thrown at once, as is everything else.
+ * UNAUTHENTICATED and PERMISSION_DENIED are never retried, even when listed in {@code retryable}:
+ * the same credentials fail again.
  */
 public record RetryPolicy(
     int maxAttempts,
@@ -49,12 +51,17 @@ public record RetryPolicy(
     return Duration.ofNanos((long) (base * (1 + j)));
   }
 
+  /** Codes a retry cannot change: the credentials are the same on every attempt. */
+  static final Set<Status.Code> NEVER_RETRIED =
+      Set.of(Status.Code.UNAUTHENTICATED, Status.Code.PERMISSION_DENIED);
+
   /** The RESOURCE_EXHAUSTED reasons worth a retry: OVERLOADED, and none at all. */
   static final Set<String> RETRYABLE_EXHAUSTED_REASONS = Set.of("OVERLOADED", "");
 
   /** Whether a failure of attempt {@code attempt} is tried again. */
   public boolean shouldRetry(StepwellException e, int attempt) {
     if (attempt >= maxAttempts || !retryable.contains(e.code())) return false;
+    if (NEVER_RETRIED.contains(e.code())) return false;
     if (e.code() == Status.Code.RESOURCE_EXHAUSTED) {
       return RETRYABLE_EXHAUSTED_REASONS.contains(e.reason());
     }

@@ -32,7 +32,12 @@ import dev.stepwell.v1.RestoreRequest;
 import dev.stepwell.v1.RestoreResponse;
 import dev.stepwell.v1.TurnStatus;
 import dev.stepwell.v1.TurnSummary;
+import io.grpc.CallCredentials;
+import io.grpc.ChannelCredentials;
+import io.grpc.ClientInterceptor;
+import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
+import io.grpc.TlsChannelCredentials;
 import io.grpc.StatusRuntimeException;
 import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
 import io.grpc.netty.shaded.io.netty.channel.EventLoopGroup;
@@ -40,10 +45,15 @@ import io.grpc.netty.shaded.io.netty.channel.epoll.EpollDomainSocketChannel;
 import io.grpc.netty.shaded.io.netty.channel.epoll.EpollEventLoopGroup;
 import io.grpc.netty.shaded.io.netty.channel.unix.DomainSocketAddress;
 import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.net.UnknownHostException;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -94,34 +104,160 @@ public final class StepwellClient implements AutoCloseable {
     this.owner = owner;
   }
 
-  /** Connects to {@code host:port} or {@code unix:/path/to.sock} (plaintext). */
+  /** Connects to {@code host:port} or {@code unix:/path/to.sock} (plaintext, no token). */
   public static StepwellClient connect(String target) {
-    ManagedChannel channel;
-    EventLoopGroup group = null;
-    if (target.startsWith("unix:")) {
-      String path = target.substring("unix:".length());
-      if (path.startsWith("//")) path = path.substring(2);
-      group = new EpollEventLoopGroup(1);
-      channel =
-          NettyChannelBuilder.forAddress(new DomainSocketAddress(path))
-              .eventLoopGroup(group)
-              .channelType(EpollDomainSocketChannel.class)
-              .overrideAuthority("localhost")
-              .usePlaintext()
-              .build();
-    } else {
-      String t = target.startsWith("http://") ? target.substring("http://".length()) : target;
-      channel = NettyChannelBuilder.forTarget(t).usePlaintext().build();
+    return builder(target).build();
+  }
+
+  /**
+   * A builder of a client of {@code host:port} or {@code unix:/path/to.sock}, for a token and TLS:
+   * {@code StepwellClient.builder("stepwell.internal:50051").token(t).tls(ca, cert, key).build()}.
+   */
+  public static Builder builder(String target) {
+    return new Builder(target);
+  }
+
+  /**
+   * Options of a new client. Plaintext without a token unless told otherwise; a token is only sent
+   * over TLS unless the target is a loopback address or a Unix socket.
+   */
+  public static final class Builder {
+    private final String target;
+    private BearerToken token;
+    private Path caPem;
+    private Path certPem;
+    private Path keyPem;
+    private final List<ClientInterceptor> interceptors = new ArrayList<>();
+
+    private Builder(String target) {
+      this.target = Objects.requireNonNull(target, "target");
     }
-    return fromChannel(channel, group);
+
+    /** Sends {@code authorization: Bearer <token>} on every call. */
+    public Builder token(String token) {
+      this.token = new BearerToken(token);
+      return this;
+    }
+
+    /** TLS, trusting the CA certificates in {@code caPem} (PEM) for the sidecar's certificate. */
+    public Builder tls(Path caPem) {
+      return tls(caPem, null, null);
+    }
+
+    /**
+     * TLS as {@link #tls(Path)}, presenting the client certificate chain {@code certPem} with its
+     * PKCS#8 private key {@code keyPem} (both PEM) to a sidecar that asks for one; both or neither.
+     */
+    public Builder tls(Path caPem, Path certPem, Path keyPem) {
+      if ((certPem == null) != (keyPem == null)) {
+        throw new IllegalArgumentException("stepwell: a client certificate needs its key, and the other way round");
+      }
+      this.caPem = Objects.requireNonNull(caPem, "caPem");
+      this.certPem = certPem;
+      this.keyPem = keyPem;
+      return this;
+    }
+
+    /** Adds interceptors to every call (e.g. for tracing). */
+    public Builder intercept(ClientInterceptor... interceptors) {
+      this.interceptors.addAll(List.of(interceptors));
+      return this;
+    }
+
+    /**
+     * Builds the client. Throws {@link IllegalStateException} for a token to a target beyond
+     * loopback without TLS, and {@link UncheckedIOException} for unreadable TLS files.
+     */
+    public StepwellClient build() {
+      boolean unix = target.startsWith("unix:");
+      if (token != null && caPem == null && !isLocal(target)) {
+        throw new IllegalStateException(
+            "stepwell: a token to a target beyond loopback needs tls(...): it is never sent in the clear");
+      }
+      ChannelCredentials creds;
+      if (caPem == null) {
+        creds = InsecureChannelCredentials.create();
+      } else {
+        try {
+          TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder().trustManager(caPem.toFile());
+          if (certPem != null) tls.keyManager(certPem.toFile(), keyPem.toFile());
+          creds = tls.build();
+        } catch (IOException e) {
+          throw new UncheckedIOException("stepwell: reading the TLS files", e);
+        }
+      }
+      ManagedChannel channel;
+      EventLoopGroup group = null;
+      if (unix) {
+        String path = target.substring("unix:".length());
+        if (path.startsWith("//")) path = path.substring(2);
+        group = new EpollEventLoopGroup(1);
+        channel =
+            NettyChannelBuilder.forAddress(new DomainSocketAddress(path), creds)
+                .eventLoopGroup(group)
+                .channelType(EpollDomainSocketChannel.class)
+                .overrideAuthority("localhost")
+                .intercept(interceptors)
+                .build();
+      } else {
+        String t = target.startsWith("http://") ? target.substring("http://".length()) : target;
+        channel = NettyChannelBuilder.forTarget(t, creds).intercept(interceptors).build();
+      }
+      return fromChannel(channel, group, token);
+    }
+
+    @Override
+    public String toString() {
+      return "StepwellClient.Builder[target="
+          + target
+          + (token == null ? "" : ", token=redacted")
+          + (caPem == null ? ", plaintext" : ", tls ca=" + caPem)
+          + (certPem == null ? "" : ", client certificate=" + certPem)
+          + "]";
+    }
+  }
+
+  /**
+   * Whether {@code target} never leaves the machine: a Unix socket, {@code localhost} or a loopback
+   * IP literal. A DNS name other than localhost counts as remote (it is not resolved here).
+   */
+  static boolean isLocal(String target) {
+    if (target.startsWith("unix:") || target.startsWith("unix-abstract:")) return true;
+    String t = target;
+    int scheme = t.indexOf("://");
+    if (scheme >= 0) {
+      // scheme://authority/endpoint: the endpoint is the address.
+      String rest = t.substring(scheme + 3);
+      int slash = rest.indexOf('/');
+      t = slash >= 0 ? rest.substring(slash + 1) : rest;
+    }
+    String host;
+    if (t.startsWith("[")) {
+      int end = t.indexOf(']');
+      host = end > 0 ? t.substring(1, end) : t;
+    } else if (t.indexOf(':') == t.lastIndexOf(':')) {
+      int colon = t.indexOf(':');
+      host = colon >= 0 ? t.substring(0, colon) : t;
+    } else {
+      host = t; // a bare IPv6 literal
+    }
+    if (host.equalsIgnoreCase("localhost")) return true;
+    boolean ipLiteral = host.matches("[0-9.]+") || host.contains(":");
+    if (!ipLiteral) return false;
+    try {
+      return InetAddress.getByName(host).isLoopbackAddress();
+    } catch (UnknownHostException e) {
+      return false;
+    }
   }
 
   /** Wraps a channel built by the caller; {@link #close()} shuts it down. */
   public static StepwellClient fromChannel(ManagedChannel channel) {
-    return fromChannel(channel, null);
+    return fromChannel(channel, null, null);
   }
 
-  private static StepwellClient fromChannel(ManagedChannel channel, EventLoopGroup group) {
+  private static StepwellClient fromChannel(
+      ManagedChannel channel, EventLoopGroup group, CallCredentials token) {
     ScheduledExecutorService heartbeats =
         Executors.newScheduledThreadPool(
             1,
@@ -130,14 +266,21 @@ public final class StepwellClient implements AutoCloseable {
               t.setDaemon(true);
               return t;
             });
-    Shared s =
-        new Shared(
-            channel,
-            group,
-            heartbeats,
-            CheckpointServiceGrpc.newBlockingStub(channel),
-            IdempotencyServiceGrpc.newBlockingStub(channel));
+    CheckpointServiceBlockingStub checkpoints = CheckpointServiceGrpc.newBlockingStub(channel);
+    IdempotencyServiceBlockingStub idempotency = IdempotencyServiceGrpc.newBlockingStub(channel);
+    if (token != null) {
+      // Every call, once() included, goes through these two stubs.
+      checkpoints = checkpoints.withCallCredentials(token);
+      idempotency = idempotency.withCallCredentials(token);
+    }
+    Shared s = new Shared(channel, group, heartbeats, checkpoints, idempotency);
     return new StepwellClient(s, "", DEFAULT_DEADLINE, RetryPolicy.DEFAULT, true);
+  }
+
+  /** Names the channel's authority and the namespace; never credentials. */
+  @Override
+  public String toString() {
+    return "StepwellClient[" + shared.channel.authority() + ", namespace=" + namespace + "]";
   }
 
   /** A view whose requests with an empty namespace use {@code ns}. */

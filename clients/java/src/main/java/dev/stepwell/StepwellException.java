@@ -146,6 +146,10 @@ public class StepwellException extends RuntimeException {
         return new MessageTooLargeException(code, message, reason, field, metadata, violations, cause);
       case "STORE_FULL":
         return new StoreFullException(code, message, reason, field, metadata, violations, cause);
+      case "UNAUTHENTICATED":
+        return new UnauthenticatedException(code, message, reason, field, metadata, violations, cause);
+      case "PERMISSION_DENIED":
+        return new PermissionDeniedException(code, message, reason, field, metadata, violations, cause);
       default:
         break;
     }
@@ -154,6 +158,13 @@ public class StepwellException extends RuntimeException {
     }
     if (code == Status.Code.UNAVAILABLE) {
       return new UnavailableException(code, message, reason, field, metadata, violations, cause);
+    }
+    // Without the sidecar's ErrorInfo (e.g. from a proxy in between) the code decides.
+    if (code == Status.Code.UNAUTHENTICATED) {
+      return new UnauthenticatedException(code, message, reason, field, metadata, violations, cause);
+    }
+    if (code == Status.Code.PERMISSION_DENIED) {
+      return new PermissionDeniedException(code, message, reason, field, metadata, violations, cause);
     }
     if (code == Status.Code.RESOURCE_EXHAUSTED) {
       // An unknown reason, or none (e.g. from a proxy).

@@ -41,7 +41,7 @@ class ClientTest {
 
   @BeforeEach
   void open() {
-    root = StepwellClient.connect(Sidecar.target());
+    root = Sidecar.client();
     c = root.withNamespace("java-" + UUID.randomUUID().toString().substring(0, 12));
   }
 

@@ -59,7 +59,7 @@ class ScenarioTest {
     String name = scenario.get("name").asText();
     String ns = "sc-" + name.replace('_', '-') + "-" + UUID.randomUUID().toString().substring(0, 8);
     Map<String, JsonNode> saved = new HashMap<>();
-    try (StepwellClient client = StepwellClient.connect(Sidecar.target())) {
+    try (StepwellClient client = Sidecar.client()) {
       StepwellClient raw = client.withRetry(RetryPolicy.NONE);
       int i = 0;
       for (JsonNode step : scenario.get("steps")) {

@@ -6,6 +6,8 @@ import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.UUID;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
@@ -22,17 +24,38 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   private final Process process;
   private final Path log;
 
-  private Sidecar(String listen, Path dir) throws IOException {
+  /**
+   * The directory ./test makes for its second pass (CA, server and client certificates, auth.toml,
+   * an admin token and a read-only reader-token), or null: then the shared sidecar is plaintext.
+   */
+  static final String TLS_DIR = System.getenv("STEPWELL_TEST_TLS_DIR");
+
+  private final boolean secure;
+
+  private Sidecar(String listen, Path dir, boolean secure) throws IOException {
     this.target = listen;
+    this.secure = secure;
     this.log = dir.resolve("stepwell-" + UUID.randomUUID().toString().substring(0, 6) + ".log");
-    ProcessBuilder pb =
-        new ProcessBuilder(
-            binary(),
-            "serve",
-            "--listen",
-            listen,
-            "--database-url",
-            "sqlite://" + dir.resolve("x-" + UUID.randomUUID().toString().substring(0, 6) + ".db"));
+    List<String> args =
+        new ArrayList<>(
+            List.of(
+                binary(),
+                "serve",
+                "--listen",
+                listen,
+                "--database-url",
+                "sqlite://"
+                    + dir.resolve("x-" + UUID.randomUUID().toString().substring(0, 6) + ".db")));
+    if (secure) {
+      Path tls = Path.of(TLS_DIR);
+      args.addAll(
+          List.of(
+              "--tls-cert", tls.resolve("server.pem").toString(),
+              "--tls-key", tls.resolve("server.key").toString(),
+              "--tls-client-ca", tls.resolve("ca.pem").toString(),
+              "--auth-file", tls.resolve("auth.toml").toString()));
+    }
+    ProcessBuilder pb = new ProcessBuilder(args);
     pb.environment().putIfAbsent("STEPWELL_LOG", "warn");
     pb.redirectErrorStream(true).redirectOutput(log.toFile());
     this.process = pb.start();
@@ -53,15 +76,53 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
     }
   }
 
-  /** Starts a sidecar listening on {@code listen} (HOST:PORT or unix:/path). */
+  /** Starts a plaintext sidecar listening on {@code listen} (HOST:PORT or unix:/path). */
   static Sidecar start(String listen) throws IOException {
-    return new Sidecar(listen, Files.createTempDirectory("stepwell-java-"));
+    return new Sidecar(listen, Files.createTempDirectory("stepwell-java-"), false);
+  }
+
+  /** Whether the shared sidecar runs with TLS and auth (the second pass of ./test). */
+  static boolean secure() {
+    return TLS_DIR != null && !TLS_DIR.isEmpty();
+  }
+
+  /** A file of the second pass's directory. */
+  static Path tlsFile(String name) {
+    if (!secure()) throw new IllegalStateException("STEPWELL_TEST_TLS_DIR is not set (see ./test)");
+    return Path.of(TLS_DIR, name);
+  }
+
+  /** A token file of the second pass's directory, read. */
+  static String token(String name) {
+    try {
+      return Files.readString(tlsFile(name)).trim();
+    } catch (IOException e) {
+      throw new java.io.UncheckedIOException(e);
+    }
+  }
+
+  /** A builder for this sidecar, with the admin token and mutual TLS when it is secure. */
+  StepwellClient.Builder builder() {
+    StepwellClient.Builder b = StepwellClient.builder(target);
+    if (secure) {
+      b.token(token("token"))
+          .tls(tlsFile("ca.pem"), tlsFile("client.pem"), tlsFile("client.key"));
+    }
+    return b;
+  }
+
+  /** A client of the shared sidecar, configured as {@link #builder()}. */
+  static StepwellClient client() {
+    if (shared == null) throw new IllegalStateException("Sidecar.Extension did not run");
+    return shared.builder().build();
   }
 
   /** The sidecar shared by every test class of this run. */
   static synchronized Sidecar shared(ExtensionContext context) throws IOException {
     if (shared == null) {
-      Sidecar s = start("127.0.0.1:" + freePort());
+      Sidecar s =
+          new Sidecar(
+              "127.0.0.1:" + freePort(), Files.createTempDirectory("stepwell-java-"), secure());
       context.getRoot().getStore(ExtensionContext.Namespace.GLOBAL).put("stepwell-sidecar", s);
       shared = s;
     }
@@ -70,7 +131,7 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
 
   private void waitReady(Duration limit) throws IOException {
     long deadline = System.nanoTime() + limit.toNanos();
-    StepwellClient c = StepwellClient.connect(target);
+    StepwellClient c = builder().build();
     try {
       StepwellClient probe = c.withRetry(RetryPolicy.NONE).withDeadline(Duration.ofSeconds(1));
       while (true) {

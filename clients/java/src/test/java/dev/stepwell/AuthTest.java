@@ -1,0 +1,195 @@
+package dev.stepwell;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import com.google.protobuf.Any;
+import com.google.rpc.ErrorInfo;
+import dev.stepwell.v1.BeginRequest;
+import dev.stepwell.v1.CheckpointRequest;
+import dev.stepwell.v1.CheckpointServiceGrpc;
+import dev.stepwell.v1.CompleteRequest;
+import dev.stepwell.v1.DeleteTurnRequest;
+import dev.stepwell.v1.ExtendRequest;
+import dev.stepwell.v1.GetRequest;
+import dev.stepwell.v1.IdempotencyServiceGrpc;
+import dev.stepwell.v1.ListTurnsRequest;
+import dev.stepwell.v1.ReleaseRequest;
+import dev.stepwell.v1.RestoreRequest;
+import dev.stepwell.v1.TurnStatus;
+import io.grpc.Metadata;
+import io.grpc.Server;
+import io.grpc.ServerCall;
+import io.grpc.ServerCallHandler;
+import io.grpc.ServerInterceptor;
+import io.grpc.ServerInterceptors;
+import io.grpc.Status;
+import io.grpc.netty.shaded.io.grpc.netty.NettyServerBuilder;
+import io.grpc.protobuf.StatusProto;
+import java.net.InetSocketAddress;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
+
+/**
+ * The token against an in-process server that answers every call with the status under test and
+ * records the authorization header of each: the token rides on every call (once() included), is
+ * never retried on UNAUTHENTICATED or PERMISSION_DENIED, and shows up in no exception or printed
+ * client.
+ */
+class AuthTest {
+  private static final String TOKEN = "tok-5e1b9d2a7c3f4e80";
+  private static final Metadata.Key<String> AUTHORIZATION =
+      Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+
+  /** The authorization headers of the calls that arrived, in order ("" for none). */
+  private final List<String> arrived = new CopyOnWriteArrayList<>();
+
+  private Server server;
+
+  private String startFake(Status.Code code, String reason) throws Exception {
+    com.google.rpc.Status answer =
+        com.google.rpc.Status.newBuilder()
+            .setCode(code.value())
+            .setMessage("rejected by the fake sidecar")
+            .addDetails(
+                Any.pack(
+                    ErrorInfo.newBuilder()
+                        .setReason(reason)
+                        .setDomain(StepwellException.DOMAIN)
+                        .build()))
+            .build();
+    ServerInterceptor reject =
+        new ServerInterceptor() {
+          @Override
+          public <Q, R> ServerCall.Listener<Q> interceptCall(
+              ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
+            String auth = headers.get(AUTHORIZATION);
+            arrived.add(auth == null ? "" : auth);
+            io.grpc.StatusRuntimeException e = StatusProto.toStatusRuntimeException(answer);
+            call.close(e.getStatus(), e.getTrailers());
+            return new ServerCall.Listener<>() {};
+          }
+        };
+    server =
+        NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0))
+            .addService(
+                ServerInterceptors.intercept(
+                    new CheckpointServiceGrpc.CheckpointServiceImplBase() {}, reject))
+            .addService(
+                ServerInterceptors.intercept(
+                    new IdempotencyServiceGrpc.IdempotencyServiceImplBase() {}, reject))
+            .build()
+            .start();
+    return "127.0.0.1:" + server.getPort();
+  }
+
+  @AfterEach
+  void stop() {
+    if (server != null) server.shutdownNow();
+  }
+
+  /** One of each call the client makes, by name. */
+  private static Map<String, Executable> everyCall(StepwellClient c) {
+    Map<String, Executable> calls = new LinkedHashMap<>();
+    calls.put("checkpoint", () -> c.checkpoint(CheckpointRequest.newBuilder().setTurnId("t").build()));
+    calls.put("restore", () -> c.restore(RestoreRequest.newBuilder().setTurnId("t").build()));
+    calls.put("restore(turnId)", () -> c.restore("t"));
+    calls.put("latest", () -> c.latest("t"));
+    calls.put("listTurns", () -> c.listTurns(ListTurnsRequest.getDefaultInstance()));
+    calls.put("listTurns(status)", () -> c.listTurns(TurnStatus.TURN_STATUS_OPEN));
+    calls.put("deleteTurn", () -> c.deleteTurn(DeleteTurnRequest.newBuilder().setTurnId("t").build()));
+    calls.put("begin", () -> c.begin(BeginRequest.newBuilder().setKey("k").build()));
+    calls.put("complete", () -> c.complete(CompleteRequest.newBuilder().setKey("k").build()));
+    calls.put("release", () -> c.release(ReleaseRequest.newBuilder().setKey("k").build()));
+    calls.put("extend", () -> c.extend(ExtendRequest.newBuilder().setKey("k").build()));
+    calls.put("get", () -> c.get(GetRequest.newBuilder().setKey("k").build()));
+    calls.put("once", () -> c.once("k", () -> "done"));
+    return calls;
+  }
+
+  private void tokenOnEveryCallTypedNotRetried(
+      Status.Code code, String reason, Class<? extends StepwellException> type) throws Exception {
+    String target = startFake(code, reason);
+    // Retries on every code: the client must still not retry these two.
+    RetryPolicy retryAll =
+        new RetryPolicy(
+            5,
+            java.time.Duration.ofMillis(1),
+            java.time.Duration.ofMillis(1),
+            1.0,
+            0.0,
+            java.util.EnumSet.allOf(Status.Code.class));
+    try (StepwellClient client = StepwellClient.builder(target).token(TOKEN).build()) {
+      StepwellClient c = client.withNamespace("ns").withRetry(retryAll);
+      Map<String, Executable> calls = everyCall(c);
+      for (Map.Entry<String, Executable> call : calls.entrySet()) {
+        StepwellException e = assertThrows(type, call.getValue(), call.getKey());
+        assertEquals(code, e.code(), call.getKey());
+        assertEquals(reason, e.reason(), call.getKey());
+        assertFalse(e.toString().contains(TOKEN), call.getKey() + ": " + e);
+      }
+      // One arrival per call: nothing was retried, and each carried the token.
+      List<String> want = new ArrayList<>();
+      for (int i = 0; i < calls.size(); i++) want.add("Bearer " + TOKEN);
+      assertEquals(want, arrived);
+      assertFalse(client.toString().contains(TOKEN), client.toString());
+      assertFalse(c.toString().contains(TOKEN), c.toString());
+    }
+  }
+
+  @Test
+  void unauthenticatedOnEveryCallWithTheToken() throws Exception {
+    tokenOnEveryCallTypedNotRetried(
+        Status.Code.UNAUTHENTICATED, "UNAUTHENTICATED", UnauthenticatedException.class);
+  }
+
+  @Test
+  void permissionDeniedOnEveryCallWithTheToken() throws Exception {
+    tokenOnEveryCallTypedNotRetried(
+        Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED", PermissionDeniedException.class);
+  }
+
+  @Test
+  void withoutATokenNoAuthorizationIsSent() throws Exception {
+    String target = startFake(Status.Code.UNAUTHENTICATED, "UNAUTHENTICATED");
+    try (StepwellClient c = StepwellClient.connect(target)) {
+      assertThrows(UnauthenticatedException.class, () -> c.get("k"));
+    }
+    assertEquals(List.of(""), arrived);
+  }
+
+  @Test
+  void codesWithoutErrorInfoAreTypedToo() {
+    assertInstanceOf(
+        UnauthenticatedException.class,
+        StepwellException.from(Status.UNAUTHENTICATED.asRuntimeException()));
+    assertInstanceOf(
+        PermissionDeniedException.class,
+        StepwellException.from(Status.PERMISSION_DENIED.asRuntimeException()));
+  }
+
+  @Test
+  void aTokenNeedsTlsBeyondLoopback() {
+    for (String local :
+        List.of("127.0.0.1:1", "127.8.9.10:1", "localhost:1", "[::1]:1", "unix:/tmp/x.sock")) {
+      StepwellClient.builder(local).token(TOKEN).build().close();
+    }
+    for (String remote :
+        List.of("10.1.2.3:50051", "stepwell.internal:443", "dns:///stepwell.internal:443", "[2001:db8::1]:1")) {
+      StepwellClient.Builder b = StepwellClient.builder(remote).token(TOKEN);
+      IllegalStateException e = assertThrows(IllegalStateException.class, b::build, remote);
+      assertFalse(e.getMessage().contains(TOKEN), e.getMessage());
+      assertFalse(b.toString().contains(TOKEN), b.toString());
+    }
+    for (String bad : List.of("", "has space", "new\nline")) {
+      IllegalArgumentException e =
+          assertThrows(IllegalArgumentException.class, () -> StepwellClient.builder("127.0.0.1:1").token(bad));
+      assertFalse(!bad.isEmpty() && e.getMessage().contains(bad), e.getMessage());
+    }
+  }
+}
