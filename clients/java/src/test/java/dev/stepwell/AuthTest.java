@@ -16,16 +16,24 @@ import dev.stepwell.v1.ListTurnsRequest;
 import dev.stepwell.v1.ReleaseRequest;
 import dev.stepwell.v1.RestoreRequest;
 import dev.stepwell.v1.TurnStatus;
+import io.grpc.Grpc;
+import io.grpc.InsecureServerCredentials;
 import io.grpc.Metadata;
 import io.grpc.Server;
 import io.grpc.ServerCall;
 import io.grpc.ServerCallHandler;
+import io.grpc.ServerCredentials;
 import io.grpc.ServerInterceptor;
 import io.grpc.ServerInterceptors;
 import io.grpc.Status;
+import io.grpc.TlsServerCredentials;
 import io.grpc.netty.shaded.io.grpc.netty.NettyServerBuilder;
 import io.grpc.protobuf.StatusProto;
 import java.net.InetSocketAddress;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.cert.X509Certificate;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -34,6 +42,9 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.function.Executable;
+import org.junit.jupiter.api.io.TempDir;
+import javax.net.ssl.SSLPeerUnverifiedException;
+import javax.net.ssl.SSLSession;
 
 /**
  * The token against an in-process server that answers every call with the status under test and
@@ -49,9 +60,17 @@ class AuthTest {
   /** The authorization headers of the calls that arrived, in order ("" for none). */
   private final List<String> arrived = new CopyOnWriteArrayList<>();
 
+  /** The subject of the client certificate of each call that came over TLS. */
+  private final List<String> peers = new CopyOnWriteArrayList<>();
+
   private Server server;
 
   private String startFake(Status.Code code, String reason) throws Exception {
+    return startFake(code, reason, InsecureServerCredentials.create());
+  }
+
+  private String startFake(Status.Code code, String reason, ServerCredentials creds)
+      throws Exception {
     com.google.rpc.Status answer =
         com.google.rpc.Status.newBuilder()
             .setCode(code.value())
@@ -70,13 +89,21 @@ class AuthTest {
               ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
             String auth = headers.get(AUTHORIZATION);
             arrived.add(auth == null ? "" : auth);
+            SSLSession tls = call.getAttributes().get(Grpc.TRANSPORT_ATTR_SSL_SESSION);
+            if (tls != null) {
+              try {
+                peers.add(((X509Certificate) tls.getPeerCertificates()[0]).getSubjectX500Principal().getName());
+              } catch (SSLPeerUnverifiedException e) {
+                peers.add("");
+              }
+            }
             io.grpc.StatusRuntimeException e = StatusProto.toStatusRuntimeException(answer);
             call.close(e.getStatus(), e.getTrailers());
             return new ServerCall.Listener<>() {};
           }
         };
     server =
-        NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0))
+        NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0), creds)
             .addService(
                 ServerInterceptors.intercept(
                     new CheckpointServiceGrpc.CheckpointServiceImplBase() {}, reject))
@@ -119,8 +146,8 @@ class AuthTest {
     RetryPolicy retryAll =
         new RetryPolicy(
             5,
-            java.time.Duration.ofMillis(1),
-            java.time.Duration.ofMillis(1),
+            Duration.ofMillis(1),
+            Duration.ofMillis(1),
             1.0,
             0.0,
             java.util.EnumSet.allOf(Status.Code.class));
@@ -191,5 +218,75 @@ class AuthTest {
           assertThrows(IllegalArgumentException.class, () -> StepwellClient.builder("127.0.0.1:1").token(bad));
       assertFalse(!bad.isEmpty() && e.getMessage().contains(bad), e.getMessage());
     }
+  }
+
+  /** Runs openssl in {@code dir}; the tests' certificates come from it, as in ./test. */
+  private static void openssl(Path dir, String... args) throws Exception {
+    List<String> cmd = new ArrayList<>(List.of("openssl"));
+    cmd.addAll(List.of(args));
+    Process p = new ProcessBuilder(cmd).directory(dir.toFile()).redirectErrorStream(true).start();
+    String out = new String(p.getInputStream().readAllBytes());
+    assertEquals(0, p.waitFor(), "openssl " + String.join(" ", args) + ":\n" + out);
+  }
+
+  /** A throwaway CA in {@code dir} (ca.pem) with certificates name.pem/name.key it signed. */
+  private static void pki(Path dir, String... names) throws Exception {
+    openssl(dir, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-days", "1", "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=test-ca",
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign");
+    int serial = 2;
+    for (String name : names) {
+      Files.writeString(
+          dir.resolve(name + ".ext"),
+          "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+              + "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n");
+      openssl(dir, "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+          "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + name);
+      openssl(dir, "x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+          "-set_serial", String.valueOf(serial++), "-days", "1", "-extfile", name + ".ext",
+          "-out", name + ".pem");
+    }
+  }
+
+  @Test
+  void mutualTlsCarriesTheTokenAndTheClientCertificate(@TempDir Path dir) throws Exception {
+    pki(dir, "server", "client");
+    Path other = Files.createDirectory(dir.resolve("other"));
+    pki(other);
+    ServerCredentials creds =
+        TlsServerCredentials.newBuilder()
+            .keyManager(dir.resolve("server.pem").toFile(), dir.resolve("server.key").toFile())
+            .trustManager(dir.resolve("ca.pem").toFile())
+            .clientAuth(TlsServerCredentials.ClientAuth.REQUIRE)
+            .build();
+    String target = startFake(Status.Code.PERMISSION_DENIED, "PERMISSION_DENIED", creds);
+    try (StepwellClient c =
+        StepwellClient.builder(target)
+            .token(TOKEN)
+            .tls(dir.resolve("ca.pem"), dir.resolve("client.pem"), dir.resolve("client.key"))
+            .build()) {
+      assertThrows(PermissionDeniedException.class, () -> c.get("k"));
+    }
+    assertEquals(List.of("Bearer " + TOKEN), arrived);
+    assertEquals(List.of("CN=client"), peers);
+
+    // Without a client certificate, or trusting another CA, the handshake fails: nothing arrives.
+    for (StepwellClient.Builder b :
+        List.of(
+            StepwellClient.builder(target).tls(dir.resolve("ca.pem")),
+            StepwellClient.builder(target)
+                .tls(other.resolve("ca.pem"), dir.resolve("client.pem"), dir.resolve("client.key")))) {
+      try (StepwellClient c = b.build()) {
+        StepwellException e =
+            assertThrows(
+                StepwellException.class,
+                () -> c.withRetry(RetryPolicy.NONE).withDeadline(Duration.ofSeconds(5)).get("k"));
+        assertEquals(Status.Code.UNAVAILABLE, e.code(), e.toString());
+      }
+    }
+    assertEquals(1, arrived.size());
+    assertThrows(
+        java.io.UncheckedIOException.class,
+        () -> StepwellClient.builder(target).tls(dir.resolve("missing.pem")).build());
   }
 }
