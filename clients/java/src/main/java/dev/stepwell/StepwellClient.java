@@ -72,6 +72,9 @@ import java.util.function.Supplier;
  * {@link StepwellException} subclasses named after the sidecar's ErrorInfo reason. A request
  * whose {@code namespace} is empty gets the client's namespace ({@link #withNamespace}).
  *
+ * <p>{@link #connect} is plaintext without credentials; {@link #builder} adds a bearer token
+ * ({@link Builder#token}) and TLS with an optional client certificate ({@link Builder#tls}).
+ *
  * <p>{@code with*} return views sharing this client's channel; close the original only.
  */
 public final class StepwellClient implements AutoCloseable {
