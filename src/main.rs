@@ -78,7 +78,7 @@ fn run_server(args: &ServeArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 tracing::error!(%error, "stopped with an error");
-                ExitCode::FAILURE
+                if error.is_configuration() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::FAILURE }
             }
         }
     })

@@ -72,10 +72,21 @@ impl Listener {
 pub enum ServeError {
     #[error("could not open the store: {0}")]
     Store(#[from] store::Error),
+    /// The store's settings are wrong (URL, TLS, login, database name):
+    /// reported at once, not retried, since waiting cannot fix them.
+    #[error("the store's settings are wrong: {error}; {fix}", fix = .kind.fix())]
+    StoreSettings { kind: store::Misconfigured, error: store::Error },
     #[error("gRPC transport failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("could not build server reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+}
+
+impl ServeError {
+    /// Whether the operator must change the configuration (exit 64).
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, ServeError::StoreSettings { .. })
+    }
 }
 
 const SERVICES: [&str; 3] = [
@@ -226,7 +237,8 @@ async fn start_store(
 
 /// Opens the store. A shared store (Postgres) that cannot be reached yet is
 /// retried with backoff while health says NOT_SERVING, until it answers or
-/// shutdown begins (then `None`); a refusal such as the durability guard, and
+/// shutdown begins (then `None`); a refusal such as the durability guard, a
+/// wrong setting (a TLS failure, a refused login, a missing database), and
 /// any failure of a local file, is final.
 async fn open_store(
     config: &Config,
@@ -242,6 +254,9 @@ async fn open_store(
             },
             _ = stopping.wait_for(|s| *s) => return Ok(None),
         };
+        if let Some(kind) = error.misconfigured() {
+            return Err(ServeError::StoreSettings { kind, error });
+        }
         if !retry || !matches!(error, store::Error::Database(_)) {
             return Err(error.into());
         }
