@@ -15,6 +15,7 @@ mod idempotency_model;
 mod lifecycle;
 mod namespace;
 mod postgres_only;
+mod postgres_tls;
 mod restore;
 mod shared_store;
 mod turns;
