@@ -126,11 +126,10 @@ async fn connect_options(url: &str) -> Result<PgConnectOptions, Error> {
             tracing::warn!(parameter = %key, "ignoring a parameter of the database URL that stepwell does not know");
             continue;
         }
-        if CERTIFICATE_PARAMETERS.contains(&&*key) && !value.trim_start().starts_with("-----BEGIN") {
-            if let Err(error) = tokio::fs::File::open(&*value).await {
-                let message = format!("{key} names {value}, which cannot be read: {error}");
-                return Err(sqlx::Error::Configuration(message.into()).into());
-            }
+        let is_file = CERTIFICATE_PARAMETERS.contains(&&*key) && !value.trim_start().starts_with("-----BEGIN");
+        if is_file && let Err(error) = tokio::fs::File::open(&*value).await {
+            let message = format!("{key} names {value}, which cannot be read: {error}");
+            return Err(sqlx::Error::Configuration(message.into()).into());
         }
         kept.push((key.into_owned(), value.into_owned()));
     }
