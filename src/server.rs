@@ -85,7 +85,8 @@ pub enum ServeError {
 impl ServeError {
     /// Whether the operator must change the configuration (exit 64).
     pub fn is_configuration(&self) -> bool {
-        matches!(self, ServeError::StoreSettings { .. })
+        // A store that would lose acknowledged writes is a setting to fix too.
+        matches!(self, ServeError::StoreSettings { .. } | ServeError::Store(store::Error::NotDurable(_)))
     }
 }
 
