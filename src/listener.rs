@@ -113,10 +113,7 @@ fn refuse_unless_stale(path: &Path) -> io::Result<()> {
     match std::os::unix::net::UnixStream::connect(path) {
         Ok(_) => Err(io::Error::new(
             io::ErrorKind::AddrInUse,
-            format!(
-                "a server already answers on {}; stop it first or choose another --listen path",
-                path.display()
-            ),
+            format!("a server already answers on {}; stop it first or choose another --listen path", path.display()),
         )),
         Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => Ok(()),
         Err(error) => Err(io::Error::new(

@@ -269,3 +269,45 @@ pub fn attach_peer_identity<B>(mut request: http::Request<B>) -> http::Request<B
     }
     request
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_pair(dir: &Path) -> config::Tls {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+        let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        config::Tls { cert: cert_path, key: key_path, client_ca: None }
+    }
+
+    #[test]
+    fn a_file_that_does_not_load_keeps_the_configuration_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_pair(dir.path());
+        let tls = ServerTls::load(&files).unwrap();
+        let before = tls.current.read().unwrap().clone();
+
+        std::fs::write(&files.key, "not a key").unwrap();
+        let error = tls.reload().unwrap_err();
+        assert_eq!(error.path, files.key, "{error}");
+        assert!(Arc::ptr_eq(&before, &tls.current.read().unwrap()), "the old configuration stays");
+
+        write_pair(dir.path());
+        tls.reload().unwrap();
+        assert!(!Arc::ptr_eq(&before, &tls.current.read().unwrap()), "a good reload replaces it");
+    }
+
+    #[test]
+    fn a_client_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = write_pair(dir.path());
+        let empty = dir.path().join("ca.pem");
+        std::fs::write(&empty, "").unwrap();
+        files.client_ca = Some(empty.clone());
+        let Err(error) = ServerTls::load(&files) else { panic!("an empty CA file loaded") };
+        assert_eq!(error.path, empty);
+    }
+}

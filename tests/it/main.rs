@@ -16,6 +16,7 @@ mod lifecycle;
 mod namespace;
 mod postgres_only;
 mod restore;
+mod security;
 mod shared_store;
 mod turns;
 mod validation;

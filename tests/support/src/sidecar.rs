@@ -45,6 +45,7 @@ use crate::{Client, IdempotencyClient, WAIT_LIMIT};
 /// the real binary. Either hands out clients on its channel.
 pub struct Running<Kind> {
     channel: Channel,
+    target: Target,
     kind: Kind,
 }
 
@@ -80,6 +81,11 @@ impl<Kind> Running<Kind> {
 
     pub fn channel(&self) -> Channel {
         self.channel.clone()
+    }
+
+    /// Where the sidecar listens, for tests that dial it their own way.
+    pub fn target(&self) -> &Target {
+        &self.target
     }
 }
 
@@ -179,7 +185,7 @@ impl<'a> SidecarBuilder<'a> {
         }));
         let channel = connect_with(&target, self.tls.as_ref()).await;
         wait_for_serving(&channel).await;
-        Running { channel, kind: InProcess { shutdown: Some(shutdown), task, store } }
+        Running { channel, target, kind: InProcess { shutdown: Some(shutdown), task, store } }
     }
 }
 
@@ -235,12 +241,21 @@ impl SidecarProcess {
 
     /// Sends SIGTERM, the graceful stop, without waiting.
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends SIGHUP, which reloads the TLS files, without waiting.
+    pub fn hangup(&self) {
+        self.signal(libc::SIGHUP);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
         let child = self.kind.process.0.as_ref().expect("the child is running");
         let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
         // SAFETY: kill(2) on a pid we spawned and have not reaped, so it
         // cannot name another process.
-        let result = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(result, 0, "SIGTERM delivered");
+        let result = unsafe { libc::kill(pid, signal) };
+        assert_eq!(result, 0, "signal {signal} delivered");
     }
 
     /// Sends SIGKILL, the crash, and reaps the process.
@@ -312,7 +327,7 @@ impl SidecarProcessBuilder {
         let process = Process(Some(child));
         let channel = connect_with(&Target::Unix(socket.clone()), self.tls.as_ref()).await;
         wait_for_serving(&channel).await;
-        Running { channel, kind: ChildProcess { process, socket } }
+        Running { channel, target: Target::Unix(socket.clone()), kind: ChildProcess { process, socket } }
     }
 
     /// Runs a process expected to refuse to start; returns its exit status
@@ -345,7 +360,8 @@ impl SidecarProcessBuilder {
     pub fn run_until_logged(self, line: &str) -> String {
         use std::io::BufRead;
         let (mut command, _) = self.command();
-        let child = command.env("STEPWELL_LOG", "info").stderr(Stdio::piped()).spawn().expect("run the stepwell binary");
+        let child =
+            command.env("STEPWELL_LOG", "info").stderr(Stdio::piped()).spawn().expect("run the stepwell binary");
         let mut process = Process(Some(child));
         let stderr = process.0.as_mut().and_then(|child| child.stderr.take()).expect("piped");
         let (lines, received) = std::sync::mpsc::channel();
