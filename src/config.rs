@@ -46,6 +46,10 @@ pub mod limits {
     pub const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
 }
 
+/// How long a client may take over its TLS handshake before the connection
+/// is dropped, so stalled clients cannot pile up.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The parsed command line.
 #[derive(Debug, Parser)]
 #[command(

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use stepwell::config::{self, Command, Config, Env, Healthcheck, ServeArgs};
 use stepwell::probe::{self, ServingStatus};
-use stepwell::{Listener, serve, telemetry};
+use stepwell::{Listener, ServeError, serve, telemetry};
 
 /// EX_USAGE from sysexits.h: the configuration is wrong.
 const EXIT_CONFIG: u8 = 64;
@@ -67,7 +67,7 @@ fn run_server(args: &ServeArgs) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let listener = match Listener::bind(&config.listen).await {
+        let listener = match Listener::bind(&config.listen, config.security.unix_socket_mode).await {
             Ok(listener) => listener,
             Err(error) => {
                 tracing::error!(%error, listen = ?config.listen, "could not listen");
@@ -76,6 +76,10 @@ fn run_server(args: &ServeArgs) -> ExitCode {
         };
         match serve(listener, config, shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
+            Err(ServeError::Tls(error)) => {
+                eprintln!("stepwell: invalid configuration:\n  --tls: {error}");
+                ExitCode::from(EXIT_CONFIG)
+            }
             Err(error) => {
                 tracing::error!(%error, "stopped with an error");
                 if error.is_configuration() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::FAILURE }

@@ -7,13 +7,10 @@
 //! to the configured grace before the store closes.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-
 use std::time::Duration;
 
-use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -24,6 +21,8 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
+use tower::layer::util::{Identity, Stack};
+use tower::util::MapRequestLayer;
 
 use crate::api::admission::Admission;
 use crate::api::checkpoint::CheckpointApi;
@@ -32,40 +31,10 @@ use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
 use crate::config::{self, Config, Database, Listen, Sweep};
+use crate::listener::Listener;
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
-
-/// A bound socket to serve on.
-pub enum Listener {
-    Tcp(TcpListener),
-    /// A Unix socket and its path, removed again at shutdown.
-    Unix(UnixListener, PathBuf),
-}
-
-impl Listener {
-    /// Binds the configured address. A stale Unix socket file left by a
-    /// previous run is replaced.
-    pub async fn bind(listen: &Listen) -> std::io::Result<Listener> {
-        match listen {
-            Listen::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr).await?)),
-            Listen::Unix(path) => {
-                use std::os::unix::fs::FileTypeExt;
-                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-                    std::fs::remove_file(path)?;
-                }
-                Ok(Listener::Unix(UnixListener::bind(path)?, path.clone()))
-            }
-        }
-    }
-
-    /// The bound address, for logs and for tests that bind port 0.
-    pub fn describe(&self) -> String {
-        match self {
-            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            Listener::Unix(_, path) => format!("unix:{}", path.display()),
-        }
-    }
-}
+use crate::tls::{self, ServerTls, TlsError};
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +49,9 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error("could not build server reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// A TLS file given at start-up does not load: a configuration error.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
 }
 
 impl ServeError {
@@ -102,6 +74,11 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let tls = match &config.security.tls {
+        Some(files) => Some(ServerTls::load(files)?),
+        None => None,
+    };
+    warn_if_exposed(&config);
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
     let shared = Shared::new(config.limits.clone());
@@ -115,15 +92,29 @@ pub async fn serve(
 
     let stopping_for_start = stopping.clone();
     let description = listener.describe();
-    let socket_path = match &listener {
-        Listener::Unix(_, path) => Some(path.clone()),
-        Listener::Tcp(_) => None,
-    };
-    let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match listener {
-        Listener::Tcp(l) => {
+    let reloader = tls.clone().map(|tls| tokio::spawn(reload_on_hangup(tls)));
+    // Held to the end: dropping it removes the socket file if it is still ours.
+    let mut socket_file = None;
+    let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match (listener, tls) {
+        (Listener::Tcp(l), None) => {
             Box::pin(router.serve_with_incoming_shutdown(TcpIncoming::from(l).with_nodelay(Some(true)), signal))
         }
-        Listener::Unix(l, _) => Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)),
+        (Listener::Tcp(l), Some(tls)) => {
+            let accepted = TcpIncoming::from(l).with_nodelay(Some(true));
+            let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
+            Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
+        }
+        (Listener::Unix(l, file), tls) => {
+            socket_file = Some(file);
+            let accepted = UnixListenerStream::new(l);
+            match tls {
+                None => Box::pin(router.serve_with_incoming_shutdown(accepted, signal)),
+                Some(tls) => {
+                    let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
+                    Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
+                }
+            }
+        }
     };
     let start = async {
         let started = start_store(&config, &shared, &health, stopping_for_start).await;
@@ -145,17 +136,27 @@ pub async fn serve(
         tasks.iter().for_each(JoinHandle::abort);
         store.backend().close().await;
     }
-    if let Some(path) = socket_path {
-        let _ = std::fs::remove_file(path);
+    if let Some(reloader) = reloader {
+        reloader.abort();
     }
+    drop(socket_file);
     served?;
     started?;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// The services behind their admission limits, health and reflection.
-fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Health>) -> Result<Router, ServeError> {
+/// The layer that hands each request its connection's proven identity.
+type PeerLayer = MapRequestLayer<fn(Request) -> Request>;
+type Request = tonic::codegen::http::Request<tonic::body::Body>;
+
+/// The services behind their admission limits, health and reflection; each
+/// request carries its TLS client's identity (`auth::PeerIdentity`).
+fn router(
+    config: &Config,
+    shared: &Arc<Shared>,
+    health: HealthServer<impl Health>,
+) -> Result<Router<Stack<PeerLayer, Identity>>, ServeError> {
     let message_max = config.limits.message_bytes_max;
     let admission = Admission::new(config.limits.max_concurrent_requests, message_max);
     let reflection = || {
@@ -163,7 +164,9 @@ fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Healt
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
+    let peer: PeerLayer = MapRequestLayer::new(tls::attach_peer_identity);
     Ok(Server::builder()
+        .layer(peer)
         .add_service(health)
         .add_service(reflection().build_v1()?)
         .add_service(reflection().build_v1alpha()?)
@@ -173,6 +176,39 @@ fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Healt
         .add_service(admission.wrap(
             IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
         )))
+}
+
+/// Logs, at every start, that the operator chose to serve a network-facing
+/// TCP port without the protection `config` would otherwise demand.
+fn warn_if_exposed(config: &Config) {
+    if let Listen::Tcp(address) = &config.listen
+        && !address.ip().is_loopback()
+        && config.security.insecure_allow_network
+    {
+        tracing::warn!(
+            listen = %address,
+            tls = config.security.tls.is_some(),
+            auth = config.security.auth_file.is_some(),
+            "--insecure-allow-network: serving beyond loopback without TLS and authentication required; \
+             anyone who reaches this port may be able to read and delete every namespace"
+        );
+    }
+}
+
+/// Reloads the TLS certificate, key and client CAs on every SIGHUP; a file
+/// that does not load keeps the ones in use, and the log says why.
+async fn reload_on_hangup(tls: Arc<ServerTls>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("could not install the SIGHUP handler; TLS certificates will not reload");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and client CAs"),
+            Err(error) => tracing::warn!(%error, "SIGHUP: TLS files did not load; keeping the ones in use"),
+        }
+    }
 }
 
 /// Completes when serving should stop taking requests, on the caller's

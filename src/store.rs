@@ -43,6 +43,9 @@ pub enum Error {
     /// Another sidecar's migration could not be waited for.
     #[error("could not take the migration lock: {0}")]
     MigrationLock(#[source] std::io::Error),
+    /// The SQLite file could not be created.
+    #[error("could not create the database file: {0}")]
+    CreateFile(#[source] std::io::Error),
     /// The database would not keep acknowledged writes; stepwell refuses it.
     #[error(
         "refusing a database that would lose acknowledged writes: {0}. Fix the server's settings, or pass \

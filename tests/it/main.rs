@@ -17,6 +17,7 @@ mod namespace;
 mod postgres_only;
 mod postgres_tls;
 mod restore;
+mod security;
 mod shared_store;
 mod turns;
 mod validation;
