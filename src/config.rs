@@ -70,6 +70,29 @@ pub enum Command {
     /// Calls grpc.health.v1.Health/Check, for container health checks (the
     /// image has no shell). Why it is not SERVING is printed to stderr.
     Healthcheck(Healthcheck),
+    /// Manage the credentials of --auth-file.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+}
+
+/// What `stepwell auth` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum AuthCommand {
+    /// Print a fresh random bearer token and the lines for the auth file.
+    ///
+    /// The token goes to standard output only, once; the lines to paste
+    /// carry its SHA-256 hash, which is all the sidecar keeps.
+    NewToken(NewToken),
+}
+
+/// Flags of `stepwell auth new-token`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct NewToken {
+    /// The principal's id: a name for logs and audit events (not empty).
+    // No value parser: `parse` relaxes only the flags of first-level
+    // subcommands, so the empty id is refused by the command itself.
+    #[arg(long)]
+    pub id: String,
 }
 
 /// Flags of `stepwell healthcheck`.

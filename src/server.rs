@@ -5,6 +5,10 @@
 //! afterwards and works the store's breaker. Drain: on shutdown health turns
 //! NOT_SERVING, new connections are refused, and in-flight RPCs drain for up
 //! to the configured grace before the store closes.
+//!
+//! With `--auth-file`, the principals are loaded before anything else (a
+//! file that cannot be used stops the start), SIGHUP reloads them while
+//! serving, and reflection is off unless `--reflection-with-auth`.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -31,6 +35,7 @@ use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
+use crate::auth::{self, Authenticator};
 use crate::config::{self, Config, Database, Listen, Sweep};
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
@@ -76,6 +81,11 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error("could not build server reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The auth file could not be read or is not valid: a configuration error.
+    #[error("{0}")]
+    AuthFile(#[from] auth::FileError),
+    #[error("could not install the SIGHUP handler that reloads the auth file: {0}")]
+    Signal(std::io::Error),
 }
 
 const SERVICES: [&str; 3] = [
@@ -90,10 +100,23 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let authenticator = match &config.security.auth_file {
+        Some(path) => Some(Arc::new(Authenticator::load(path)?)),
+        None => None,
+    };
+    // The handler is installed before anything answers, so a SIGHUP sent
+    // once health says SERVING never meets the default action (exit).
+    let hangup = match &authenticator {
+        Some(_) => {
+            Some(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Signal)?)
+        }
+        None => None,
+    };
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
-    let shared = Shared::new(config.limits.clone());
+    let shared = Shared::with_authenticator(config.limits.clone(), authenticator.clone());
     let router = router(&config, &shared, health_service)?;
+    let reloads = hangup.zip(authenticator).map(|(hangup, auth)| tokio::spawn(reload_on_hangup(hangup, auth)));
 
     // Shutdown starts on the caller's signal or when the store cannot open;
     // `stopping` tells every task that it has.
@@ -133,6 +156,9 @@ pub async fn serve(
         tasks.iter().for_each(JoinHandle::abort);
         store.backend().close().await;
     }
+    if let Some(reloads) = reloads {
+        reloads.abort();
+    }
     if let Some(path) = socket_path {
         let _ = std::fs::remove_file(path);
     }
@@ -142,7 +168,21 @@ pub async fn serve(
     Ok(())
 }
 
+/// Reloads the auth file on every SIGHUP, until aborted. A file that cannot
+/// be used keeps the principals in force, and the log says why.
+async fn reload_on_hangup(mut hangup: tokio::signal::unix::Signal, authenticator: Arc<Authenticator>) {
+    while hangup.recv().await.is_some() {
+        let path = authenticator.path().display().to_string();
+        match authenticator.reload() {
+            Ok(principals) => tracing::info!(path, principals, "reloaded the auth file"),
+            Err(error) => tracing::error!(%error, "kept the principals in force: the auth file could not be reloaded"),
+        }
+    }
+}
+
 /// The services behind their admission limits, health and reflection.
+/// Health is always open; reflection describes the API to any caller, so
+/// it is off while authentication is on unless the operator asks for it.
 fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Health>) -> Result<Router, ServeError> {
     let message_max = config.limits.message_bytes_max;
     let admission = Admission::new(config.limits.max_concurrent_requests, message_max);
@@ -151,10 +191,12 @@ fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Healt
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
+    let security = &config.security;
+    let reflect = security.auth_file.is_none() || security.reflection_with_auth;
     Ok(Server::builder()
         .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
+        .add_optional_service(reflect.then(|| reflection().build_v1()).transpose()?)
+        .add_optional_service(reflect.then(|| reflection().build_v1alpha()).transpose()?)
         .add_service(admission.wrap(
             CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
         ))
