@@ -9,8 +9,8 @@
 //! - `SidecarProcess::builder(binary, &store)` runs the real binary as a
 //!   child process on a Unix socket in the store's directory, for tests
 //!   that kill or signal it and restart it on the same store; `.name(..)`
-//!   picks the socket, so several can share a store, and `.flags(..)` and
-//!   `.env(..)` reach the process.
+//!   picks the socket, so several can share a store, `.flags(..)` and
+//!   `.env(..)` reach the process, and `.stderr_to(..)` keeps its log.
 //!
 //! Both return only once health reports SERVING, as a `Running` sidecar
 //! that hands out connected clients. This is the one place a test's
@@ -179,6 +179,7 @@ pub struct SidecarProcessBuilder {
     name: String,
     flags: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    stderr: Option<PathBuf>,
 }
 
 /// A child process that is killed and reaped when dropped, so that a failing
@@ -205,6 +206,7 @@ impl SidecarProcess {
             name: "stepwell".to_owned(),
             flags: Vec::new(),
             env: Vec::new(),
+            stderr: None,
         }
     }
 
@@ -219,12 +221,17 @@ impl SidecarProcess {
 
     /// Sends SIGTERM, the graceful stop, without waiting.
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends `signal` (such as SIGHUP) without waiting.
+    pub fn signal(&self, signal: libc::c_int) {
         let child = self.kind.process.0.as_ref().expect("the child is running");
         let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
         // SAFETY: kill(2) on a pid we spawned and have not reaped, so it
         // cannot name another process.
-        let result = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(result, 0, "SIGTERM delivered");
+        let result = unsafe { libc::kill(pid, signal) };
+        assert_eq!(result, 0, "signal {signal} delivered");
     }
 
     /// Sends SIGKILL, the crash, and reaps the process.
@@ -259,6 +266,13 @@ impl SidecarProcessBuilder {
         self
     }
 
+    /// Writes the process's standard error (its log) to the file at `path`
+    /// instead of the test's.
+    pub fn stderr_to(mut self, path: impl AsRef<Path>) -> Self {
+        self.stderr = Some(path.as_ref().to_owned());
+        self
+    }
+
     /// `stepwell serve` on the store, listening on `NAME.sock`.
     fn command(&self) -> (Command, PathBuf) {
         let socket = self.store.dir().join(format!("{}.sock", self.name));
@@ -279,6 +293,9 @@ impl SidecarProcessBuilder {
     /// Starts the process and waits until it serves.
     pub async fn spawn(self) -> SidecarProcess {
         let (mut command, socket) = self.command();
+        if let Some(path) = &self.stderr {
+            command.stderr(std::fs::File::create(path).expect("create the log file"));
+        }
         let child = command.env("STEPWELL_LOG", "warn").spawn().expect("start the stepwell binary");
         let process = Process(Some(child));
         let channel = connect(&Target::Unix(socket.clone())).await;
