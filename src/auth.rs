@@ -518,6 +518,35 @@ mod tests {
     }
 
     #[test]
+    fn a_verified_certificate_authenticates_unless_a_token_is_sent() {
+        let text = format!(
+            "[[principals]]\nid = \"runner\"\ncertificate = \"spiffe://example.org/runner\"\n\n\
+             [[principals]]\nid = \"both\"\ncertificate = \"both.example\"\ntoken_sha256 = \"{}\"\n",
+            token_sha256("swt_both")
+        );
+        let auth = Authenticator {
+            path: PathBuf::new(),
+            principals: RwLock::new(Arc::new(Principals::parse(&text).expect("valid"))),
+        };
+        let peer = |names: &[&str]| Credentials {
+            peer_identity: Some(PeerIdentity(names.iter().map(|n| (*n).to_owned()).collect())),
+            ..Credentials::default()
+        };
+        let id = |credentials: &Credentials| auth.authenticate(credentials).map(|p| p.id.clone());
+        assert_eq!(id(&peer(&["x.example", "spiffe://example.org/runner"])), Ok("runner".to_owned()));
+        assert_eq!(id(&peer(&["both.example"])), Ok("both".to_owned()));
+        assert_eq!(id(&peer(&["spiffe://example.org/other"])), Err(Unknown::NoCredentials));
+        let with_token = |header: &str| Credentials {
+            authorization: Some(Some(header.to_owned())),
+            ..peer(&["spiffe://example.org/runner"])
+        };
+        assert_eq!(id(&with_token("Bearer swt_both")), Ok("both".to_owned()), "the token decides");
+        assert_eq!(id(&with_token("Bearer swt_wrong")), Err(Unknown::UnknownToken), "a wrong token is refused");
+        let debug = format!("{:?}", with_token("Bearer swt_both"));
+        assert!(!debug.contains("swt_both"), "Debug leaves the token out: {debug}");
+    }
+
+    #[test]
     fn a_new_token_is_random_and_its_text_parses() {
         let token = new_token().expect("the OS has randomness");
         assert!(token.starts_with("swt_") && token.len() == 4 + 43, "{token}");
