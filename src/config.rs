@@ -74,6 +74,29 @@ pub enum Command {
     /// Calls grpc.health.v1.Health/Check, for container health checks (the
     /// image has no shell). Why it is not SERVING is printed to stderr.
     Healthcheck(Healthcheck),
+    /// Manage the credentials of --auth-file.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+}
+
+/// What `stepwell auth` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum AuthCommand {
+    /// Print a fresh random bearer token and the lines for the auth file.
+    ///
+    /// The token goes to standard output only, once; the lines to paste
+    /// carry its SHA-256 hash, which is all the sidecar keeps.
+    NewToken(NewToken),
+}
+
+/// Flags of `stepwell auth new-token`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct NewToken {
+    /// The principal's id: a name for logs and audit events (not empty).
+    // No value parser: `parse` relaxes only the flags of first-level
+    // subcommands, so the empty id is refused by the command itself.
+    #[arg(long)]
+    pub id: String,
 }
 
 /// Flags of `stepwell healthcheck`.
@@ -323,6 +346,7 @@ where
     let mut argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
     let mut command = with_env(Cli::command(), env);
     let mut mistakes = Vec::new();
+    let mut relaxed = Vec::new();
     loop {
         match command.try_get_matches_from_mut(&argv) {
             Ok(matches) if matches.subcommand().is_none() => argv.push("serve".into()),
@@ -353,16 +377,27 @@ where
                         .to_owned(),
                 };
                 mistakes.push(mistake);
-                // Let this flag take any text, so the next pass finds the next mistake.
-                command = command.mut_subcommands(|sub| {
-                    sub.mut_args(|arg| match arg.get_long() {
-                        Some(long) if flag == format!("--{long}") => arg.value_parser(ValueParser::os_string()),
-                        _ => arg,
-                    })
-                });
+                // Let this flag take any text, so the next pass finds the next
+                // mistake; a flag relaxed already cannot fail again, so a
+                // repeat means clap failed otherwise, and that error stands.
+                if relaxed.contains(&flag) {
+                    return Err(error);
+                }
+                command = relax(command, &flag);
+                relaxed.push(flag);
             }
         }
     }
+}
+
+/// Lets the flag `flag` (as `--name`) take any text, in every subcommand at any depth.
+fn relax(command: clap::Command, flag: &str) -> clap::Command {
+    command
+        .mut_args(|arg| match arg.get_long() {
+            Some(long) if flag == format!("--{long}") => arg.value_parser(ValueParser::os_string()),
+            _ => arg,
+        })
+        .mut_subcommands(|sub| relax(sub, flag))
 }
 
 /// Reads each flag's variable from `env` instead of the process: the value

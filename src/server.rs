@@ -5,6 +5,10 @@
 //! afterwards and works the store's breaker. Drain: on shutdown health turns
 //! NOT_SERVING, new connections are refused, and in-flight RPCs drain for up
 //! to the configured grace before the store closes.
+//!
+//! With `--auth-file`, the principals are loaded before anything else (a
+//! file that cannot be used stops the start), SIGHUP reloads them while
+//! serving, and reflection is off unless `--reflection-with-auth`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +34,7 @@ use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
+use crate::auth::{self, Authenticator};
 use crate::config::{self, Config, Database, Listen, Sweep};
 use crate::listener::Listener;
 use crate::store::writer::Writer;
@@ -52,13 +57,24 @@ pub enum ServeError {
     /// A TLS file given at start-up does not load: a configuration error.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// The auth file could not be read or is not valid: a configuration error.
+    #[error("{0}")]
+    AuthFile(#[from] auth::FileError),
+    #[error("could not install the SIGHUP handler that reloads TLS files and the auth file: {0}")]
+    Signal(std::io::Error),
 }
 
 impl ServeError {
     /// Whether the operator must change the configuration (exit 64).
     pub fn is_configuration(&self) -> bool {
         // A store that would lose acknowledged writes is a setting to fix too.
-        matches!(self, ServeError::StoreSettings { .. } | ServeError::Store(store::Error::NotDurable(_)))
+        matches!(
+            self,
+            ServeError::StoreSettings { .. }
+                | ServeError::Store(store::Error::NotDurable(_))
+                | ServeError::Tls(_)
+                | ServeError::AuthFile(_)
+        )
     }
 }
 
@@ -78,10 +94,20 @@ pub async fn serve(
         Some(files) => Some(ServerTls::load(files)?),
         None => None,
     };
+    let authenticator = match &config.security.auth_file {
+        Some(path) => Some(Arc::new(Authenticator::load(path)?)),
+        None => None,
+    };
     warn_if_exposed(&config);
+    // The handler is installed before anything answers, so a SIGHUP sent
+    // once health says SERVING never meets the default action (exit).
+    let hangup = match (&tls, &authenticator) {
+        (None, None) => None,
+        _ => Some(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Signal)?),
+    };
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
-    let shared = Shared::new(config.limits.clone());
+    let shared = Shared::with_authenticator(config.limits.clone(), authenticator.clone());
     let router = router(&config, &shared, health_service)?;
 
     // Shutdown starts on the caller's signal or when the store cannot open;
@@ -92,7 +118,7 @@ pub async fn serve(
 
     let stopping_for_start = stopping.clone();
     let description = listener.describe();
-    let reloader = tls.clone().map(|tls| tokio::spawn(reload_on_hangup(tls)));
+    let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
     let mut socket_file = None;
     let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match (listener, tls) {
@@ -152,6 +178,8 @@ type Request = tonic::codegen::http::Request<tonic::body::Body>;
 
 /// The services behind their admission limits, health and reflection; each
 /// request carries its TLS client's identity (`auth::PeerIdentity`).
+/// Health is always open; reflection describes the API to any caller, so
+/// it is off while authentication is on unless the operator asks for it.
 fn router(
     config: &Config,
     shared: &Arc<Shared>,
@@ -165,11 +193,13 @@ fn router(
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
     let peer: PeerLayer = MapRequestLayer::new(tls::attach_peer_identity);
+    let security = &config.security;
+    let reflect = security.auth_file.is_none() || security.reflection_with_auth;
     Ok(Server::builder()
         .layer(peer)
         .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
+        .add_optional_service(reflect.then(|| reflection().build_v1()).transpose()?)
+        .add_optional_service(reflect.then(|| reflection().build_v1alpha()).transpose()?)
         .add_service(admission.wrap(
             CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
         ))
@@ -195,18 +225,29 @@ fn warn_if_exposed(config: &Config) {
     }
 }
 
-/// Reloads the TLS certificate, key and client CAs on every SIGHUP; a file
-/// that does not load keeps the ones in use, and the log says why.
-async fn reload_on_hangup(tls: Arc<ServerTls>) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-        tracing::warn!("could not install the SIGHUP handler; TLS certificates will not reload");
-        return;
-    };
-    while hangups.recv().await.is_some() {
-        match tls.reload() {
-            Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and client CAs"),
-            Err(error) => tracing::warn!(%error, "SIGHUP: TLS files did not load; keeping the ones in use"),
+/// Reloads the TLS certificate, key and client CAs, and the auth file, on
+/// every SIGHUP until aborted. A file that does not load keeps what is in
+/// force, and the log says why.
+async fn reload_on_hangup(
+    mut hangup: tokio::signal::unix::Signal,
+    tls: Option<Arc<ServerTls>>,
+    authenticator: Option<Arc<Authenticator>>,
+) {
+    while hangup.recv().await.is_some() {
+        if let Some(tls) = &tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and client CAs"),
+                Err(error) => tracing::warn!(%error, "SIGHUP: TLS files did not load; keeping the ones in use"),
+            }
+        }
+        if let Some(authenticator) = &authenticator {
+            let path = authenticator.path().display().to_string();
+            match authenticator.reload() {
+                Ok(principals) => tracing::info!(path, principals, "SIGHUP: reloaded the auth file"),
+                Err(error) => {
+                    tracing::error!(%error, "SIGHUP: the auth file did not load; keeping the principals in force")
+                }
+            }
         }
     }
 }

@@ -7,6 +7,7 @@
 //! shared/API.md.
 
 mod admission;
+mod auth;
 mod checkpoint;
 mod durability;
 mod group_commit;

@@ -156,10 +156,10 @@ async fn sighup_reloads_the_certificate() {
 
     // A key that does not load keeps the certificate in use.
     std::fs::write(&pki.tls.key, "not a key").expect("spoil the key");
-    server.hangup();
+    server.signal(libc::SIGHUP);
     let renewed = pki.ca.server();
     renewed.write(store.dir(), "server");
-    server.hangup();
+    server.signal(libc::SIGHUP);
 
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     loop {

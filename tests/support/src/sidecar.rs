@@ -9,8 +9,8 @@
 //! - `SidecarProcess::builder(binary, &store)` runs the real binary as a
 //!   child process on a Unix socket in the store's directory, for tests
 //!   that kill or signal it and restart it on the same store; `.name(..)`
-//!   picks the socket, so several can share a store, and `.flags(..)` and
-//!   `.env(..)` reach the process.
+//!   picks the socket, so several can share a store, `.flags(..)` and
+//!   `.env(..)` reach the process, and `.stderr_to(..)` keeps its log.
 //!
 //! Either dials over TLS when given `.client_tls(..)` (the sidecar's own TLS
 //! comes from its configuration or flags).
@@ -199,6 +199,7 @@ pub struct SidecarProcessBuilder {
     env: Vec<(OsString, OsString)>,
     tls: Option<ClientTls>,
     listen: Option<String>,
+    stderr: Option<PathBuf>,
 }
 
 /// A child process that is killed and reaped when dropped, so that a failing
@@ -227,6 +228,7 @@ impl SidecarProcess {
             env: Vec::new(),
             tls: None,
             listen: None,
+            stderr: None,
         }
     }
 
@@ -244,12 +246,9 @@ impl SidecarProcess {
         self.signal(libc::SIGTERM);
     }
 
-    /// Sends SIGHUP, which reloads the TLS files, without waiting.
-    pub fn hangup(&self) {
-        self.signal(libc::SIGHUP);
-    }
-
-    fn signal(&self, signal: libc::c_int) {
+    /// Sends `signal` (such as SIGHUP, which reloads the TLS files and the
+    /// auth file) without waiting.
+    pub fn signal(&self, signal: libc::c_int) {
         let child = self.kind.process.0.as_ref().expect("the child is running");
         let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
         // SAFETY: kill(2) on a pid we spawned and have not reaped, so it
@@ -303,6 +302,13 @@ impl SidecarProcessBuilder {
         self
     }
 
+    /// Writes the process's standard error (its log) to the file at `path`
+    /// instead of the test's.
+    pub fn stderr_to(mut self, path: impl AsRef<Path>) -> Self {
+        self.stderr = Some(path.as_ref().to_owned());
+        self
+    }
+
     /// `stepwell serve` on the store, listening on `NAME.sock`.
     fn command(&self) -> (Command, PathBuf) {
         let socket = self.store.dir().join(format!("{}.sock", self.name));
@@ -323,6 +329,9 @@ impl SidecarProcessBuilder {
     /// Starts the process and waits until it serves.
     pub async fn spawn(self) -> SidecarProcess {
         let (mut command, socket) = self.command();
+        if let Some(path) = &self.stderr {
+            command.stderr(std::fs::File::create(path).expect("create the log file"));
+        }
         let child = command.env("STEPWELL_LOG", "warn").spawn().expect("start the stepwell binary");
         let process = Process(Some(child));
         let channel = connect_with(&Target::Unix(socket.clone()), self.tls.as_ref()).await;
