@@ -245,7 +245,7 @@ async fn reload_on_hangup(
             match authenticator.reload() {
                 Ok(principals) => tracing::info!(path, principals, "SIGHUP: reloaded the auth file"),
                 Err(error) => {
-                    tracing::error!(%error, "SIGHUP: the auth file did not load; keeping the principals in force")
+                    tracing::error!(%error, "SIGHUP: kept the principals in force: the auth file could not be reloaded")
                 }
             }
         }

@@ -296,3 +296,44 @@ async fn an_old_sidecar_stopping_leaves_a_new_ones_socket() {
     new.stop().await.expect("the new sidecar stops");
     assert!(!socket.exists(), "a sidecar removes its own socket");
 }
+
+#[tokio::test]
+async fn a_client_certificate_alone_authorizes_its_granted_namespace_and_no_other() {
+    let store = TestStore::new().await;
+    let pki = Pki::new(store.dir(), true);
+    let auth_file = store.dir().join("auth.toml");
+    std::fs::write(
+        &auth_file,
+        format!("[[principals]]\nid = \"planner\"\ncertificate = \"{SPIFFE_ID}\"\ngrants = [{{ namespace = \"ns-a\", role = \"write\" }}]\n"),
+    )
+    .expect("write the auth file");
+    let tls = pki.tls.clone();
+    let server = Sidecar::builder()
+        .store(&store)
+        .configure(move |c| {
+            c.security.tls = Some(tls);
+            c.security.auth_file = Some(auth_file);
+        })
+        .client_tls(pki.client_with_certificate())
+        .start()
+        .await;
+    let mut client = server.client();
+
+    // No token is sent: the verified certificate's URI is the principal.
+    let mut in_a = checkpoint("turn-a", "started", T0, "{}");
+    in_a.namespace = "ns-a".to_owned();
+    assert_inserted(&mut client, in_a).await;
+
+    let mut in_b = checkpoint("turn-b", "started", T0, "{}");
+    in_b.namespace = "ns-b".to_owned();
+    let denied = client.checkpoint(in_b).await.expect_err("ns-b is not granted");
+    stepwell_test_support::errors::assert_error(&denied, tonic::Code::PermissionDenied, "PERMISSION_DENIED");
+
+    let mut restore_b = restore("turn-b");
+    restore_b.namespace = "ns-b".to_owned();
+    let denied = client.restore(restore_b).await.expect_err("ns-b is not granted, for reading either");
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    let mut restore_a = restore("turn-a");
+    restore_a.namespace = "ns-a".to_owned();
+    assert_eq!(restore_all(&mut client, restore_a).await.len(), 1, "the granted namespace holds the checkpoint");
+}
