@@ -3,7 +3,13 @@
 # (glibc, no shell, no package manager) as its nonroot user (uid 65532).
 #
 #   docker build -t stepwell .
-#   docker run -p 127.0.0.1:50051:50051 -v stepwell-data:/data stepwell
+#   docker run -v stepwell-data:/data stepwell
+#
+# By default it listens on 127.0.0.1:50051: in a pod the sidecar and its
+# application share loopback, and nothing else can reach the port. To serve
+# the network, set STEPWELL_LISTEN=0.0.0.0:50051 with STEPWELL_TLS_CERT,
+# STEPWELL_TLS_KEY and STEPWELL_AUTH_FILE (README, "Security"; the sidecar
+# refuses to start without them), as docker-compose.yml does.
 #
 # By default the store is the SQLite file /data/stepwell.db; set
 # STEPWELL_DATABASE_URL=postgres://... for a shared store (docker-compose.yml).
@@ -34,4 +40,4 @@ ENV STEPWELL_DATABASE_URL=sqlite:///data/stepwell.db
 VOLUME ["/data"]
 EXPOSE 50051
 ENTRYPOINT ["/usr/local/bin/stepwell"]
-CMD ["serve", "--listen", "0.0.0.0:50051"]
+CMD ["serve", "--listen", "127.0.0.1:50051"]

@@ -1,8 +1,567 @@
-//! Who is calling: the identities the transport proved about a caller.
-//! (Authentication and authorization against `--auth-file` build on this.)
+//! Who is calling, and what they may do: the principals of `--auth-file`,
+//! each with a bearer token's SHA-256 hash or a client certificate's
+//! identity and its roles per namespace; how a call's credentials are
+//! checked against them; the audit events; and new tokens for
+//! `stepwell auth new-token`.
+//!
+//! The file keeps only hashes, so reading it (or a backup of it) gives no
+//! one a working token. A presented token is hashed and compared with every
+//! principal's hash in constant time. The principals in force sit behind a
+//! lock that SIGHUP swaps whole (`Authenticator::reload`), so each call sees
+//! either the old file or the new one, on connections already open too.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use base64::Engine;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::Error;
 
 /// The identities a verified client certificate proves: its URI names (such
 /// as a SPIFFE ID) and DNS names. The TLS listener puts it in each request's
 /// extensions; a request over plaintext or without a certificate has none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerIdentity(pub Vec<String>);
+
+/// The audit log's `tracing` target: route it to keep the audit trail apart.
+pub const AUDIT_TARGET: &str = "stepwell::audit";
+
+/// The namespace that a grant of `*` names: every namespace.
+pub const EVERY_NAMESPACE: &str = "*";
+
+/// What a grant allows, each role everything the one before it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Restore, ListTurns, Get.
+    Read,
+    /// Also Checkpoint, Begin, Complete, Release, Extend.
+    Write,
+    /// Also DeleteTurn.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Write => "write",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every RPC that authorization knows, with the role it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    Checkpoint,
+    Restore,
+    ListTurns,
+    DeleteTurn,
+    Begin,
+    Complete,
+    Release,
+    Extend,
+    Get,
+}
+
+impl Rpc {
+    /// The least role that may call this RPC.
+    pub fn role(self) -> Role {
+        match self {
+            Rpc::Restore | Rpc::ListTurns | Rpc::Get => Role::Read,
+            Rpc::Checkpoint | Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend => Role::Write,
+            Rpc::DeleteTurn => Role::Admin,
+        }
+    }
+
+    /// The RPC's name as the contract spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rpc::Checkpoint => "Checkpoint",
+            Rpc::Restore => "Restore",
+            Rpc::ListTurns => "ListTurns",
+            Rpc::DeleteTurn => "DeleteTurn",
+            Rpc::Begin => "Begin",
+            Rpc::Complete => "Complete",
+            Rpc::Release => "Release",
+            Rpc::Extend => "Extend",
+            Rpc::Get => "Get",
+        }
+    }
+}
+
+/// One grant: a role in a namespace, or in every namespace (`*`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    pub namespace: String,
+    pub role: Role,
+}
+
+/// A principal as the file spells it, before its checks.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrincipalEntry {
+    id: String,
+    token_sha256: Option<String>,
+    certificate: Option<String>,
+    #[serde(default)]
+    grants: Vec<Grant>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileEntries {
+    #[serde(default)]
+    principals: Vec<PrincipalEntry>,
+}
+
+/// A caller the file names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// A name for logs and audit events; never a secret.
+    pub id: String,
+    token_sha256: Option<[u8; 32]>,
+    certificate: Option<String>,
+    grants: Vec<Grant>,
+}
+
+impl Principal {
+    /// The best role the principal's grants give in `namespace`, if any.
+    pub fn role_in(&self, namespace: &str) -> Option<Role> {
+        self.grants
+            .iter()
+            .filter(|grant| grant.namespace == namespace || grant.namespace == EVERY_NAMESPACE)
+            .map(|grant| grant.role)
+            .max()
+    }
+}
+
+/// Why an auth file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("could not read the auth file {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the auth file {} is not valid: {message}", path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The principals of one auth file, checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Principals(Vec<Arc<Principal>>);
+
+impl Principals {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> Result<Principals, FileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| FileError::Read { path: path.to_owned(), source })?;
+        Principals::parse(&text).map_err(|message| FileError::Invalid { path: path.to_owned(), message })
+    }
+
+    /// Parses and checks an auth file's text; the message names the
+    /// principal at fault.
+    pub fn parse(text: &str) -> Result<Principals, String> {
+        let entries: FileEntries = toml::from_str(text).map_err(|error| error.to_string().trim_end().to_owned())?;
+        let mut ids = HashSet::new();
+        let mut hashes = HashSet::new();
+        let mut certificates = HashSet::new();
+        let mut principals = Vec::with_capacity(entries.principals.len());
+        for (index, entry) in entries.principals.into_iter().enumerate() {
+            let name = if entry.id.is_empty() { format!("#{}", index + 1) } else { format!("{:?}", entry.id) };
+            let fault = |what: &str| format!("principal {name}: {what}");
+            if entry.id.trim().is_empty() {
+                return Err(fault("id must not be empty"));
+            }
+            if !ids.insert(entry.id.clone()) {
+                return Err(fault("the id is used by another principal"));
+            }
+            let token_sha256 = match &entry.token_sha256 {
+                Some(hex) => {
+                    let hash = parse_sha256(hex)
+                        .ok_or_else(|| fault("token_sha256 must be 64 lowercase hexadecimal digits"))?;
+                    if !hashes.insert(hash) {
+                        return Err(fault("token_sha256 is the same as another principal's"));
+                    }
+                    Some(hash)
+                }
+                None => None,
+            };
+            if let Some(certificate) = &entry.certificate {
+                if certificate.is_empty() {
+                    return Err(fault("certificate must not be empty"));
+                }
+                if !certificates.insert(certificate.clone()) {
+                    return Err(fault("certificate is the same as another principal's"));
+                }
+            }
+            if token_sha256.is_none() && entry.certificate.is_none() {
+                return Err(fault("needs token_sha256 or certificate"));
+            }
+            for grant in &entry.grants {
+                if grant.namespace != EVERY_NAMESPACE && !is_namespace(&grant.namespace) {
+                    return Err(fault(&format!(
+                        "grant namespace {:?} is neither \"*\" nor a namespace ([a-z0-9][a-z0-9._-]{{0,62}})",
+                        grant.namespace
+                    )));
+                }
+            }
+            principals.push(Arc::new(Principal {
+                id: entry.id,
+                token_sha256,
+                certificate: entry.certificate,
+                grants: entry.grants,
+            }));
+        }
+        Ok(Principals(principals))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The principal whose token hashes to `hash`. Every principal's hash is
+    /// compared, in constant time, so the time taken says nothing about
+    /// how close a guess came.
+    fn by_token_hash(&self, hash: &[u8; 32]) -> Option<&Arc<Principal>> {
+        let mut found = None;
+        for principal in &self.0 {
+            let equal = match &principal.token_sha256 {
+                Some(known) => known.ct_eq(hash),
+                None => subtle::Choice::from(0),
+            };
+            if bool::from(equal) {
+                found = Some(principal);
+            }
+        }
+        found
+    }
+
+    /// The principal named by one of a verified certificate's identities.
+    fn by_certificate(&self, peer: &PeerIdentity) -> Option<&Arc<Principal>> {
+        self.0.iter().find(|principal| {
+            principal.certificate.as_ref().is_some_and(|certificate| peer.0.iter().any(|name| name == certificate))
+        })
+    }
+}
+
+fn is_namespace(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= crate::config::limits::NAMESPACE_BYTES_MAX
+        && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
+        && bytes[1..].iter().all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
+    let digits = hex.as_bytes();
+    if digits.len() != 64 || !digits.iter().all(|d| d.is_ascii_digit() || (b'a'..=b'f').contains(d)) {
+        return None;
+    }
+    let mut hash = [0u8; 32];
+    for (byte, pair) in hash.iter_mut().zip(digits.chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(hash)
+}
+
+/// The SHA-256 of `token`, in lowercase hexadecimal, as the file holds it.
+pub fn token_sha256(token: &str) -> String {
+    Sha256::digest(token.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A fresh bearer token: `swt_` and 32 bytes from the operating system's
+/// random source, in unpadded base64url.
+pub fn new_token() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("swt_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+/// What `stepwell auth new-token --id ID` prints: the token on the first
+/// line, then the lines to paste into the auth file, which carry only its hash.
+pub fn new_token_text(id: &str, token: &str) -> String {
+    let quoted = toml::Value::String(id.to_owned()).to_string();
+    let namespace_hint = if is_namespace(id) { quoted.clone() } else { "\"NAMESPACE\"".to_owned() };
+    format!(
+        "{token}\n\n\
+         # Give the token above to the client; stepwell keeps only its hash.\n\
+         # Paste these lines into the --auth-file and grant roles:\n\
+         [[principals]]\n\
+         id = {quoted}\n\
+         token_sha256 = \"{hash}\"\n\
+         # grants = [{{ namespace = {namespace_hint}, role = \"write\" }}]\n",
+        hash = token_sha256(token),
+    )
+}
+
+/// The credentials a call came with, read before its handler runs. Its
+/// `Debug` leaves the header out, so no log can show a token.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// The `authorization` header: `None` when absent, `Some(None)` when it
+    /// is not visible ASCII.
+    pub authorization: Option<Option<String>>,
+    pub peer_identity: Option<PeerIdentity>,
+    pub remote: Option<SocketAddr>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("authorization", &self.authorization.as_ref().map(|_| "<redacted>"))
+            .field("peer_identity", &self.peer_identity)
+            .field("remote", &self.remote)
+            .finish()
+    }
+}
+
+/// Why a caller is not known; none of these says more than the others to
+/// the caller, but the log tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unknown {
+    NoCredentials,
+    MalformedHeader,
+    UnknownToken,
+}
+
+impl Unknown {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unknown::NoCredentials => "no bearer token or client certificate",
+            Unknown::MalformedHeader => "the authorization header is not \"Bearer <token>\"",
+            Unknown::UnknownToken => "the bearer token is not known",
+        }
+    }
+}
+
+/// The principals in force, and the file they came from.
+#[derive(Debug)]
+pub struct Authenticator {
+    path: PathBuf,
+    principals: RwLock<Arc<Principals>>,
+}
+
+impl Authenticator {
+    /// Loads the file at `path`; a file that cannot be used is an error.
+    pub fn load(path: &Path) -> Result<Authenticator, FileError> {
+        let principals = Principals::load(path)?;
+        Ok(Authenticator { path: path.to_owned(), principals: RwLock::new(Arc::new(principals)) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the file again; the new principals apply to the next call. A
+    /// file that cannot be used leaves the principals in force as they were.
+    pub fn reload(&self) -> Result<usize, FileError> {
+        let principals = Principals::load(&self.path)?;
+        let count = principals.len();
+        *self.principals.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(principals);
+        Ok(count)
+    }
+
+    fn current(&self) -> Arc<Principals> {
+        self.principals.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Who the credentials prove the caller to be. A bearer token, when
+    /// present, decides alone: a wrong token is refused even beside a
+    /// known certificate, since a caller that sends one meant to use it.
+    pub fn authenticate(&self, credentials: &Credentials) -> Result<Arc<Principal>, Unknown> {
+        let principals = self.current();
+        match &credentials.authorization {
+            Some(header) => {
+                let token = header.as_deref().and_then(bearer_token).ok_or(Unknown::MalformedHeader)?;
+                let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+                principals.by_token_hash(&hash).cloned().ok_or(Unknown::UnknownToken)
+            }
+            None => credentials
+                .peer_identity
+                .as_ref()
+                .and_then(|peer| principals.by_certificate(peer))
+                .cloned()
+                .ok_or(Unknown::NoCredentials),
+        }
+    }
+}
+
+/// The token of an `authorization: Bearer <token>` header; the scheme is
+/// case-insensitive, as HTTP's are.
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && !token.contains(' ')).then_some(token)
+}
+
+/// The caller's verdict for one call: allowed, or the error to answer.
+pub fn authorize(principal: &Principal, rpc: Rpc, namespace: &str) -> Result<(), Error> {
+    match principal.role_in(namespace) {
+        Some(role) if role >= rpc.role() => Ok(()),
+        _ => Err(Error::PermissionDenied { namespace: namespace.to_owned(), role: rpc.role() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HASH_A: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    const HASH_B: &str = "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752";
+
+    fn parse_err(text: &str) -> String {
+        Principals::parse(text).expect_err("refused")
+    }
+
+    #[test]
+    fn parses_the_documented_format() {
+        let text = format!(
+            r#"
+            [[principals]]
+            id = "billing"
+            token_sha256 = "{HASH_A}"
+            grants = [
+              {{ namespace = "billing", role = "write" }},
+              {{ namespace = "*", role = "read" }},
+            ]
+
+            [[principals]]
+            id = "runner"
+            certificate = "spiffe://example.org/agents/runner"
+            grants = [{{ namespace = "agents", role = "admin" }}]
+            "#
+        );
+        let principals = Principals::parse(&text).expect("valid");
+        assert_eq!(principals.len(), 2);
+        let billing = &principals.0[0];
+        assert_eq!(billing.role_in("billing"), Some(Role::Write), "the best grant wins");
+        assert_eq!(billing.role_in("elsewhere"), Some(Role::Read));
+        let runner = &principals.0[1];
+        assert_eq!(runner.role_in("agents"), Some(Role::Admin));
+        assert_eq!(runner.role_in("billing"), None);
+        let peer = PeerIdentity(vec!["dns.example".into(), "spiffe://example.org/agents/runner".into()]);
+        assert_eq!(principals.by_certificate(&peer).map(|p| p.id.as_str()), Some("runner"));
+    }
+
+    #[test]
+    fn refuses_mistakes_naming_the_principal() {
+        let one = |fields: &str| format!("[[principals]]\n{fields}\n");
+        assert!(parse_err(&one(&format!("id = \"a\"\ntoken_sha256 = \"{HASH_A}\"\ncolour = 1"))).contains("colour"));
+        let short = parse_err(&one("id = \"a\"\ntoken_sha256 = \"abc\""));
+        assert!(short.contains("\"a\"") && short.contains("64 lowercase"), "{short}");
+        let upper = parse_err(&one(&format!("id = \"a\"\ntoken_sha256 = \"{}\"", HASH_A.to_uppercase())));
+        assert!(upper.contains("64 lowercase"), "{upper}");
+        assert!(parse_err(&one(&format!("id = \"\"\ntoken_sha256 = \"{HASH_A}\""))).contains("id must not be empty"));
+        assert!(parse_err(&one("id = \"a\"")).contains("needs token_sha256 or certificate"));
+        let duplicate_id = format!(
+            "{}{}",
+            one(&format!("id = \"a\"\ntoken_sha256 = \"{HASH_A}\"")),
+            one(&format!("id = \"a\"\ntoken_sha256 = \"{HASH_B}\""))
+        );
+        assert!(parse_err(&duplicate_id).contains("principal \"a\": the id is used"));
+        let duplicate_hash = format!(
+            "{}{}",
+            one(&format!("id = \"a\"\ntoken_sha256 = \"{HASH_A}\"")),
+            one(&format!("id = \"b\"\ntoken_sha256 = \"{HASH_A}\""))
+        );
+        assert!(parse_err(&duplicate_hash).contains("principal \"b\": token_sha256 is the same"));
+        let bad_role = one(&format!(
+            "id = \"a\"\ntoken_sha256 = \"{HASH_A}\"\ngrants = [{{ namespace = \"x\", role = \"root\" }}]"
+        ));
+        assert!(parse_err(&bad_role).contains("root"));
+        let bad_namespace = one(&format!(
+            "id = \"a\"\ntoken_sha256 = \"{HASH_A}\"\ngrants = [{{ namespace = \"X\", role = \"read\" }}]"
+        ));
+        assert!(parse_err(&bad_namespace).contains("grant namespace \"X\""));
+        assert!(parse_err("[[principal]]\nid = \"a\"").contains("principal"));
+    }
+
+    #[test]
+    fn tokens_authenticate_by_hash_and_headers_are_checked() {
+        let text = format!("[[principals]]\nid = \"a\"\ntoken_sha256 = \"{}\"\n", token_sha256("swt_known"));
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("auth.toml");
+        std::fs::write(&path, text).expect("write");
+        let auth = Authenticator::load(&path).expect("valid");
+        let with = |header: Option<&str>| Credentials {
+            authorization: header.map(|h| Some(h.to_owned())),
+            ..Credentials::default()
+        };
+        assert_eq!(auth.authenticate(&with(Some("Bearer swt_known"))).map(|p| p.id.clone()), Ok("a".to_owned()));
+        assert_eq!(auth.authenticate(&with(Some("bearer swt_known"))).map(|p| p.id.clone()), Ok("a".to_owned()));
+        assert_eq!(auth.authenticate(&with(Some("Bearer swt_other"))), Err(Unknown::UnknownToken));
+        assert_eq!(auth.authenticate(&with(Some("Basic swt_known"))), Err(Unknown::MalformedHeader));
+        assert_eq!(auth.authenticate(&with(Some("Bearer "))), Err(Unknown::MalformedHeader));
+        assert_eq!(auth.authenticate(&with(None)), Err(Unknown::NoCredentials));
+        std::fs::write(&path, "not toml [").expect("write");
+        assert!(auth.reload().is_err());
+        assert!(auth.authenticate(&with(Some("Bearer swt_known"))).is_ok(), "a broken file keeps the old principals");
+        std::fs::write(&path, "").expect("write");
+        assert_eq!(auth.reload().expect("an empty file is valid"), 0);
+        assert_eq!(auth.authenticate(&with(Some("Bearer swt_known"))), Err(Unknown::UnknownToken));
+    }
+
+    #[test]
+    fn a_verified_certificate_authenticates_unless_a_token_is_sent() {
+        let text = format!(
+            "[[principals]]\nid = \"runner\"\ncertificate = \"spiffe://example.org/runner\"\n\n\
+             [[principals]]\nid = \"both\"\ncertificate = \"both.example\"\ntoken_sha256 = \"{}\"\n",
+            token_sha256("swt_both")
+        );
+        let auth = Authenticator {
+            path: PathBuf::new(),
+            principals: RwLock::new(Arc::new(Principals::parse(&text).expect("valid"))),
+        };
+        let peer = |names: &[&str]| Credentials {
+            peer_identity: Some(PeerIdentity(names.iter().map(|n| (*n).to_owned()).collect())),
+            ..Credentials::default()
+        };
+        let id = |credentials: &Credentials| auth.authenticate(credentials).map(|p| p.id.clone());
+        assert_eq!(id(&peer(&["x.example", "spiffe://example.org/runner"])), Ok("runner".to_owned()));
+        assert_eq!(id(&peer(&["both.example"])), Ok("both".to_owned()));
+        assert_eq!(id(&peer(&["spiffe://example.org/other"])), Err(Unknown::NoCredentials));
+        let with_token = |header: &str| Credentials {
+            authorization: Some(Some(header.to_owned())),
+            ..peer(&["spiffe://example.org/runner"])
+        };
+        assert_eq!(id(&with_token("Bearer swt_both")), Ok("both".to_owned()), "the token decides");
+        assert_eq!(id(&with_token("Bearer swt_wrong")), Err(Unknown::UnknownToken), "a wrong token is refused");
+        let debug = format!("{:?}", with_token("Bearer swt_both"));
+        assert!(!debug.contains("swt_both"), "Debug leaves the token out: {debug}");
+    }
+
+    #[test]
+    fn a_new_token_is_random_and_its_text_parses() {
+        let token = new_token().expect("the OS has randomness");
+        assert!(token.starts_with("swt_") && token.len() == 4 + 43, "{token}");
+        assert_ne!(token, new_token().expect("the OS has randomness"));
+        let text = new_token_text("billing", &token);
+        assert_eq!(text.lines().next(), Some(token.as_str()));
+        let principals = Principals::parse(text.split_once('\n').expect("more lines").1).expect("valid TOML");
+        assert_eq!(principals.0[0].token_sha256, parse_sha256(&token_sha256(&token)));
+    }
+
+    #[test]
+    fn roles_include_the_ones_below() {
+        assert!(Role::Admin > Role::Write && Role::Write > Role::Read);
+        assert_eq!(Rpc::DeleteTurn.role(), Role::Admin);
+        assert_eq!(Rpc::Get.role(), Role::Read);
+        assert_eq!(Rpc::Extend.role(), Role::Write);
+    }
+}

@@ -46,6 +46,10 @@ pub mod limits {
     pub const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
 }
 
+/// How long a client may take over its TLS handshake before the connection
+/// is dropped, so stalled clients cannot pile up.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The parsed command line.
 #[derive(Debug, Parser)]
 #[command(
@@ -70,6 +74,29 @@ pub enum Command {
     /// Calls grpc.health.v1.Health/Check, for container health checks (the
     /// image has no shell). Why it is not SERVING is printed to stderr.
     Healthcheck(Healthcheck),
+    /// Manage the credentials of --auth-file.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+}
+
+/// What `stepwell auth` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum AuthCommand {
+    /// Print a fresh random bearer token and the lines for the auth file.
+    ///
+    /// The token goes to standard output only, once; the lines to paste
+    /// carry its SHA-256 hash, which is all the sidecar keeps.
+    NewToken(NewToken),
+}
+
+/// Flags of `stepwell auth new-token`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct NewToken {
+    /// The principal's id: a name for logs and audit events (not empty).
+    // No value parser: `parse` relaxes only the flags of first-level
+    // subcommands, so the empty id is refused by the command itself.
+    #[arg(long)]
+    pub id: String,
 }
 
 /// Flags of `stepwell healthcheck`.
@@ -319,6 +346,7 @@ where
     let mut argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
     let mut command = with_env(Cli::command(), env);
     let mut mistakes = Vec::new();
+    let mut relaxed = Vec::new();
     loop {
         match command.try_get_matches_from_mut(&argv) {
             Ok(matches) if matches.subcommand().is_none() => argv.push("serve".into()),
@@ -336,18 +364,40 @@ where
                 if !matches!(error.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
                     return Err(error);
                 }
-                let rendered = error.render().to_string();
-                mistakes.push(rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned());
-                // Let this flag take any text, so the next pass finds the next mistake.
-                command = command.mut_subcommands(|sub| {
-                    sub.mut_args(|arg| match arg.get_long() {
-                        Some(long) if flag == format!("--{long}") => arg.value_parser(ValueParser::os_string()),
-                        _ => arg,
-                    })
-                });
+                // A database URL may hold a password, so its value is never repeated.
+                let mistake = match std::error::Error::source(&error) {
+                    Some(reason) if flag == "--database-url" => format!("invalid value for '{shown}': {reason}"),
+                    _ => error
+                        .render()
+                        .to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .trim_start_matches("error: ")
+                        .to_owned(),
+                };
+                mistakes.push(mistake);
+                // Let this flag take any text, so the next pass finds the next
+                // mistake; a flag relaxed already cannot fail again, so a
+                // repeat means clap failed otherwise, and that error stands.
+                if relaxed.contains(&flag) {
+                    return Err(error);
+                }
+                command = relax(command, &flag);
+                relaxed.push(flag);
             }
         }
     }
+}
+
+/// Lets the flag `flag` (as `--name`) take any text, in every subcommand at any depth.
+fn relax(command: clap::Command, flag: &str) -> clap::Command {
+    command
+        .mut_args(|arg| match arg.get_long() {
+            Some(long) if flag == format!("--{long}") => arg.value_parser(ValueParser::os_string()),
+            _ => arg,
+        })
+        .mut_subcommands(|sub| relax(sub, flag))
 }
 
 /// Reads each flag's variable from `env` instead of the process: the value
@@ -713,6 +763,13 @@ mod tests {
         for flag in ["--listen", "--database-url", "--state-bytes-max", "--log-format"] {
             assert!(lines.iter().any(|l| l.contains(flag)), "{flag} missing from {lines:?}");
         }
+    }
+
+    #[test]
+    fn a_bad_database_url_is_reported_without_its_password() {
+        let lines = mistakes(&serve(&["--database-url", "postgresq://u:SECRET@h/db"], &Env::default()).unwrap_err());
+        assert!(lines.len() == 1 && lines[0].contains("--database-url"), "{lines:?}");
+        assert!(!lines[0].contains("SECRET") && lines[0].contains("must start with"), "{lines:?}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! rather than by a gRPC code. `api::status` is the one place that turns it
 //! into a `tonic::Status`; `store::Error` feeds in through `From`.
 
+use crate::auth::{Role, Unknown};
 use crate::idempotency::Refusal;
 use crate::store;
 
@@ -67,6 +68,16 @@ pub enum Error {
     /// The server is shutting down or not yet ready.
     #[error("{0}")]
     NotReady(&'static str),
+
+    /// Authentication is on and the call proved no known principal: no
+    /// credentials, a malformed `authorization` header, or an unknown token.
+    /// `namespace` is the one asked for, when it was well formed.
+    #[error("the call is not authenticated: {}", why.as_str())]
+    Unauthenticated { why: Unknown, namespace: Option<String>, role: Role },
+
+    /// The caller is known, but no grant gives it `role` in `namespace`.
+    #[error("the caller has no {role} grant for namespace {namespace:?}")]
+    PermissionDenied { namespace: String, role: Role },
 }
 
 /// Why a field was rejected: the `reason` of the ErrorInfo clients see.

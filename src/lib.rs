@@ -12,6 +12,8 @@
 //! - `config`: every flag, environment variable and limit;
 //! - `probe`: the health client behind `stepwell healthcheck`;
 //! - `telemetry`: logging;
+//! - `tls`: TLS and mutual TLS on the listener, reloaded on SIGHUP;
+//! - `listener`: the TCP port or Unix socket file served on;
 //! - `server`: `serve`, which wires the parts to a listener.
 
 #![forbid(unsafe_code)]
@@ -22,11 +24,14 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod idempotency;
+pub mod listener;
 pub mod model;
 pub mod probe;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 
 mod server;
 
-pub use server::{Listener, ServeError, serve};
+pub use listener::Listener;
+pub use server::{ServeError, serve};

@@ -1,15 +1,16 @@
 //! The `stepwell` binary: parses the command line, starts logging, and calls
 //! `serve` until SIGTERM or SIGINT; or, as `stepwell healthcheck`, asks a
-//! running sidecar whether it serves (exit 0) or not (exit 1). Configuration
-//! errors exit with code 64.
+//! running sidecar whether it serves (exit 0) or not (exit 1); or, as
+//! `stepwell auth new-token`, prints a fresh token and its auth-file lines.
+//! Configuration errors, a bad auth file among them, exit with code 64.
 
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
-use stepwell::config::{self, Command, Config, Env, Healthcheck, ServeArgs};
+use stepwell::config::{self, AuthCommand, Command, Config, Env, Healthcheck, NewToken, ServeArgs};
 use stepwell::probe::{self, ServingStatus};
-use stepwell::{Listener, serve, telemetry};
+use stepwell::{Listener, ServeError, auth, serve, telemetry};
 
 /// EX_USAGE from sysexits.h: the configuration is wrong.
 const EXIT_CONFIG: u8 = 64;
@@ -25,6 +26,26 @@ fn main() -> ExitCode {
     match command {
         Command::Serve(args) => run_server(&args),
         Command::Healthcheck(check) => run_healthcheck(&check),
+        Command::Auth(AuthCommand::NewToken(new)) => run_new_token(&new),
+    }
+}
+
+/// Prints a fresh token and the auth-file lines with its hash; the token is
+/// written nowhere else.
+fn run_new_token(new: &NewToken) -> ExitCode {
+    if new.id.trim().is_empty() {
+        eprintln!("stepwell auth new-token: --id must name the principal");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    match auth::new_token() {
+        Ok(token) => {
+            print!("{}", auth::new_token_text(&new.id, &token));
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("stepwell auth new-token: the operating system gave no random bytes: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -67,7 +88,7 @@ fn run_server(args: &ServeArgs) -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let listener = match Listener::bind(&config.listen).await {
+        let listener = match Listener::bind(&config.listen, config.security.unix_socket_mode).await {
             Ok(listener) => listener,
             Err(error) => {
                 tracing::error!(%error, listen = ?config.listen, "could not listen");
@@ -76,9 +97,17 @@ fn run_server(args: &ServeArgs) -> ExitCode {
         };
         match serve(listener, config, shutdown_signal()).await {
             Ok(()) => ExitCode::SUCCESS,
+            Err(ServeError::Tls(error)) => {
+                eprintln!("stepwell: invalid configuration:\n  --tls: {error}");
+                ExitCode::from(EXIT_CONFIG)
+            }
+            Err(error @ ServeError::AuthFile(_)) => {
+                eprintln!("stepwell: invalid configuration:\n  --auth-file: {error}");
+                ExitCode::from(EXIT_CONFIG)
+            }
             Err(error) => {
                 tracing::error!(%error, "stopped with an error");
-                ExitCode::FAILURE
+                if error.is_configuration() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::FAILURE }
             }
         }
     })

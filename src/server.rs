@@ -5,15 +5,16 @@
 //! afterwards and works the store's breaker. Drain: on shutdown health turns
 //! NOT_SERVING, new connections are refused, and in-flight RPCs drain for up
 //! to the configured grace before the store closes.
+//!
+//! With `--auth-file`, the principals are loaded before anything else (a
+//! file that cannot be used stops the start), SIGHUP reloads them while
+//! serving, and reflection is off unless `--reflection-with-auth`.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-
 use std::time::Duration;
 
-use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -24,6 +25,8 @@ use tonic::transport::server::TcpIncoming;
 use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::server::HealthReporter;
+use tower::layer::util::{Identity, Stack};
+use tower::util::MapRequestLayer;
 
 use crate::api::admission::Admission;
 use crate::api::checkpoint::CheckpointApi;
@@ -31,51 +34,48 @@ use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
+use crate::auth::{self, Authenticator};
 use crate::config::{self, Config, Database, Listen, Sweep};
+use crate::listener::Listener;
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
-
-/// A bound socket to serve on.
-pub enum Listener {
-    Tcp(TcpListener),
-    /// A Unix socket and its path, removed again at shutdown.
-    Unix(UnixListener, PathBuf),
-}
-
-impl Listener {
-    /// Binds the configured address. A stale Unix socket file left by a
-    /// previous run is replaced.
-    pub async fn bind(listen: &Listen) -> std::io::Result<Listener> {
-        match listen {
-            Listen::Tcp(addr) => Ok(Listener::Tcp(TcpListener::bind(addr).await?)),
-            Listen::Unix(path) => {
-                use std::os::unix::fs::FileTypeExt;
-                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-                    std::fs::remove_file(path)?;
-                }
-                Ok(Listener::Unix(UnixListener::bind(path)?, path.clone()))
-            }
-        }
-    }
-
-    /// The bound address, for logs and for tests that bind port 0.
-    pub fn describe(&self) -> String {
-        match self {
-            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            Listener::Unix(_, path) => format!("unix:{}", path.display()),
-        }
-    }
-}
+use crate::tls::{self, ServerTls, TlsError};
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("could not open the store: {0}")]
     Store(#[from] store::Error),
+    /// The store's settings are wrong (URL, TLS, login, database name):
+    /// reported at once, not retried, since waiting cannot fix them.
+    #[error("the store's settings are wrong: {error}; {fix}", fix = .kind.fix())]
+    StoreSettings { kind: store::Misconfigured, error: store::Error },
     #[error("gRPC transport failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("could not build server reflection: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// A TLS file given at start-up does not load: a configuration error.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// The auth file could not be read or is not valid: a configuration error.
+    #[error("{0}")]
+    AuthFile(#[from] auth::FileError),
+    #[error("could not install the SIGHUP handler that reloads TLS files and the auth file: {0}")]
+    Signal(std::io::Error),
+}
+
+impl ServeError {
+    /// Whether the operator must change the configuration (exit 64).
+    pub fn is_configuration(&self) -> bool {
+        // A store that would lose acknowledged writes is a setting to fix too.
+        matches!(
+            self,
+            ServeError::StoreSettings { .. }
+                | ServeError::Store(store::Error::NotDurable(_))
+                | ServeError::Tls(_)
+                | ServeError::AuthFile(_)
+        )
+    }
 }
 
 const SERVICES: [&str; 3] = [
@@ -90,9 +90,24 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let tls = match &config.security.tls {
+        Some(files) => Some(ServerTls::load(files)?),
+        None => None,
+    };
+    let authenticator = match &config.security.auth_file {
+        Some(path) => Some(Arc::new(Authenticator::load(path)?)),
+        None => None,
+    };
+    warn_if_exposed(&config);
+    // The handler is installed before anything answers, so a SIGHUP sent
+    // once health says SERVING never meets the default action (exit).
+    let hangup = match (&tls, &authenticator) {
+        (None, None) => None,
+        _ => Some(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Signal)?),
+    };
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
-    let shared = Shared::new(config.limits.clone());
+    let shared = Shared::with_authenticator(config.limits.clone(), authenticator.clone());
     let router = router(&config, &shared, health_service)?;
 
     // Shutdown starts on the caller's signal or when the store cannot open;
@@ -103,15 +118,29 @@ pub async fn serve(
 
     let stopping_for_start = stopping.clone();
     let description = listener.describe();
-    let socket_path = match &listener {
-        Listener::Unix(_, path) => Some(path.clone()),
-        Listener::Tcp(_) => None,
-    };
-    let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match listener {
-        Listener::Tcp(l) => {
+    let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
+    // Held to the end: dropping it removes the socket file if it is still ours.
+    let mut socket_file = None;
+    let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match (listener, tls) {
+        (Listener::Tcp(l), None) => {
             Box::pin(router.serve_with_incoming_shutdown(TcpIncoming::from(l).with_nodelay(Some(true)), signal))
         }
-        Listener::Unix(l, _) => Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)),
+        (Listener::Tcp(l), Some(tls)) => {
+            let accepted = TcpIncoming::from(l).with_nodelay(Some(true));
+            let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
+            Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
+        }
+        (Listener::Unix(l, file), tls) => {
+            socket_file = Some(file);
+            let accepted = UnixListenerStream::new(l);
+            match tls {
+                None => Box::pin(router.serve_with_incoming_shutdown(accepted, signal)),
+                Some(tls) => {
+                    let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
+                    Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
+                }
+            }
+        }
     };
     let start = async {
         let started = start_store(&config, &shared, &health, stopping_for_start).await;
@@ -133,17 +162,29 @@ pub async fn serve(
         tasks.iter().for_each(JoinHandle::abort);
         store.backend().close().await;
     }
-    if let Some(path) = socket_path {
-        let _ = std::fs::remove_file(path);
+    if let Some(reloader) = reloader {
+        reloader.abort();
     }
+    drop(socket_file);
     served?;
     started?;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// The services behind their admission limits, health and reflection.
-fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Health>) -> Result<Router, ServeError> {
+/// The layer that hands each request its connection's proven identity.
+type PeerLayer = MapRequestLayer<fn(Request) -> Request>;
+type Request = tonic::codegen::http::Request<tonic::body::Body>;
+
+/// The services behind their admission limits, health and reflection; each
+/// request carries its TLS client's identity (`auth::PeerIdentity`).
+/// Health is always open; reflection describes the API to any caller, so
+/// it is off while authentication is on unless the operator asks for it.
+fn router(
+    config: &Config,
+    shared: &Arc<Shared>,
+    health: HealthServer<impl Health>,
+) -> Result<Router<Stack<PeerLayer, Identity>>, ServeError> {
     let message_max = config.limits.message_bytes_max;
     let admission = Admission::new(config.limits.max_concurrent_requests, message_max);
     let reflection = || {
@@ -151,16 +192,64 @@ fn router(config: &Config, shared: &Arc<Shared>, health: HealthServer<impl Healt
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
+    let peer: PeerLayer = MapRequestLayer::new(tls::attach_peer_identity);
+    let security = &config.security;
+    let reflect = security.auth_file.is_none() || security.reflection_with_auth;
     Ok(Server::builder()
+        .layer(peer)
         .add_service(health)
-        .add_service(reflection().build_v1()?)
-        .add_service(reflection().build_v1alpha()?)
+        .add_optional_service(reflect.then(|| reflection().build_v1()).transpose()?)
+        .add_optional_service(reflect.then(|| reflection().build_v1alpha()).transpose()?)
         .add_service(admission.wrap(
             CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
         ))
         .add_service(admission.wrap(
             IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
         )))
+}
+
+/// Logs, at every start, that the operator chose to serve a network-facing
+/// TCP port without the protection `config` would otherwise demand.
+fn warn_if_exposed(config: &Config) {
+    if let Listen::Tcp(address) = &config.listen
+        && !address.ip().is_loopback()
+        && config.security.insecure_allow_network
+    {
+        tracing::warn!(
+            listen = %address,
+            tls = config.security.tls.is_some(),
+            auth = config.security.auth_file.is_some(),
+            "--insecure-allow-network: serving beyond loopback without TLS and authentication required; \
+             anyone who reaches this port may be able to read and delete every namespace"
+        );
+    }
+}
+
+/// Reloads the TLS certificate, key and client CAs, and the auth file, on
+/// every SIGHUP until aborted. A file that does not load keeps what is in
+/// force, and the log says why.
+async fn reload_on_hangup(
+    mut hangup: tokio::signal::unix::Signal,
+    tls: Option<Arc<ServerTls>>,
+    authenticator: Option<Arc<Authenticator>>,
+) {
+    while hangup.recv().await.is_some() {
+        if let Some(tls) = &tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and client CAs"),
+                Err(error) => tracing::warn!(%error, "SIGHUP: TLS files did not load; keeping the ones in use"),
+            }
+        }
+        if let Some(authenticator) = &authenticator {
+            let path = authenticator.path().display().to_string();
+            match authenticator.reload() {
+                Ok(principals) => tracing::info!(path, principals, "SIGHUP: reloaded the auth file"),
+                Err(error) => {
+                    tracing::error!(%error, "SIGHUP: kept the principals in force: the auth file could not be reloaded")
+                }
+            }
+        }
+    }
 }
 
 /// Completes when serving should stop taking requests, on the caller's
@@ -226,7 +315,8 @@ async fn start_store(
 
 /// Opens the store. A shared store (Postgres) that cannot be reached yet is
 /// retried with backoff while health says NOT_SERVING, until it answers or
-/// shutdown begins (then `None`); a refusal such as the durability guard, and
+/// shutdown begins (then `None`); a refusal such as the durability guard, a
+/// wrong setting (a TLS failure, a refused login, a missing database), and
 /// any failure of a local file, is final.
 async fn open_store(
     config: &Config,
@@ -242,6 +332,9 @@ async fn open_store(
             },
             _ = stopping.wait_for(|s| *s) => return Ok(None),
         };
+        if let Some(kind) = error.misconfigured() {
+            return Err(ServeError::StoreSettings { kind, error });
+        }
         if !retry || !matches!(error, store::Error::Database(_)) {
             return Err(error.into());
         }

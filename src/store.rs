@@ -43,6 +43,9 @@ pub enum Error {
     /// Another sidecar's migration could not be waited for.
     #[error("could not take the migration lock: {0}")]
     MigrationLock(#[source] std::io::Error),
+    /// The SQLite file could not be created.
+    #[error("could not create the database file: {0}")]
+    CreateFile(#[source] std::io::Error),
     /// The database would not keep acknowledged writes; stepwell refuses it.
     #[error(
         "refusing a database that would lose acknowledged writes: {0}. Fix the server's settings, or pass \
@@ -67,7 +70,50 @@ pub enum Error {
     WriterStopped,
 }
 
+/// Why a store cannot open however long stepwell waits: what it was told to
+/// use is wrong, so retrying as if the database were down would only hide it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misconfigured {
+    /// The database URL or a file it names cannot be used.
+    Url,
+    /// TLS could not be set up: the server's certificate failed verification,
+    /// or the server does not offer TLS where the URL requires it.
+    Tls,
+    /// The server refused the user or its password (SQLSTATE 28P01, 28000).
+    Authentication,
+    /// The database named does not exist (SQLSTATE 3D000).
+    NoDatabase,
+}
+
+impl Misconfigured {
+    /// What the operator should change.
+    pub fn fix(self) -> &'static str {
+        match self {
+            Misconfigured::Url => "fix --database-url (STEPWELL_DATABASE_URL) or the file it names",
+            Misconfigured::Tls => {
+                "check sslmode and sslrootcert in --database-url: the server must offer TLS, its certificate must \
+                 be signed by a CA in sslrootcert, and with verify-full it must name the host in the URL"
+            }
+            Misconfigured::Authentication => {
+                "check the user and password (in the URL, PGPASSWORD or ~/.pgpass) and the server's pg_hba.conf"
+            }
+            Misconfigured::NoDatabase => "create the database, or fix its name in --database-url",
+        }
+    }
+}
+
 impl Error {
+    /// Whether this failure is a wrong setting rather than an outage: a bad
+    /// URL, a TLS failure, a refused login, or a missing database. A refused
+    /// or lost connection is not; the server may yet come back.
+    pub fn misconfigured(&self) -> Option<Misconfigured> {
+        match self {
+            Error::Database(error) => misconfigured(error),
+            Error::Batch(error) => error.misconfigured(),
+            _ => None,
+        }
+    }
+
     /// Whether this is the open breaker's refusal, not a new failure.
     pub fn is_down(&self) -> bool {
         match self {
@@ -85,6 +131,25 @@ impl Error {
             Error::Batch(error) => error.is_full(),
             _ => false,
         }
+    }
+}
+
+/// sqlx reports a failed TLS handshake as an I/O error carrying rustls's
+/// error, and its own TLS refusals (no TLS on the server, an unreadable
+/// certificate) as `Tls`.
+fn misconfigured(error: &sqlx::Error) -> Option<Misconfigured> {
+    match error {
+        sqlx::Error::Configuration(_) => Some(Misconfigured::Url),
+        sqlx::Error::Tls(_) => Some(Misconfigured::Tls),
+        sqlx::Error::Io(io) => {
+            io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()).then_some(Misconfigured::Tls)
+        }
+        sqlx::Error::Database(error) => match error.code().as_deref() {
+            Some("28P01" | "28000") => Some(Misconfigured::Authentication),
+            Some("3D000") => Some(Misconfigured::NoDatabase),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -168,19 +233,45 @@ pub enum Database {
 }
 
 impl Database {
-    /// The store, for logs: a Postgres URL without its password.
+    /// The store, for logs: a Postgres URL without its password, in the
+    /// user part or as a query parameter.
     pub fn describe(&self) -> String {
         match self {
             Database::Sqlite { path } => format!("sqlite://{}", path.display()),
-            Database::Postgres { url } => match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
-                    format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-                }
-                _ => url.clone(),
-            },
+            Database::Postgres { url } => redact(url),
         }
     }
+}
+
+/// Whether a URL parameter's value may be a secret: a password of any kind
+/// (libpq's `password` and `sslpassword`), a token, or a private key given
+/// inline in `sslkey`.
+fn is_secret_parameter(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["password", "passwd", "pwd", "secret", "token", "sslkey", "ssl-key"].iter().any(|word| key.contains(word))
+}
+
+/// `url` with every secret replaced by `***`. A URL that does not parse is
+/// shown only up to its host, since where a secret would sit is unclear.
+fn redact(url: &str) -> String {
+    const HIDDEN: &str = "***";
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        let scheme = url.split("://").next().unwrap_or("postgres");
+        return format!("{scheme}://{HIDDEN} (a URL that does not parse)");
+    };
+    if parsed.password().is_some() {
+        // Only a URL that cannot have a password refuses one.
+        let _ = parsed.set_password(Some(HIDDEN));
+    }
+    if parsed.query().is_some() {
+        let pairs: Vec<(String, String)> = parsed.query_pairs().into_owned().collect();
+        let mut query = parsed.query_pairs_mut();
+        query.clear();
+        for (key, value) in &pairs {
+            query.append_pair(key, if is_secret_parameter(key) { HIDDEN } else { value });
+        }
+    }
+    parsed.to_string()
 }
 
 impl std::fmt::Debug for Database {
@@ -250,5 +341,44 @@ mod tests {
         let database: Database = "postgres://app:s3cret@db:5432/stepwell".parse().unwrap();
         assert_eq!(database.describe(), "postgres://app:***@db:5432/stepwell");
         assert!(!format!("{database:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn passwords_in_the_query_are_logged_hidden() {
+        let database: Database =
+            "postgres://app@db/stepwell?sslmode=verify-full&password=s3cret&sslpassword=k3y&sslrootcert=%2Fca.pem"
+                .parse()
+                .unwrap();
+        let described = database.describe();
+        assert!(!described.contains("s3cret") && !described.contains("k3y"), "{described}");
+        assert!(described.contains("password=***") && described.contains("sslpassword=***"), "{described}");
+        assert!(described.contains("sslmode=verify-full") && described.contains("sslrootcert"), "{described}");
+    }
+
+    #[test]
+    fn a_url_that_does_not_parse_is_logged_without_its_body() {
+        let database: Database = "postgres://app:s3cret@db:notaport/x".parse().unwrap();
+        let described = database.describe();
+        assert!(!described.contains("s3cret"), "{described}");
+        assert!(described.starts_with("postgres://"), "{described}");
+    }
+
+    #[test]
+    fn tls_and_url_failures_are_configuration_errors_and_a_refused_connection_is_not() {
+        let tls = Error::Database(sqlx::Error::Tls("server does not support TLS".into()));
+        assert_eq!(tls.misconfigured(), Some(Misconfigured::Tls));
+        let handshake = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        assert_eq!(Error::Database(sqlx::Error::Io(handshake)).misconfigured(), Some(Misconfigured::Tls));
+        let url = Error::Database(sqlx::Error::Configuration("bad port".into()));
+        assert_eq!(url.misconfigured(), Some(Misconfigured::Url));
+
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(Error::Database(sqlx::Error::Io(refused)).misconfigured(), None);
+        let other = std::io::Error::new(std::io::ErrorKind::InvalidData, "not a TLS error");
+        assert_eq!(Error::Database(sqlx::Error::Io(other)).misconfigured(), None);
+        assert_eq!(Error::Database(sqlx::Error::PoolTimedOut).misconfigured(), None);
     }
 }

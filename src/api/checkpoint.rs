@@ -9,7 +9,8 @@ use tonic::{Request, Response, Status};
 
 use super::pb::checkpoint_service_server::CheckpointService;
 use super::pb::{self, *};
-use super::{Shared, timestamp, validate};
+use super::{Call, Shared, timestamp, validate};
+use crate::auth::Rpc;
 use crate::config::limits;
 use crate::error::{Error, InvalidReason, Result};
 use crate::model::{self, Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint};
@@ -155,18 +156,25 @@ fn to_pb(stored: StoredCheckpoint) -> pb::Checkpoint {
 #[tonic::async_trait]
 impl CheckpointService for CheckpointApi {
     async fn checkpoint(&self, request: Request<CheckpointRequest>) -> Result<Response<CheckpointResponse>, Status> {
-        self.shared.answer(CheckpointApi::checkpoint(self, request.into_inner()).await)
+        let call =
+            Call::new(Rpc::Checkpoint, &request, &request.get_ref().namespace).turn_id(&request.get_ref().turn_id);
+        self.shared.answer(call, CheckpointApi::checkpoint(self, request.into_inner())).await
     }
 
     async fn restore(&self, request: Request<RestoreRequest>) -> Result<Response<RestoreResponse>, Status> {
-        self.shared.answer(CheckpointApi::restore(self, request.into_inner()).await)
+        let call = Call::new(Rpc::Restore, &request, &request.get_ref().namespace).turn_id(&request.get_ref().turn_id);
+        self.shared.answer(call, CheckpointApi::restore(self, request.into_inner())).await
     }
 
     async fn list_turns(&self, request: Request<ListTurnsRequest>) -> Result<Response<ListTurnsResponse>, Status> {
-        self.shared.answer(CheckpointApi::list_turns(self, request.into_inner()).await)
+        let call = Call::new(Rpc::ListTurns, &request, &request.get_ref().namespace);
+        self.shared.answer(call, CheckpointApi::list_turns(self, request.into_inner())).await
     }
 
     async fn delete_turn(&self, request: Request<DeleteTurnRequest>) -> Result<Response<DeleteTurnResponse>, Status> {
-        self.shared.answer(CheckpointApi::delete_turn(self, request.into_inner()).await)
+        let call = Call::new(Rpc::DeleteTurn, &request, &request.get_ref().namespace)
+            .turn_id(&request.get_ref().turn_id)
+            .audited(true);
+        self.shared.answer(call, CheckpointApi::delete_turn(self, request.into_inner())).await
     }
 }

@@ -9,7 +9,8 @@ use tonic::{Request, Response, Status};
 
 use super::pb::idempotency_service_server::IdempotencyService;
 use super::pb::{self, *};
-use super::{Shared, timestamp, validate};
+use super::{Call, Shared, timestamp, validate};
+use crate::auth::Rpc;
 use crate::config::limits;
 use crate::error::{Error, Result};
 use crate::idempotency::{self as rules, BeginArgs, Fence, RecordState};
@@ -145,22 +146,29 @@ fn record_state(state: RecordState) -> pb::RecordState {
 #[tonic::async_trait]
 impl IdempotencyService for IdempotencyApi {
     async fn begin(&self, request: Request<BeginRequest>) -> Result<Response<BeginResponse>, Status> {
-        self.shared.answer(IdempotencyApi::begin(self, request.into_inner()).await)
+        let call = Call::new(Rpc::Begin, &request, &request.get_ref().namespace).key(&request.get_ref().key);
+        self.shared.answer(call, IdempotencyApi::begin(self, request.into_inner())).await
     }
 
     async fn complete(&self, request: Request<CompleteRequest>) -> Result<Response<CompleteResponse>, Status> {
-        self.shared.answer(IdempotencyApi::complete(self, request.into_inner()).await)
+        let call = Call::new(Rpc::Complete, &request, &request.get_ref().namespace).key(&request.get_ref().key);
+        self.shared.answer(call, IdempotencyApi::complete(self, request.into_inner())).await
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
-        self.shared.answer(IdempotencyApi::release(self, request.into_inner()).await)
+        let call = Call::new(Rpc::Release, &request, &request.get_ref().namespace)
+            .key(&request.get_ref().key)
+            .audited(request.get_ref().permanent);
+        self.shared.answer(call, IdempotencyApi::release(self, request.into_inner())).await
     }
 
     async fn extend(&self, request: Request<ExtendRequest>) -> Result<Response<ExtendResponse>, Status> {
-        self.shared.answer(IdempotencyApi::extend(self, request.into_inner()).await)
+        let call = Call::new(Rpc::Extend, &request, &request.get_ref().namespace).key(&request.get_ref().key);
+        self.shared.answer(call, IdempotencyApi::extend(self, request.into_inner())).await
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
-        self.shared.answer(IdempotencyApi::get(self, request.into_inner()).await)
+        let call = Call::new(Rpc::Get, &request, &request.get_ref().namespace).key(&request.get_ref().key);
+        self.shared.answer(call, IdempotencyApi::get(self, request.into_inner())).await
     }
 }

@@ -2,6 +2,11 @@
 //! service implementations that convert between protobuf and the domain, the
 //! request checks, and the one error-to-status table. Only `api` knows
 //! protobuf types.
+//!
+//! Every RPC passes through `Shared::answer`, which admits the call first
+//! (with `--auth-file`: who is calling, and may they call this RPC in this
+//! namespace) and runs the handler only then, so a refused call never
+//! reaches the store; it also writes the audit events.
 
 pub mod admission;
 pub mod checkpoint;
@@ -10,11 +15,14 @@ pub mod idempotency;
 pub mod status;
 pub mod validate;
 
+use std::borrow::Cow;
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
-use tonic::{Response, Status};
+use tonic::{Request, Response, Status};
 
+use crate::auth::{self, AUDIT_TARGET, Authenticator, Credentials, PeerIdentity, Principal, Rpc};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::model::UnixNanos;
@@ -36,18 +44,78 @@ struct Opened {
     writer: Writer,
 }
 
-/// What every service shares: the store, once it is open, the limits, and a
-/// signal that a request found the store unavailable.
+/// What every service shares: the store, once it is open, the limits, the
+/// principals when authentication is on, and a signal that a request found
+/// the store unavailable.
 pub struct Shared {
     opened: OnceLock<Opened>,
     limits: Limits,
+    authenticator: Option<Arc<Authenticator>>,
     store_trouble: Notify,
+}
+
+/// What a call's audit event names besides its namespace.
+enum Subject {
+    None,
+    TurnId(String),
+    Key(String),
+}
+
+/// One call as admission and the audit log see it, read from the request
+/// before its handler takes the message.
+pub struct Call {
+    rpc: Rpc,
+    credentials: Credentials,
+    namespace: String,
+    subject: Subject,
+    audited: bool,
+}
+
+impl Call {
+    /// A call of `rpc` in the namespace the request names (empty: `default`).
+    pub fn new<T>(rpc: Rpc, request: &Request<T>, namespace: &str) -> Call {
+        let authorization = request.metadata().get("authorization").map(|value| value.to_str().ok().map(str::to_owned));
+        Call {
+            rpc,
+            credentials: Credentials {
+                authorization,
+                peer_identity: request.extensions().get::<PeerIdentity>().cloned(),
+                remote: request.remote_addr(),
+            },
+            namespace: namespace.to_owned(),
+            subject: Subject::None,
+            audited: false,
+        }
+    }
+
+    /// The turn the call is about, for the audit log.
+    pub fn turn_id(mut self, turn_id: &str) -> Call {
+        self.subject = Subject::TurnId(turn_id.to_owned());
+        self
+    }
+
+    /// The idempotency key the call is about, for the audit log.
+    pub fn key(mut self, key: &str) -> Call {
+        self.subject = Subject::Key(key.to_owned());
+        self
+    }
+
+    /// Whether the call is audited even when allowed (DeleteTurn, a permanent Release).
+    pub fn audited(mut self, audited: bool) -> Call {
+        self.audited = audited;
+        self
+    }
 }
 
 impl Shared {
     /// Services start before the store is open; they answer UNAVAILABLE until then.
     pub fn new(limits: Limits) -> Arc<Shared> {
-        Arc::new(Shared { opened: OnceLock::new(), limits, store_trouble: Notify::new() })
+        Shared::with_authenticator(limits, None)
+    }
+
+    /// Services that admit only the principals of `authenticator`, if given.
+    pub fn with_authenticator(limits: Limits, authenticator: Option<Arc<Authenticator>>) -> Arc<Shared> {
+        Arc::new(Shared { opened: OnceLock::new(), limits, authenticator, store_trouble: Notify::new() })
     }
 
     /// Completes when a request has found the store unavailable since the last call.
@@ -55,16 +123,45 @@ impl Shared {
         self.store_trouble.notified().await
     }
 
-    /// Every handler's answer passes here: errors become statuses through the
-    /// one table, and a store failure wakes the health monitor at once.
-    pub fn answer<T>(&self, result: Result<T>) -> Result<Response<T>, Status> {
+    /// Every call passes here: it is admitted first, and `handler` (not
+    /// yet started) runs only if it is; errors become statuses through the
+    /// one table, a store failure wakes the health monitor at once, and
+    /// denials and audited calls are written to the audit log.
+    pub async fn answer<T>(&self, call: Call, handler: impl Future<Output = Result<T>>) -> Result<Response<T>, Status> {
+        let (principal, admitted) = self.admit(&call);
+        let result = match admitted {
+            Ok(()) => handler.await,
+            Err(error) => Err(error),
+        };
         // A request the open breaker refused tells the monitor nothing new.
         if let Err(Error::Unavailable(source)) = &result
             && !source.is_down()
         {
             self.store_trouble.notify_one();
         }
+        let denied = matches!(result, Err(Error::Unauthenticated { .. } | Error::PermissionDenied { .. }));
+        if denied || call.audited {
+            audit(&call, principal.as_deref(), result.as_ref().err(), denied);
+        }
         result.map(Response::new).map_err(Status::from)
+    }
+
+    /// Who is calling, when authentication is on, and whether they may make
+    /// this call: an unknown caller learns nothing of its request (not even
+    /// whether it is valid); a known one hears about a malformed namespace
+    /// before its grants are checked, since grants name valid namespaces.
+    fn admit(&self, call: &Call) -> (Option<Arc<Principal>>, Result<()>) {
+        let Some(authenticator) = &self.authenticator else { return (None, Ok(())) };
+        let principal = match authenticator.authenticate(&call.credentials) {
+            Ok(principal) => principal,
+            Err(why) => {
+                let namespace = validate::namespace(call.namespace.clone()).ok();
+                return (None, Err(Error::Unauthenticated { why, namespace, role: call.rpc.role() }));
+            }
+        };
+        let verdict = validate::namespace(call.namespace.clone())
+            .and_then(|namespace| auth::authorize(&principal, call.rpc, &namespace));
+        (Some(principal), verdict)
     }
 
     /// Makes the opened store available to the services.
@@ -90,6 +187,43 @@ impl Shared {
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
+}
+
+/// Writes one audit event on `stepwell::audit`: a warning for a denied
+/// call, information otherwise. It names the principal (never a credential),
+/// the peer, the RPC, the namespace, the turn or key, and the outcome.
+fn audit(call: &Call, principal: Option<&Principal>, error: Option<&Error>, denied: bool) {
+    let principal = principal.map_or("anonymous", |p| p.id.as_str());
+    let peer = call.credentials.remote.map_or_else(|| "unknown".to_owned(), |remote| remote.to_string());
+    let rpc = call.rpc.as_str();
+    let namespace =
+        if call.namespace.is_empty() { Cow::Borrowed(validate::DEFAULT_NAMESPACE) } else { loggable(&call.namespace) };
+    let outcome = error.map_or("ok", status::reason_of);
+    // The level and the fields are part of each event's static description,
+    // so each combination is its own event.
+    macro_rules! event {
+        ($level:expr) => {
+            match &call.subject {
+                Subject::TurnId(turn_id) => tracing::event!(target: AUDIT_TARGET, $level,
+                    principal, %peer, rpc, %namespace, turn_id = %loggable(turn_id), outcome, "audit"),
+                Subject::Key(key) => tracing::event!(target: AUDIT_TARGET, $level,
+                    principal, %peer, rpc, %namespace, key = %loggable(key), outcome, "audit"),
+                Subject::None => tracing::event!(target: AUDIT_TARGET, $level,
+                    principal, %peer, rpc, %namespace, outcome, "audit"),
+            }
+        };
+    }
+    if denied {
+        event!(tracing::Level::WARN);
+    } else {
+        event!(tracing::Level::INFO);
+    }
+}
+
+/// Caller-given text as a log may show it: control characters escaped, so
+/// that no request can forge a line of the log.
+fn loggable(text: &str) -> Cow<'_, str> {
+    if text.chars().any(char::is_control) { Cow::Owned(text.escape_debug().to_string()) } else { Cow::Borrowed(text) }
 }
 
 /// A protobuf timestamp from nanoseconds since the epoch.

@@ -30,6 +30,31 @@ pub mod reason {
     pub const OVERLOADED: &str = "OVERLOADED";
     pub const MESSAGE_TOO_LARGE: &str = "MESSAGE_TOO_LARGE";
     pub const STORE_FULL: &str = "STORE_FULL";
+    pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
+    pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+}
+
+/// The ErrorInfo reason of `error`, as clients see it (and the audit log
+/// records it).
+pub fn reason_of(error: &Error) -> &'static str {
+    match error {
+        Error::InvalidArgument { reason, .. } => reason.as_str(),
+        Error::MalformedRequest(_) => reason::MALFORMED_REQUEST,
+        Error::CheckpointConflict => reason::CHECKPOINT_CONFLICT,
+        Error::WorkflowVersionMismatch { .. } => reason::WORKFLOW_VERSION_MISMATCH,
+        Error::KeyReused => reason::KEY_REUSED,
+        Error::LeaseLost => reason::LEASE_LOST,
+        Error::NotAcquired => reason::NOT_ACQUIRED,
+        Error::ResultMismatch => reason::RESULT_MISMATCH,
+        Error::KeyNotFound => reason::KEY_NOT_FOUND,
+        Error::Unavailable(_) => reason::STORE_UNAVAILABLE,
+        Error::Overloaded(_) => reason::OVERLOADED,
+        Error::MessageTooLarge { .. } => reason::MESSAGE_TOO_LARGE,
+        Error::StoreFull(_) => reason::STORE_FULL,
+        Error::NotReady(_) => reason::NOT_READY,
+        Error::Unauthenticated { .. } => reason::UNAUTHENTICATED,
+        Error::PermissionDenied { .. } => reason::PERMISSION_DENIED,
+    }
 }
 
 fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, String>) -> Status {
@@ -39,45 +64,54 @@ fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, S
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
         let message = error.to_string();
+        let reason = reason_of(&error);
         match error {
-            Error::InvalidArgument { field, reason, description } => {
+            Error::InvalidArgument { field, description, .. } => {
                 let mut details = ErrorDetails::with_bad_request_violation(field.clone(), description);
-                details.set_error_info(reason.as_str(), DOMAIN, HashMap::from([("field".to_owned(), field)]));
+                details.set_error_info(reason, DOMAIN, HashMap::from([("field".to_owned(), field)]));
                 Status::with_error_details(Code::InvalidArgument, message, details)
             }
-            Error::MalformedRequest(_) => {
-                status(Code::InvalidArgument, message, reason::MALFORMED_REQUEST, HashMap::new())
-            }
-            Error::CheckpointConflict => {
-                status(Code::AlreadyExists, message, reason::CHECKPOINT_CONFLICT, HashMap::new())
-            }
+            Error::MalformedRequest(_) => status(Code::InvalidArgument, message, reason, HashMap::new()),
+            Error::CheckpointConflict => status(Code::AlreadyExists, message, reason, HashMap::new()),
             Error::WorkflowVersionMismatch { expected, recorded } => status(
                 Code::FailedPrecondition,
                 message,
-                reason::WORKFLOW_VERSION_MISMATCH,
+                reason,
                 HashMap::from([("expected_version".to_owned(), expected), ("recorded_version".to_owned(), recorded)]),
             ),
-            Error::KeyReused => status(Code::FailedPrecondition, message, reason::KEY_REUSED, HashMap::new()),
-            Error::LeaseLost => status(Code::Aborted, message, reason::LEASE_LOST, HashMap::new()),
-            Error::NotAcquired => status(Code::FailedPrecondition, message, reason::NOT_ACQUIRED, HashMap::new()),
-            Error::ResultMismatch => status(Code::AlreadyExists, message, reason::RESULT_MISMATCH, HashMap::new()),
-            Error::KeyNotFound => status(Code::NotFound, message, reason::KEY_NOT_FOUND, HashMap::new()),
+            Error::KeyReused => status(Code::FailedPrecondition, message, reason, HashMap::new()),
+            Error::LeaseLost => status(Code::Aborted, message, reason, HashMap::new()),
+            Error::NotAcquired => status(Code::FailedPrecondition, message, reason, HashMap::new()),
+            Error::ResultMismatch => status(Code::AlreadyExists, message, reason, HashMap::new()),
+            Error::KeyNotFound => status(Code::NotFound, message, reason, HashMap::new()),
             Error::Unavailable(source) => {
                 tracing::warn!(error = %source, "store unavailable; request not acknowledged");
-                status(Code::Unavailable, message, reason::STORE_UNAVAILABLE, HashMap::new())
+                status(Code::Unavailable, message, reason, HashMap::new())
             }
-            Error::Overloaded(_) => status(Code::ResourceExhausted, message, reason::OVERLOADED, HashMap::new()),
+            Error::Overloaded(_) => status(Code::ResourceExhausted, message, reason, HashMap::new()),
             Error::MessageTooLarge { limit } => status(
                 Code::ResourceExhausted,
                 message,
-                reason::MESSAGE_TOO_LARGE,
+                reason,
                 HashMap::from([("limit_bytes".to_owned(), limit.to_string())]),
             ),
             Error::StoreFull(source) => {
                 tracing::warn!(error = %source, "store full; write not acknowledged");
-                status(Code::ResourceExhausted, message, reason::STORE_FULL, HashMap::new())
+                status(Code::ResourceExhausted, message, reason, HashMap::new())
             }
-            Error::NotReady(_) => status(Code::Unavailable, message, reason::NOT_READY, HashMap::new()),
+            Error::NotReady(_) => status(Code::Unavailable, message, reason, HashMap::new()),
+            // The metadata says what the call needed; it never echoes a credential.
+            Error::Unauthenticated { namespace, role, .. } => {
+                let mut metadata = HashMap::from([("role".to_owned(), role.as_str().to_owned())]);
+                metadata.extend(namespace.map(|namespace| ("namespace".to_owned(), namespace)));
+                status(Code::Unauthenticated, message, reason, metadata)
+            }
+            Error::PermissionDenied { namespace, role } => status(
+                Code::PermissionDenied,
+                message,
+                reason,
+                HashMap::from([("namespace".to_owned(), namespace), ("role".to_owned(), role.as_str().to_owned())]),
+            ),
         }
     }
 }

@@ -13,14 +13,13 @@
 //! constant number of round trips.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
-use sqlx::{FromRow, Postgres, Row, SqlSafeStr};
+use sqlx::{ConnectOptions, FromRow, Postgres, Row, SqlSafeStr};
 
 use super::batch::{self, CheckpointKey};
 use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
@@ -54,7 +53,7 @@ impl PostgresStore {
     /// Connects, checks the server keeps acknowledged writes (unless
     /// `unsafe_accept_nondurable_postgres`), and migrates.
     pub async fn open(url: &str, store: &Options) -> Result<PostgresStore, Error> {
-        let options = PgConnectOptions::from_str(url)?.application_name("stepwell");
+        let options = connect_options(url).await?.application_name("stepwell");
         check_durability(&options, store.unsafe_accept_nondurable_postgres).await?;
         // No ping before each use: a broken connection fails its batch
         // (UNAVAILABLE, nothing acknowledged), is dropped, and the health
@@ -85,6 +84,59 @@ impl PostgresStore {
         let pools = Pools { writer: pool.clone(), reader: pool, clock: store.clock.clone() };
         Ok(PostgresStore { pools, options, failed_at, opened })
     }
+}
+
+/// The URL parameters sqlx reads; it ignores any other, but logs its value.
+const KNOWN_PARAMETERS: [&str; 18] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The parameters that name a certificate or key: a file, or PEM text.
+const CERTIFICATE_PARAMETERS: [&str; 7] =
+    ["sslrootcert", "ssl-root-cert", "ssl-ca", "sslcert", "ssl-cert", "sslkey", "ssl-key"];
+
+/// The connect options `url` names. sqlx would log the value of a parameter
+/// it does not know, which may be a secret (libpq's `sslpassword`, say), so
+/// such a parameter is dropped here and named without its value. A
+/// certificate file that cannot be read is reported here as a wrong setting;
+/// sqlx would report it at each connection as an I/O error, which looks like
+/// an outage.
+async fn connect_options(url: &str) -> Result<PgConnectOptions, Error> {
+    let mut parsed = url::Url::parse(url).map_err(|error| sqlx::Error::Configuration(Box::new(error)))?;
+    let mut kept = Vec::new();
+    for (key, value) in parsed.query_pairs() {
+        if !KNOWN_PARAMETERS.contains(&&*key) && !key.starts_with("options[") {
+            tracing::warn!(parameter = %key, "ignoring a parameter of the database URL that stepwell does not know");
+            continue;
+        }
+        let is_file = CERTIFICATE_PARAMETERS.contains(&&*key) && !value.trim_start().starts_with("-----BEGIN");
+        if is_file && let Err(error) = tokio::fs::File::open(&*value).await {
+            let message = format!("{key} names {value}, which cannot be read: {error}");
+            return Err(sqlx::Error::Configuration(message.into()).into());
+        }
+        kept.push((key.into_owned(), value.into_owned()));
+    }
+    if parsed.query().is_some() {
+        parsed.query_pairs_mut().clear().extend_pairs(&kept);
+    }
+    Ok(PgConnectOptions::from_url(&parsed)?)
 }
 
 /// Refuses a server that could lose acknowledged commits: `fsync=off`, or
@@ -357,5 +409,28 @@ impl Backend for PostgresStore {
 
     async fn close(&self) {
         self.pools.writer.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Misconfigured;
+
+    #[tokio::test]
+    async fn an_unreadable_root_certificate_is_a_wrong_setting() {
+        let url = "postgres://app@db/stepwell?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem";
+        let error = connect_options(url).await.expect_err("the file is missing");
+        assert_eq!(error.misconfigured(), Some(Misconfigured::Url), "{error}");
+        assert!(error.to_string().contains("/nonexistent/ca.pem"), "the error names the file: {error}");
+    }
+
+    #[tokio::test]
+    async fn parameters_sqlx_does_not_know_are_dropped_and_the_rest_kept() {
+        let url = "postgres://app@db/stepwell?sslpassword=k3y&sslmode=require&application_name=x";
+        let options = connect_options(url).await.expect("the URL is usable");
+        assert!(matches!(options.get_ssl_mode(), sqlx::postgres::PgSslMode::Require));
+        assert_eq!(options.get_application_name(), Some("x"));
+        assert!(!format!("{options:?}").contains("k3y"), "the unknown parameter is gone");
     }
 }

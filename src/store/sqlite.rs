@@ -8,6 +8,7 @@
 //! statements. What SQLite does as Postgres does is in `shared` and `rows`.
 
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -52,6 +53,9 @@ impl SqliteStore {
         // migrate it while the others wait (the switch to WAL does not wait
         // on SQLite's busy timeout: it fails at once with "database is locked").
         let lock = migration_lock(path).await.map_err(Error::MigrationLock)?;
+        // SQLite gives the -wal and -shm files the main file's permissions,
+        // so creating it private first keeps all three private.
+        create_private(path).await.map_err(Error::CreateFile)?;
         // Connections to a local file do not go stale: no ping before each use.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
@@ -78,9 +82,29 @@ async fn migration_lock(path: &Path) -> std::io::Result<std::fs::File> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push("-migrate.lock");
     tokio::task::spawn_blocking(move || {
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(lock_path)?;
+        let file =
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(PRIVATE).open(lock_path)?;
         file.lock()?;
         Ok(file)
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
+/// Owner read and write only: the store's files hold every namespace's data.
+const PRIVATE: u32 = 0o600;
+
+/// Creates the database file, empty and private, unless it exists (an
+/// existing file keeps the permissions its owner gave it). SQLite takes an
+/// empty file as a new database.
+async fn create_private(path: &Path) -> std::io::Result<()> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        match std::fs::OpenOptions::new().create_new(true).write(true).mode(PRIVATE).open(&path) {
+            Ok(_) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(error) => Err(error),
+        }
     })
     .await
     .map_err(std::io::Error::other)?

@@ -7,6 +7,7 @@
 //! shared/API.md.
 
 mod admission;
+mod auth;
 mod checkpoint;
 mod durability;
 mod group_commit;
@@ -15,7 +16,9 @@ mod idempotency_model;
 mod lifecycle;
 mod namespace;
 mod postgres_only;
+mod postgres_tls;
 mod restore;
+mod security;
 mod shared_store;
 mod turns;
 mod validation;

@@ -9,11 +9,11 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
-from stepwell import Client, KeyNotFound, NO_RETRY, StepwellError
+from stepwell import TLS, Client, KeyNotFound, NO_RETRY, StepwellError
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,10 +40,50 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Security:
+    """The TLS and auth material the test script generated for the second pass.
+
+    The folder holds ``ca.pem``, ``server.pem``/``server.key``, the client's
+    ``client.pem``/``client.key``, ``auth.toml``, and the tokens of its two
+    principals: ``token`` (admin everywhere) and ``reader-token`` (read only).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.token = (folder / "token").read_text().strip()
+        self.reader_token = (folder / "reader-token").read_text().strip()
+
+    def tls(self, *, client_cert: bool = True) -> TLS:
+        if not client_cert:
+            return TLS(ca=self.folder / "ca.pem")
+        return TLS(ca=self.folder / "ca.pem", cert=self.folder / "client.pem", key=self.folder / "client.key")
+
+    def serve_args(self) -> List[str]:
+        f = self.folder
+        return [
+            "--tls-cert", str(f / "server.pem"),
+            "--tls-key", str(f / "server.key"),
+            "--tls-client-ca", str(f / "ca.pem"),
+            "--auth-file", str(f / "auth.toml"),
+        ]
+
+
+def security_from_env() -> Optional[Security]:
+    """The second pass of clients/python/test sets STEPWELL_TEST_SECURITY_DIR."""
+    folder = os.environ.get("STEPWELL_TEST_SECURITY_DIR")
+    return Security(Path(folder)) if folder else None
+
+
 class Sidecar:
-    def __init__(self, listen: str, workdir: Path) -> None:
+    def __init__(self, listen: str, workdir: Path, security: Optional[Security] = None) -> None:
         self.listen = listen
         self.target = listen
+        self.security = security
+        # What a client needs to reach this sidecar: nothing in plaintext, the
+        # admin token and the client certificate when TLS and auth are on.
+        self.connect: Dict[str, Any] = (
+            {"token": security.token, "tls": security.tls()} if security is not None else {}
+        )
         self.log = open(workdir / f"stepwell-{uuid.uuid4().hex[:6]}.log", "w+")
         self.proc = subprocess.Popen(
             [
@@ -53,6 +93,7 @@ class Sidecar:
                 listen,
                 "--database-url",
                 f"sqlite://{workdir}/x-{uuid.uuid4().hex[:6]}.db",
+                *(security.serve_args() if security is not None else []),
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -62,7 +103,7 @@ class Sidecar:
 
     def _wait_ready(self, limit: float = 60.0) -> None:
         deadline = time.monotonic() + limit
-        with Client(self.target, retry=NO_RETRY, timeout=1.0) as c:
+        with Client(self.target, retry=NO_RETRY, timeout=1.0, **self.connect) as c:
             while True:
                 if self.proc.poll() is not None:
                     self.log.seek(0)
@@ -95,7 +136,7 @@ def workdir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def sidecar(workdir: Path) -> Iterator[Sidecar]:
-    s = Sidecar(f"127.0.0.1:{free_port()}", workdir)
+    s = Sidecar(f"127.0.0.1:{free_port()}", workdir, security_from_env())
     yield s
     s.stop()
 
@@ -103,6 +144,12 @@ def sidecar(workdir: Path) -> Iterator[Sidecar]:
 @pytest.fixture(scope="session")
 def target(sidecar: Sidecar) -> str:
     return sidecar.target
+
+
+@pytest.fixture(scope="session")
+def connect(sidecar: Sidecar) -> Dict[str, Any]:
+    """The client keyword arguments (token, tls) the session's sidecar needs."""
+    return sidecar.connect
 
 
 def fresh_namespace(prefix: str = "py") -> str:
@@ -115,6 +162,6 @@ def namespace() -> str:
 
 
 @pytest.fixture
-def client(target: str, namespace: str) -> Iterator[Client]:
-    with Client(target, namespace=namespace) as c:
+def client(target: str, namespace: str, connect: Dict[str, Any]) -> Iterator[Client]:
+    with Client(target, namespace=namespace, **connect) as c:
         yield c

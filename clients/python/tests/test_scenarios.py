@@ -145,11 +145,11 @@ def call_once(client: Client, call: str, msg: Any) -> Any:
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
-def test_scenario(path: Path, target: str) -> None:
+def test_scenario(path: Path, target: str, connect: Dict[str, Any]) -> None:
     scenario = json.loads(path.read_text())
     ns = f"sc-{scenario['name'].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     saved: Dict[str, Any] = {}
-    with Client(target, retry=NO_RETRY) as client:
+    with Client(target, retry=NO_RETRY, **connect) as client:
         for i, step in enumerate(scenario["steps"]):
             where = f"{path.name} step {i} ({step['call']})"
             msg = build_request(step["call"], step.get("request", {}), ns, saved)

@@ -1,7 +1,9 @@
 // StepwellClient: every RPC of stepwell.v1, with per-call deadlines, retries
 // on UNAVAILABLE / OVERLOADED that resend the same request, errors as
 // StepwellError, and once() for exactly-once side effects.
+import { readFileSync } from "node:fs";
 import * as net from "node:net";
+import * as tls from "node:tls";
 import { create } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
@@ -58,6 +60,29 @@ export interface StepwellClientOptions {
   maxBackoffMs?: number;
   /** Connect interceptors run on every attempt of every call (e.g. to add headers). */
   interceptors?: Interceptor[];
+  /**
+   * A bearer token, sent as `authorization: Bearer <token>` on every call
+   * (the methods, once(), the DurableExecutor and `raw` alike). It is added
+   * after the `interceptors` have run, so they never see it.
+   */
+  token?: string;
+  /** TLS to the sidecar: options, or true for the system's roots. Default: plaintext. */
+  tls?: TlsOptions | boolean;
+}
+
+/**
+ * TLS to the sidecar. Each of `ca`, `cert` and `key` is a path to a PEM file
+ * (a string) or the PEM contents themselves (a Uint8Array, e.g. a Buffer).
+ */
+export interface TlsOptions {
+  /** The CA bundle to trust. Default: the system's roots. */
+  ca?: string | Uint8Array;
+  /** A client certificate chain for mutual TLS (needs `key`). */
+  cert?: string | Uint8Array;
+  /** The client certificate's private key (needs `cert`). */
+  key?: string | Uint8Array;
+  /** The name checked against the server's certificate when it differs from the target's host. */
+  serverName?: string;
 }
 
 /** Per-call options. */
@@ -175,23 +200,87 @@ function turnStatus(s: TurnStatus | TurnStatusName | undefined): TurnStatus {
   return { open: TurnStatus.OPEN, terminal: TurnStatus.TERMINAL, any: TurnStatus.ANY }[s];
 }
 
+function readPem(source: string | Uint8Array | undefined, what: string): Buffer | undefined {
+  if (source === undefined) return undefined;
+  if (typeof source !== "string") return Buffer.from(source);
+  try {
+    return readFileSync(source);
+  } catch (err) {
+    throw new Error(`cannot read the TLS ${what} ${JSON.stringify(source)}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+  }
+}
+
+/** The node TLS options of TlsOptions (files are read now). */
+function tlsConnectionOptions(o: TlsOptions): tls.ConnectionOptions {
+  if ((o.cert === undefined) !== (o.key === undefined)) {
+    throw new TypeError("tls needs both cert and key for a client certificate, or neither");
+  }
+  const out: tls.ConnectionOptions = {};
+  const ca = readPem(o.ca, "CA bundle");
+  const cert = readPem(o.cert, "client certificate");
+  const key = readPem(o.key, "client key");
+  if (ca) out.ca = ca;
+  if (cert) out.cert = cert;
+  if (key) out.key = key;
+  if (o.serverName) out.servername = o.serverName;
+  return out;
+}
+
+/**
+ * The interceptor that adds the bearer token. The token lives only in this
+ * closure, so printing a client, its transport or an error cannot show it.
+ */
+export function bearerTokenInterceptor(token: string): Interceptor {
+  if (typeof token !== "string" || token === "") throw new TypeError("token must be a non-empty string");
+  // A header value must be visible ASCII; a newline above all would split the header.
+  if (!/^[\x21-\x7e]+$/.test(token)) throw new TypeError("token must be visible ASCII without spaces");
+  const value = `Bearer ${token}`;
+  return (next) => async (req) => {
+    req.header.set("authorization", value);
+    return next(req);
+  };
+}
+
+/** Transport settings beyond the target. */
+export interface TransportOptions {
+  interceptors?: Interceptor[];
+  token?: string;
+  tls?: TlsOptions | boolean;
+}
+
 /** Builds a gRPC (HTTP/2) transport and its session manager for a target. */
-export function createStepwellTransport(target: string, interceptors: Interceptor[] = []): {
+export function createStepwellTransport(
+  target: string,
+  options: Interceptor[] | TransportOptions = [],
+): {
   transport: Transport;
   sessionManager: Http2SessionManager;
 } {
+  const o: TransportOptions = Array.isArray(options) ? { interceptors: options } : options;
+  const secure = o.tls === undefined || o.tls === false ? undefined : tlsConnectionOptions(o.tls === true ? {} : o.tls);
+  const scheme = secure ? "https" : "http";
   let baseUrl: string;
-  let nodeOptions: import("node:http2").ClientSessionOptions | undefined;
+  let nodeOptions: import("node:http2").SecureClientSessionOptions | undefined = secure;
   if (target.startsWith("unix:")) {
     const path = target.slice("unix:".length).replace(/^\/\/(?=\/)/, "");
     // Over a Unix socket the HTTP/2 authority is "localhost".
-    baseUrl = "http://localhost";
-    nodeOptions = { createConnection: () => net.connect(path) };
+    baseUrl = `${scheme}://localhost`;
+    nodeOptions = secure
+      ? {
+          ...secure,
+          createConnection: () =>
+            tls.connect({ ...secure, path, servername: secure.servername ?? "localhost", ALPNProtocols: ["h2"] }),
+        }
+      : { createConnection: () => net.connect(path) };
   } else if (/^https?:\/\//.test(target)) {
-    baseUrl = target;
+    if (target.startsWith("http://") && secure) baseUrl = `https://${target.slice("http://".length)}`;
+    else if (target.startsWith("https://") && !secure) throw new TypeError("an https:// target needs the tls option");
+    else baseUrl = target;
   } else {
-    baseUrl = `http://${target}`;
+    baseUrl = `${scheme}://${target}`;
   }
+  // The token's interceptor runs last, so the caller's interceptors never see the header.
+  const interceptors = [...(o.interceptors ?? []), ...(o.token === undefined ? [] : [bearerTokenInterceptor(o.token)])];
   const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
   const transport = createGrpcTransport({ baseUrl, sessionManager, interceptors });
   return { transport, sessionManager };
@@ -212,12 +301,17 @@ export class StepwellClient {
   private readonly maxAttempts: number;
   private readonly initialBackoffMs: number;
   private readonly maxBackoffMs: number;
-  private readonly sessionManager: Http2SessionManager;
+  // An ES private field: printing the client must not show the TLS key the session holds.
+  readonly #sessionManager: Http2SessionManager;
 
   constructor(options: StepwellClientOptions | string = {}) {
     const o: StepwellClientOptions = typeof options === "string" ? { target: options } : options;
-    const { transport, sessionManager } = createStepwellTransport(o.target ?? "127.0.0.1:50051", o.interceptors);
-    this.sessionManager = sessionManager;
+    const { transport, sessionManager } = createStepwellTransport(o.target ?? "127.0.0.1:50051", {
+      interceptors: o.interceptors,
+      token: o.token,
+      tls: o.tls,
+    });
+    this.#sessionManager = sessionManager;
     this.raw = {
       checkpoints: createClient(CheckpointService, transport),
       idempotency: createClient(IdempotencyService, transport),
@@ -231,7 +325,7 @@ export class StepwellClient {
 
   /** Closes the HTTP/2 connection. */
   close(): void {
-    this.sessionManager.abort();
+    this.#sessionManager.abort();
   }
 
   private ns(opts?: CallOptions): string {

@@ -118,6 +118,16 @@ export class MessageTooLarge extends StepwellError {
  * an operator frees space (deletes turns), so it is not retried.
  */
 export class StoreFull extends StepwellError {}
+/**
+ * UNAUTHENTICATED: the call carried no token, or one the sidecar does not
+ * know. Never retried: the same token is refused again.
+ */
+export class Unauthenticated extends StepwellError {}
+/**
+ * PERMISSION_DENIED: the token is known but has no grant of the needed role
+ * for the namespace. Never retried: only an operator's grant helps.
+ */
+export class PermissionDenied extends StepwellError {}
 /** UNAVAILABLE: nothing was acknowledged; retry with the same key. */
 export class Unavailable extends StepwellError {}
 /** once(): the operation is recorded as FAILED (a permanent Release). */
@@ -139,12 +149,17 @@ const BY_REASON: Record<string, ErrorClass> = {
   OVERLOADED: Overloaded,
   MESSAGE_TOO_LARGE: MessageTooLarge,
   STORE_FULL: StoreFull,
+  UNAUTHENTICATED: Unauthenticated,
+  PERMISSION_DENIED: PermissionDenied,
 };
 
 const BY_CODE: Record<number, ErrorClass> = {
   [Code.InvalidArgument]: InvalidArgument,
   [Code.Unavailable]: Unavailable,
   [Code.ResourceExhausted]: Overloaded,
+  // A proxy in front of the sidecar may refuse a call without an ErrorInfo.
+  [Code.Unauthenticated]: Unauthenticated,
+  [Code.PermissionDenied]: PermissionDenied,
 };
 
 /** Converts anything a call threw into a StepwellError (kept as is if it already is one). */

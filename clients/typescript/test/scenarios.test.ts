@@ -118,7 +118,7 @@ describe("scenarios", () => {
   let client: StepwellClient;
   before(async () => {
     sidecar = await startSidecar();
-    client = new StepwellClient({ target: sidecar.target });
+    client = new StepwellClient({ target: sidecar.target, ...sidecar.connect });
   });
   after(async () => {
     client?.close();

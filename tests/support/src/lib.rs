@@ -5,7 +5,8 @@
 //! process or as the real binary (`sidecar`), dialling them and following
 //! their health (`channel`, `health`), the request builders and readers
 //! (`requests`) and the checks of rich error details (`errors`), and the
-//! one seeded random generator (`rng`).
+//! one seeded random generator (`rng`); certificates made in the test and
+//! the client side of TLS (`tls`).
 //!
 //! The real binary's path is the test binary's to give (cargo tells only
 //! the stepwell package's own tests where it is), so `SidecarProcess`
@@ -19,6 +20,7 @@ pub mod pg_cluster;
 pub mod requests;
 pub mod rng;
 pub mod sidecar;
+pub mod tls;
 
 use std::time::Duration;
 

@@ -3,6 +3,11 @@
 //! Made from the installed PostgreSQL server binaries (as the `postgres` user
 //! when the tests run as root, since initdb refuses root), on a free port,
 //! and removed when dropped.
+//!
+//! `PgCluster::start_tls` makes one that speaks TLS only: a throwaway CA
+//! (made with `openssl`) signs a server certificate for localhost and
+//! 127.0.0.1, pg_hba.conf accepts TCP connections over TLS alone, and roles
+//! other than `postgres` must give a password (SCRAM).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +19,12 @@ pub struct PgCluster {
     bindir: PathBuf,
     port: u16,
 }
+
+/// The TLS-only cluster's pg_hba.conf: over TCP only TLS is accepted, the
+/// `postgres` superuser without a password, every other role with one.
+const TLS_ONLY_HBA: &str = "local all all trust\n\
+                            hostssl all postgres 127.0.0.1/32 trust\n\
+                            hostssl all all 127.0.0.1/32 scram-sha-256\n";
 
 /// The newest installed PostgreSQL server binaries; fails saying how to install them.
 fn bindir() -> PathBuf {
@@ -50,6 +61,50 @@ fn run(mut command: Command, what: &str) {
 impl PgCluster {
     /// Creates and starts a cluster with extra server settings, e.g. `["fsync=off"]`.
     pub fn start(settings: &[&str]) -> PgCluster {
+        let cluster = PgCluster::create();
+        cluster.configure(settings);
+        cluster.start_again();
+        cluster
+    }
+
+    /// Creates and starts a cluster that accepts TCP connections over TLS
+    /// only, its certificate signed by the CA at `ca_file`.
+    pub fn start_tls() -> PgCluster {
+        let cluster = PgCluster::create();
+        let tls = cluster.tls_dir();
+        std::fs::create_dir(&tls).expect("create the TLS directory");
+        make_ca(&tls, "ca", "stepwell test CA");
+        make_ca(&tls, "other-ca", "another CA");
+        make_server_certificate(&tls);
+        if is_root() {
+            let mut chown = Command::new("chown");
+            chown.arg("postgres").arg(tls.join("server.key"));
+            run(chown, "chown the server key");
+        }
+        std::fs::write(cluster.data().join("pg_hba.conf"), TLS_ONLY_HBA).expect("write pg_hba.conf");
+        let cert = format!("ssl_cert_file={}", tls.join("server.crt").display());
+        let key = format!("ssl_key_file={}", tls.join("server.key").display());
+        cluster.configure(&["ssl=on", &cert, &key]);
+        cluster.start_again();
+        cluster
+    }
+
+    /// The CA that signed a TLS cluster's certificate, as a PEM file.
+    pub fn ca_file(&self) -> PathBuf {
+        self.tls_dir().join("ca.pem")
+    }
+
+    /// A CA that signed nothing this cluster presents.
+    pub fn other_ca_file(&self) -> PathBuf {
+        self.tls_dir().join("other-ca.pem")
+    }
+
+    fn tls_dir(&self) -> PathBuf {
+        self.dir.path().join("tls")
+    }
+
+    /// A new cluster's directory and data, not yet started.
+    fn create() -> PgCluster {
         let dir = tempfile::Builder::new().prefix("stepwell-pg-").tempdir().expect("create a cluster directory");
         if is_root() {
             use std::os::unix::fs::PermissionsExt;
@@ -68,13 +123,16 @@ impl PgCluster {
         let mut initdb = as_owner(&cluster.bindir.join("initdb"));
         initdb.arg("-D").arg(cluster.data()).args(["-U", "postgres", "-A", "trust", "--no-sync"]);
         run(initdb, "initdb");
-        let mut options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", port, cluster.dir.path().display());
+        cluster
+    }
+
+    /// Writes the server's options: its port and socket, and `settings`.
+    fn configure(&self, settings: &[&str]) {
+        let mut options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.path().display());
         for setting in settings {
             options.push_str(&format!(" -c {setting}"));
         }
-        std::fs::write(cluster.dir.path().join("options"), options).expect("write the server options");
-        cluster.start_again();
-        cluster
+        std::fs::write(self.dir.path().join("options"), options).expect("write the server options");
     }
 
     fn data(&self) -> PathBuf {
@@ -85,6 +143,11 @@ impl PgCluster {
         let mut command = as_owner(&self.bindir.join("pg_ctl"));
         command.arg("-D").arg(self.data()).args(args);
         command
+    }
+
+    /// The port the server listens on, at 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The `postgres` database of this cluster.
@@ -105,6 +168,98 @@ impl PgCluster {
     pub fn stop_immediate(&self) {
         run(self.pg_ctl(&["-m", "immediate", "-w", "stop"]), "pg_ctl stop -m immediate");
     }
+}
+
+/// Runs `openssl` with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str], what: &str) {
+    let mut command = Command::new("openssl");
+    command.current_dir(dir).args(args);
+    run(command, what);
+}
+
+/// A self-signed CA, `NAME.pem` and `NAME.key` in `dir`.
+fn make_ca(dir: &Path, name: &str, subject: &str) {
+    let (pem, key, subject) = (format!("{name}.pem"), format!("{name}.key"), format!("/CN={subject}"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &subject,
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+        "make a CA",
+    );
+}
+
+/// `server.crt` and `server.key` in `dir`, for localhost and 127.0.0.1,
+/// signed by `ca`; the key readable by its owner alone, as Postgres demands.
+fn make_server_certificate(dir: &Path) {
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=critical,CA:FALSE\n\
+         keyUsage=critical,digitalSignature\n\
+         extendedKeyUsage=serverAuth\n\
+         subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .expect("write the certificate's extensions");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+        "make the server's key",
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.crt",
+        ],
+        "sign the server's certificate",
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.join("server.key"), std::fs::Permissions::from_mode(0o600)).expect("chmod the key");
 }
 
 impl Drop for PgCluster {

@@ -9,8 +9,11 @@
 //! - `SidecarProcess::builder(binary, &store)` runs the real binary as a
 //!   child process on a Unix socket in the store's directory, for tests
 //!   that kill or signal it and restart it on the same store; `.name(..)`
-//!   picks the socket, so several can share a store, and `.flags(..)` and
-//!   `.env(..)` reach the process.
+//!   picks the socket, so several can share a store, `.flags(..)` and
+//!   `.env(..)` reach the process, and `.stderr_to(..)` keeps its log.
+//!
+//! Either dials over TLS when given `.client_tls(..)` (the sidecar's own TLS
+//! comes from its configuration or flags).
 //!
 //! Both return only once health reports SERVING, as a `Running` sidecar
 //! that hands out connected clients. This is the one place a test's
@@ -25,22 +28,24 @@ use std::time::Duration;
 
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
-use stepwell::config::Config;
+use stepwell::config::{Config, Listen};
 use stepwell::{Listener, ServeError};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 use crate::backend::TestStore;
-use crate::channel::{Target, connect};
+use crate::channel::{Target, connect_with};
 use crate::health::wait_for_serving;
+use crate::tls::ClientTls;
 use crate::{Client, IdempotencyClient, WAIT_LIMIT};
 
 /// A running sidecar, connected: `Sidecar` in-process, or `SidecarProcess`,
 /// the real binary. Either hands out clients on its channel.
 pub struct Running<Kind> {
     channel: Channel,
+    target: Target,
     kind: Kind,
 }
 
@@ -77,6 +82,11 @@ impl<Kind> Running<Kind> {
     pub fn channel(&self) -> Channel {
         self.channel.clone()
     }
+
+    /// Where the sidecar listens, for tests that dial it their own way.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
 }
 
 /// One adjustment of a test's configuration, given to `.configure(..)`.
@@ -88,13 +98,14 @@ pub struct SidecarBuilder<'a> {
     store: Option<TestStore>,
     configure: Vec<Adjustment<'a>>,
     unix_socket: bool,
+    tls: Option<ClientTls>,
 }
 
 impl Sidecar {
     /// An in-process sidecar on TCP, on a fresh store, with the default
     /// configuration, until the builder says otherwise.
     pub fn builder<'a>() -> SidecarBuilder<'a> {
-        SidecarBuilder { store: None, configure: Vec::new(), unix_socket: false }
+        SidecarBuilder { store: None, configure: Vec::new(), unix_socket: false, tls: None }
     }
 
     /// The store this server runs on.
@@ -140,6 +151,12 @@ impl<'a> SidecarBuilder<'a> {
         self
     }
 
+    /// Dials the sidecar over TLS (configure its own TLS with `.configure`).
+    pub fn client_tls(mut self, tls: ClientTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Starts the server and waits until it serves.
     pub async fn start(self) -> Sidecar {
         let store = match self.store {
@@ -152,8 +169,9 @@ impl<'a> SidecarBuilder<'a> {
         }
         let (listener, target) = if self.unix_socket {
             let path = store.dir().join("stepwell.sock");
-            let listener = UnixListener::bind(&path).expect("bind a Unix socket");
-            (Listener::Unix(listener, path.clone()), Target::Unix(path))
+            let listen = Listen::Unix(path.clone());
+            let listener = Listener::bind(&listen, config.security.unix_socket_mode).await.expect("bind a Unix socket");
+            (listener, Target::Unix(path))
         } else {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a TCP port");
             let addr = listener.local_addr().expect("a bound address");
@@ -165,9 +183,9 @@ impl<'a> SidecarBuilder<'a> {
         let task = tokio::spawn(stepwell::serve(listener, config, async move {
             let _ = signal.await;
         }));
-        let channel = connect(&target).await;
+        let channel = connect_with(&target, self.tls.as_ref()).await;
         wait_for_serving(&channel).await;
-        Running { channel, kind: InProcess { shutdown: Some(shutdown), task, store } }
+        Running { channel, target, kind: InProcess { shutdown: Some(shutdown), task, store } }
     }
 }
 
@@ -179,6 +197,9 @@ pub struct SidecarProcessBuilder {
     name: String,
     flags: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
+    tls: Option<ClientTls>,
+    listen: Option<String>,
+    stderr: Option<PathBuf>,
 }
 
 /// A child process that is killed and reaped when dropped, so that a failing
@@ -205,6 +226,9 @@ impl SidecarProcess {
             name: "stepwell".to_owned(),
             flags: Vec::new(),
             env: Vec::new(),
+            tls: None,
+            listen: None,
+            stderr: None,
         }
     }
 
@@ -219,12 +243,18 @@ impl SidecarProcess {
 
     /// Sends SIGTERM, the graceful stop, without waiting.
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends `signal` (such as SIGHUP, which reloads the TLS files and the
+    /// auth file) without waiting.
+    pub fn signal(&self, signal: libc::c_int) {
         let child = self.kind.process.0.as_ref().expect("the child is running");
         let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
         // SAFETY: kill(2) on a pid we spawned and have not reaped, so it
         // cannot name another process.
-        let result = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(result, 0, "SIGTERM delivered");
+        let result = unsafe { libc::kill(pid, signal) };
+        assert_eq!(result, 0, "signal {signal} delivered");
     }
 
     /// Sends SIGKILL, the crash, and reaps the process.
@@ -259,6 +289,26 @@ impl SidecarProcessBuilder {
         self
     }
 
+    /// Listens on `listen` (HOST:PORT) instead of the socket, for
+    /// `run_until_exit` and `run_until_logged`, which do not dial it.
+    pub fn listen(mut self, listen: &str) -> Self {
+        self.listen = Some(listen.to_owned());
+        self
+    }
+
+    /// Dials the process over TLS (give it `--tls-cert` and `--tls-key` too).
+    pub fn client_tls(mut self, tls: ClientTls) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Writes the process's standard error (its log) to the file at `path`
+    /// instead of the test's.
+    pub fn stderr_to(mut self, path: impl AsRef<Path>) -> Self {
+        self.stderr = Some(path.as_ref().to_owned());
+        self
+    }
+
     /// `stepwell serve` on the store, listening on `NAME.sock`.
     fn command(&self) -> (Command, PathBuf) {
         let socket = self.store.dir().join(format!("{}.sock", self.name));
@@ -266,7 +316,7 @@ impl SidecarProcessBuilder {
         command
             .arg("serve")
             .arg("--listen")
-            .arg(format!("unix:{}", socket.display()))
+            .arg(self.listen.clone().unwrap_or_else(|| format!("unix:{}", socket.display())))
             .arg("--database-url")
             .arg(self.store.url())
             .args(&self.flags)
@@ -279,11 +329,14 @@ impl SidecarProcessBuilder {
     /// Starts the process and waits until it serves.
     pub async fn spawn(self) -> SidecarProcess {
         let (mut command, socket) = self.command();
+        if let Some(path) = &self.stderr {
+            command.stderr(std::fs::File::create(path).expect("create the log file"));
+        }
         let child = command.env("STEPWELL_LOG", "warn").spawn().expect("start the stepwell binary");
         let process = Process(Some(child));
-        let channel = connect(&Target::Unix(socket.clone())).await;
+        let channel = connect_with(&Target::Unix(socket.clone()), self.tls.as_ref()).await;
         wait_for_serving(&channel).await;
-        Running { channel, kind: ChildProcess { process, socket } }
+        Running { channel, target: Target::Unix(socket.clone()), kind: ChildProcess { process, socket } }
     }
 
     /// Runs a process expected to refuse to start; returns its exit status
@@ -306,6 +359,43 @@ impl SidecarProcessBuilder {
         let mut stderr = String::new();
         child.stderr.take().expect("piped").read_to_string(&mut stderr).expect("read stderr");
         (status, stderr)
+    }
+}
+
+impl SidecarProcessBuilder {
+    /// Runs the process, logging at `info`, until a line of its stderr
+    /// contains `line` (such as "serving"), then kills it; returns the
+    /// stderr read so far. Fails if it exits or stays silent for `WAIT_LIMIT`.
+    pub fn run_until_logged(self, line: &str) -> String {
+        use std::io::BufRead;
+        let (mut command, _) = self.command();
+        let child =
+            command.env("STEPWELL_LOG", "info").stderr(Stdio::piped()).spawn().expect("run the stepwell binary");
+        let mut process = Process(Some(child));
+        let stderr = process.0.as_mut().and_then(|child| child.stderr.take()).expect("piped");
+        let (lines, received) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for text in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines.send(text).is_err() {
+                    return;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + WAIT_LIMIT;
+        let mut seen = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match received.recv_timeout(left) {
+                Ok(text) => {
+                    seen.push_str(&text);
+                    seen.push('\n');
+                    if text.contains(line) {
+                        return seen;
+                    }
+                }
+                Err(_) => panic!("stepwell did not log {line:?}; its stderr:\n{seen}"),
+            }
+        }
     }
 }
 

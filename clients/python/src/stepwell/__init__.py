@@ -7,6 +7,7 @@
 """
 
 from ._common import OnceContext, RetryPolicy, NO_RETRY
+from ._security import TLS
 from .aio import AsyncClient
 from .checkpoint_store import CheckpointStore, ExecutionCheckpoint, ExecutionSummary
 from .client import Client
@@ -21,9 +22,11 @@ from .errors import (
     OnceTimeout,
     OperationFailed,
     Overloaded,
+    PermissionDenied,
     ResultMismatch,
     StepwellError,
     StoreFull,
+    Unauthenticated,
     Unavailable,
     WorkflowVersionMismatch,
 )
@@ -46,10 +49,13 @@ __all__ = [
     "OnceTimeout",
     "OperationFailed",
     "Overloaded",
+    "PermissionDenied",
     "ResultMismatch",
     "RetryPolicy",
     "StepwellError",
     "StoreFull",
+    "TLS",
+    "Unauthenticated",
     "Unavailable",
     "WorkflowVersionMismatch",
 ]

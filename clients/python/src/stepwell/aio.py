@@ -6,7 +6,7 @@ import asyncio
 import functools
 import inspect
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 import grpc.aio
@@ -14,6 +14,7 @@ import grpc.aio
 from . import _common as c
 from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
 from .client import _takes_once_context, turn_status
+from ._security import TLS, AsyncBearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
 from .errors import LeaseLost, NotAcquired, OnceTimeout, OperationFailed, StepwellError, from_rpc_error
 from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
@@ -37,16 +38,24 @@ class AsyncClient:
         namespace: str = "",
         timeout: float = 10.0,
         retry: Optional[RetryPolicy] = None,
+        token: Optional[str] = None,
+        tls: Union[None, bool, TLS] = None,
         credentials: Optional[grpc.ChannelCredentials] = None,
         metadata: Optional[Sequence[Tuple[str, str]]] = None,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
     ) -> None:
         addr, extra = c.channel_target(target)
-        opts = list(extra) + list(options or [])
+        secret = None
+        if token is not None:
+            secret = check_token(token)
+            refuse_duplicate_authorization(metadata)
+        credentials, tls_opts = resolve_credentials(tls, credentials)
+        opts = list(extra) + tls_opts + list(options or [])
+        interceptors = [AsyncBearerTokenInterceptor(secret)] if secret is not None else None
         if credentials is None:
-            self._channel = grpc.aio.insecure_channel(addr, options=opts)
+            self._channel = grpc.aio.insecure_channel(addr, options=opts, interceptors=interceptors)
         else:
-            self._channel = grpc.aio.secure_channel(addr, credentials, options=opts)
+            self._channel = grpc.aio.secure_channel(addr, credentials, options=opts, interceptors=interceptors)
         self.target = target
         self.namespace = namespace
         self.timeout = timeout

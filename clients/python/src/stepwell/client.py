@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 
 from . import _common as c
 from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
+from ._security import TLS, BearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
 from .errors import (
     LeaseLost,
     NotAcquired,
@@ -49,8 +50,12 @@ class Client:
         timeout: default per-call deadline in seconds (each method takes a
             ``timeout=`` override).
         retry: the :class:`RetryPolicy` for UNAVAILABLE / OVERLOADED.
-        credentials: ``grpc.ChannelCredentials`` for TLS; plaintext when None.
-        metadata: extra call metadata, e.g. ``[("authorization", "Bearer …")]``.
+        token: a bearer token, sent as ``authorization: Bearer <token>`` on
+            every call of the channel (never shown in reprs or errors).
+        tls: a :class:`TLS` (CA bundle, optional client certificate and key),
+            or True for the system's roots; plaintext when None.
+        credentials: raw ``grpc.ChannelCredentials`` instead of ``tls``.
+        metadata: extra call metadata.
         options: extra gRPC channel options.
 
     The raw one-to-one stubs are ``checkpoint_stub`` and ``idempotency_stub``.
@@ -63,16 +68,25 @@ class Client:
         namespace: str = "",
         timeout: float = 10.0,
         retry: Optional[RetryPolicy] = None,
+        token: Optional[str] = None,
+        tls: Union[None, bool, TLS] = None,
         credentials: Optional[grpc.ChannelCredentials] = None,
         metadata: Optional[Sequence[Tuple[str, str]]] = None,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
     ) -> None:
         addr, extra = c.channel_target(target)
-        opts = list(extra) + list(options or [])
+        secret = None
+        if token is not None:
+            secret = check_token(token)
+            refuse_duplicate_authorization(metadata)
+        credentials, tls_opts = resolve_credentials(tls, credentials)
+        opts = list(extra) + tls_opts + list(options or [])
         if credentials is None:
-            self._channel = grpc.insecure_channel(addr, options=opts)
+            channel = grpc.insecure_channel(addr, options=opts)
         else:
-            self._channel = grpc.secure_channel(addr, credentials, options=opts)
+            channel = grpc.secure_channel(addr, credentials, options=opts)
+        # The interceptor wraps the channel itself, so the raw stubs send the token too.
+        self._channel = grpc.intercept_channel(channel, BearerTokenInterceptor(secret)) if secret is not None else channel
         self.target = target
         self.namespace = namespace
         self.timeout = timeout

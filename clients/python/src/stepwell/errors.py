@@ -120,6 +120,16 @@ class StoreFull(StepwellError):
     operator frees space (deletes turns), so the client does not retry."""
 
 
+class Unauthenticated(StepwellError):
+    """UNAUTHENTICATED: the call carried no token, or one the sidecar does not
+    know. Never retried: the same token is refused again."""
+
+
+class PermissionDenied(StepwellError):
+    """PERMISSION_DENIED: the token is known but has no grant of the needed
+    role for the namespace. Never retried: only an operator's grant helps."""
+
+
 class Unavailable(StepwellError):
     """UNAVAILABLE: the store could not commit or the sidecar is unreachable."""
 
@@ -143,11 +153,16 @@ _BY_REASON: Dict[str, Type[StepwellError]] = {
     "OVERLOADED": Overloaded,
     "MESSAGE_TOO_LARGE": MessageTooLarge,
     "STORE_FULL": StoreFull,
+    "UNAUTHENTICATED": Unauthenticated,
+    "PERMISSION_DENIED": PermissionDenied,
 }
 
 _BY_CODE: Dict[grpc.StatusCode, Type[StepwellError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
+    # A proxy in front of the sidecar may refuse a call without an ErrorInfo.
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
 }
 
 

@@ -1,0 +1,313 @@
+//! TLS and mutual TLS on the gRPC listener, terminated by stepwell itself
+//! rather than by tonic's own TLS settings, which cannot change their
+//! certificate while serving.
+//!
+//! `ServerTls` holds the rustls configuration built from `--tls-cert`,
+//! `--tls-key` and `--tls-client-ca`, and rebuilds it on `reload` (SIGHUP):
+//! a file that does not load keeps the configuration in use. `incoming`
+//! turns the listener's accepted streams into TLS streams, each handshake in
+//! a task of its own under a timeout, so a client that stalls or fails its
+//! handshake never holds up the accept loop or anyone else. Each TLS stream
+//! carries the identities its verified client certificate proves
+//! (`TlsPeer`); tonic puts that in every request's extensions, and
+//! `attach_peer_identity` copies it there as `auth::PeerIdentity`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use rustls::RootCertStore;
+use rustls::ServerConfig;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::http;
+use tonic::transport::server::Connected;
+use x509_parser::extensions::GeneralName;
+
+use crate::auth::PeerIdentity;
+use crate::config;
+
+/// Why a TLS file could not be used, naming the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", path.display())]
+pub struct TlsError {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl TlsError {
+    fn new(path: &Path, reason: impl std::fmt::Display) -> TlsError {
+        TlsError { path: path.to_owned(), reason: reason.to_string() }
+    }
+}
+
+/// The listener's TLS configuration, replaced whole on each good reload.
+pub struct ServerTls {
+    files: config::Tls,
+    current: RwLock<Arc<ServerConfig>>,
+}
+
+impl ServerTls {
+    /// Loads the certificate chain, its key and the client CAs; any file
+    /// that cannot be read or does not fit the others is an error.
+    pub fn load(files: &config::Tls) -> Result<Arc<ServerTls>, TlsError> {
+        let current = RwLock::new(Arc::new(server_config(files)?));
+        Ok(Arc::new(ServerTls { files: files.clone(), current }))
+    }
+
+    /// Reads the files again. On success new handshakes use them (open
+    /// connections keep what they agreed); on failure the configuration in
+    /// use stays, and the error says why.
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let config = Arc::new(server_config(&self.files)?);
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = config;
+        Ok(())
+    }
+
+    /// Whether client certificates are required.
+    pub fn mutual(&self) -> bool {
+        self.files.client_ca.is_some()
+    }
+
+    fn acceptor(&self) -> TlsAcceptor {
+        TlsAcceptor::from(self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+    }
+}
+
+/// Builds rustls's server configuration from the files, with ring as its
+/// cryptography and HTTP/2 as the one protocol offered.
+fn server_config(files: &config::Tls) -> Result<ServerConfig, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain = certificates(&files.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| TlsError::new(&files.key, pem_reason(&e)))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::new(&files.cert, e))?;
+    let builder = match &files.client_ca {
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            for ca in certificates(path)? {
+                roots.add(ca).map_err(|e| TlsError::new(path, format!("not a usable CA certificate: {e}")))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| TlsError::new(path, e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsError::new(&files.key, format!("does not fit the certificate in --tls-cert: {e}")))?;
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+/// Every certificate in a PEM file; a file with none is an error, since an
+/// empty chain or CA list would fail every handshake.
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| TlsError::new(path, pem_reason(&e)))?;
+    if certs.is_empty() {
+        return Err(TlsError::new(path, "holds no PEM certificate"));
+    }
+    Ok(certs)
+}
+
+fn pem_reason(error: &rustls_pki_types::pem::Error) -> String {
+    match error {
+        rustls_pki_types::pem::Error::Io(error) => format!("could not be read: {error}"),
+        rustls_pki_types::pem::Error::NoItemsFound => "holds no PEM item of the kind needed".to_owned(),
+        other => format!("is not valid PEM: {other:?}"),
+    }
+}
+
+/// What a TLS connection proved about its client: the identities of a
+/// verified client certificate, or `None` without one.
+#[derive(Debug, Clone, Default)]
+pub struct TlsPeer {
+    pub identity: Option<PeerIdentity>,
+}
+
+/// A server-side TLS stream that tonic can serve.
+pub struct TlsConn<IO> {
+    stream: tokio_rustls::server::TlsStream<IO>,
+    peer: TlsPeer,
+}
+
+impl<IO> Connected for TlsConn<IO> {
+    type ConnectInfo = TlsPeer;
+
+    fn connect_info(&self) -> TlsPeer {
+        self.peer.clone()
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsConn<IO> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConn<IO> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+/// Handshakes waiting to finish at once; more accepted connections wait
+/// for room, which bounds what stalled clients can hold.
+const HANDSHAKES_MAX: usize = 256;
+
+/// TLS streams from the plain streams `accepted` yields: each handshake runs
+/// in its own task, bounded by `timeout`, and one that fails or stalls is
+/// logged and dropped without touching the others. Accept errors (a full
+/// descriptor table) are logged and accepting goes on. The stream ends, and
+/// the listener closes, once the server stops taking connections.
+pub fn incoming<S, IO>(
+    accepted: S,
+    tls: Arc<ServerTls>,
+    timeout: Duration,
+) -> impl Stream<Item = io::Result<TlsConn<IO>>> + Send + 'static
+where
+    S: Stream<Item = io::Result<IO>> + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (ready, receiver) = mpsc::channel(HANDSHAKES_MAX);
+    let mutual = tls.mutual();
+    tokio::spawn(async move {
+        let mut accepted = std::pin::pin!(accepted);
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_MAX));
+        loop {
+            let next = tokio::select! {
+                next = accepted.next() => next,
+                () = ready.closed() => return,
+            };
+            let stream = match next {
+                Some(Ok(stream)) => stream,
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "could not accept a connection");
+                    // Back off briefly, so a full descriptor table is not a busy loop.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                None => return,
+            };
+            let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
+            let acceptor = tls.acceptor();
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => {
+                        let peer = TlsPeer { identity: mutual.then(|| peer_identity(&stream)).flatten() };
+                        let _ = ready.send(Ok(TlsConn { stream, peer })).await;
+                    }
+                    Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(?timeout, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(receiver)
+}
+
+/// The URI and DNS names of the client's verified certificate. rustls has
+/// checked it against the client CAs before the handshake completed.
+fn peer_identity<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> Option<PeerIdentity> {
+    let leaf = stream.get_ref().1.peer_certificates()?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                GeneralName::URI(uri) => names.push((*uri).to_owned()),
+                GeneralName::DNSName(dns) => names.push((*dns).to_owned()),
+                _ => {}
+            }
+        }
+    }
+    Some(PeerIdentity(names))
+}
+
+/// Copies the connection's proven identity into the request as
+/// `auth::PeerIdentity`, where authorization and handlers read it. Requests
+/// over plaintext, or over TLS without a client certificate, get none.
+pub fn attach_peer_identity<B>(mut request: http::Request<B>) -> http::Request<B> {
+    if let Some(identity) = request.extensions().get::<TlsPeer>().and_then(|peer| peer.identity.clone()) {
+        request.extensions_mut().insert(identity);
+    }
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_pair(dir: &Path) -> config::Tls {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
+        let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        config::Tls { cert: cert_path, key: key_path, client_ca: None }
+    }
+
+    #[test]
+    fn a_file_that_does_not_load_keeps_the_configuration_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_pair(dir.path());
+        let tls = ServerTls::load(&files).unwrap();
+        let before = tls.current.read().unwrap().clone();
+
+        std::fs::write(&files.key, "not a key").unwrap();
+        let error = tls.reload().unwrap_err();
+        assert_eq!(error.path, files.key, "{error}");
+        assert!(Arc::ptr_eq(&before, &tls.current.read().unwrap()), "the old configuration stays");
+
+        write_pair(dir.path());
+        tls.reload().unwrap();
+        assert!(!Arc::ptr_eq(&before, &tls.current.read().unwrap()), "a good reload replaces it");
+    }
+
+    #[test]
+    fn a_client_ca_file_without_certificates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = write_pair(dir.path());
+        let empty = dir.path().join("ca.pem");
+        std::fs::write(&empty, "").unwrap();
+        files.client_ca = Some(empty.clone());
+        let Err(error) = ServerTls::load(&files) else { panic!("an empty CA file loaded") };
+        assert_eq!(error.path, empty);
+    }
+}
