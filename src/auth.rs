@@ -78,6 +78,19 @@ pub enum Rpc {
 }
 
 impl Rpc {
+    /// Every RPC of the two services, in the order of the contract.
+    pub const ALL: [Rpc; 9] = [
+        Rpc::Checkpoint,
+        Rpc::Restore,
+        Rpc::ListTurns,
+        Rpc::DeleteTurn,
+        Rpc::Begin,
+        Rpc::Complete,
+        Rpc::Release,
+        Rpc::Extend,
+        Rpc::Get,
+    ];
+
     /// The least role that may call this RPC.
     pub fn role(self) -> Role {
         match self {

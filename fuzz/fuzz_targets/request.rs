@@ -13,20 +13,20 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stepwell_fuzz::{ALLOWED_CODES, Rpc, harness};
+use stepwell_fuzz::{ALLOWED_CODES, harness, rpc_from_selector};
 
 // The store opens (and migrates) before the first input, outside its time limit.
 fuzz_target!(init: { harness(); }, |data: &[u8]| run(data));
 
 fn run(data: &[u8]) {
     let Some((&selector, body)) = data.split_first() else { return };
-    let rpc = Rpc::from_selector(selector);
+    let rpc = rpc_from_selector(selector);
     let Some(answer) = harness().call(rpc, body) else { return };
     if let Err(status) = answer {
         assert!(
             ALLOWED_CODES.contains(&status.code()),
             "{} answered {:?}: {}",
-            rpc.name(),
+            rpc.as_str(),
             status.code(),
             status.message()
         );

@@ -24,63 +24,23 @@ use stepwell::config::{Config, Database};
 use stepwell::store::Handle;
 use stepwell::store::writer::Writer;
 
-/// The RPCs of stepwell's two services, in the order of their selector byte.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rpc {
-    Checkpoint,
-    Restore,
-    ListTurns,
-    DeleteTurn,
-    Begin,
-    Complete,
-    Release,
-    Extend,
-    Get,
+/// The RPCs of stepwell's two services; a selector byte picks one by its
+/// place in `Rpc::ALL`.
+pub use stepwell::auth::Rpc;
+
+/// The RPC a selector byte picks.
+pub fn rpc_from_selector(selector: u8) -> Rpc {
+    Rpc::ALL[usize::from(selector) % Rpc::ALL.len()]
 }
 
-impl Rpc {
-    /// Every RPC; an input's first byte picks `ALL[byte % ALL.len()]`.
-    pub const ALL: [Rpc; 9] = [
-        Rpc::Checkpoint,
-        Rpc::Restore,
-        Rpc::ListTurns,
-        Rpc::DeleteTurn,
-        Rpc::Begin,
-        Rpc::Complete,
-        Rpc::Release,
-        Rpc::Extend,
-        Rpc::Get,
-    ];
-
-    /// The RPC a selector byte picks.
-    pub fn from_selector(selector: u8) -> Rpc {
-        Rpc::ALL[usize::from(selector) % Rpc::ALL.len()]
-    }
-
-    /// The selector byte that picks this RPC.
-    pub fn selector(self) -> u8 {
-        Rpc::ALL.iter().position(|&rpc| rpc == self).expect("every RPC is listed") as u8
-    }
-
-    /// The RPC's name in the contract.
-    pub fn name(self) -> &'static str {
-        match self {
-            Rpc::Checkpoint => "Checkpoint",
-            Rpc::Restore => "Restore",
-            Rpc::ListTurns => "ListTurns",
-            Rpc::DeleteTurn => "DeleteTurn",
-            Rpc::Begin => "Begin",
-            Rpc::Complete => "Complete",
-            Rpc::Release => "Release",
-            Rpc::Extend => "Extend",
-            Rpc::Get => "Get",
-        }
-    }
+/// The selector byte that picks `rpc`.
+pub fn selector(rpc: Rpc) -> u8 {
+    Rpc::ALL.iter().position(|&listed| listed == rpc).expect("every RPC is listed") as u8
 }
 
 /// A `request` input: the selector byte, then the encoded request.
 pub fn request_input(rpc: Rpc, request: &impl Message) -> Vec<u8> {
-    let mut input = vec![rpc.selector()];
+    let mut input = vec![selector(rpc)];
     request.encode(&mut input).expect("a Vec grows as needed");
     input
 }
