@@ -301,8 +301,19 @@ where
                 if !matches!(error.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
                     return Err(error);
                 }
-                let rendered = error.render().to_string();
-                mistakes.push(rendered.lines().next().unwrap_or_default().trim_start_matches("error: ").to_owned());
+                // A database URL may hold a password, so its value is never repeated.
+                let mistake = match std::error::Error::source(&error) {
+                    Some(reason) if flag == "--database-url" => format!("invalid value for '{shown}': {reason}"),
+                    _ => error
+                        .render()
+                        .to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .trim_start_matches("error: ")
+                        .to_owned(),
+                };
+                mistakes.push(mistake);
                 // Let this flag take any text, so the next pass finds the next mistake.
                 command = command.mut_subcommands(|sub| {
                     sub.mut_args(|arg| match arg.get_long() {
@@ -598,6 +609,13 @@ mod tests {
         for flag in ["--listen", "--database-url", "--state-bytes-max", "--log-format"] {
             assert!(lines.iter().any(|l| l.contains(flag)), "{flag} missing from {lines:?}");
         }
+    }
+
+    #[test]
+    fn a_bad_database_url_is_reported_without_its_password() {
+        let lines = mistakes(&serve(&["--database-url", "postgresq://u:SECRET@h/db"], &Env::default()).unwrap_err());
+        assert!(lines.len() == 1 && lines[0].contains("--database-url"), "{lines:?}");
+        assert!(!lines[0].contains("SECRET") && lines[0].contains("must start with"), "{lines:?}");
     }
 
     #[test]
