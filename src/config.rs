@@ -17,6 +17,7 @@ use std::time::Duration;
 use clap::builder::{TypedValueParser, ValueParser};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use rustls_pki_types::ServerName;
 
 use crate::clock::Clock;
 pub use crate::store::Database;
@@ -114,6 +115,78 @@ pub struct Healthcheck {
     /// How long connecting and answering may take together, in milliseconds.
     #[arg(long = "timeout-ms", value_name = "MS", default_value = "3000", value_parser = millis(1, 600_000))]
     pub timeout: Duration,
+
+    /// CAs (PEM) to trust for the sidecar's certificate; dials over TLS.
+    // The variables are the healthcheck's own: a container that serves with
+    // STEPWELL_TLS_CERT must not present its server certificate as a client one.
+    #[arg(long = "tls-ca", env = "STEPWELL_HEALTHCHECK_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name (DNS name or IP address) to verify in the sidecar's
+    /// certificate [default: localhost, since the target is an address]
+    #[arg(long = "tls-server-name", env = "STEPWELL_HEALTHCHECK_TLS_SERVER_NAME", value_name = "NAME",
+          value_parser = server_name)]
+    pub tls_server_name: Option<ServerName<'static>>,
+
+    /// A client certificate chain (PEM) for mutual TLS; needs --tls-key.
+    #[arg(long = "tls-cert", env = "STEPWELL_HEALTHCHECK_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long = "tls-key", env = "STEPWELL_HEALTHCHECK_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// How `stepwell healthcheck` speaks TLS: the CAs it trusts, the name it
+/// verifies, and for mutual TLS its certificate chain and key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeTls {
+    pub ca: PathBuf,
+    pub server_name: ServerName<'static>,
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+impl Healthcheck {
+    /// The probe's TLS, `None` for plaintext. Flags that need others are
+    /// reported all at once: a certificate without its key or the other way
+    /// round, and any TLS flag without `--tls-ca`, which is what turns TLS on.
+    pub fn tls(&self) -> Result<Option<ProbeTls>, ConfigErrors> {
+        let mut errors = ConfigErrors(Vec::new());
+        let client = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            (Some(_), None) => {
+                errors.add("tls-cert", "needs --tls-key, the client certificate's private key".to_owned());
+                None
+            }
+            (None, Some(_)) => {
+                errors.add("tls-key", "needs --tls-cert, the client certificate it belongs to".to_owned());
+                None
+            }
+        };
+        if self.tls_ca.is_none() {
+            let without = [("tls-server-name", self.tls_server_name.is_some()), ("tls-cert", self.tls_cert.is_some())];
+            for (flag, given) in without {
+                if given {
+                    errors.add(flag, "needs --tls-ca, the CAs that turn TLS on".to_owned());
+                }
+            }
+        }
+        if !errors.0.is_empty() {
+            return Err(errors);
+        }
+        let localhost = || ServerName::try_from("localhost").expect("localhost is a DNS name");
+        Ok(self.tls_ca.as_ref().map(|ca| ProbeTls {
+            ca: ca.clone(),
+            server_name: self.tls_server_name.clone().unwrap_or_else(localhost),
+            client,
+        }))
+    }
+}
+
+/// A DNS name or an IP address, as a certificate names a server.
+fn server_name(text: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(text.to_owned()).map_err(|_| format!("{text:?} is neither a DNS name nor an IP address"))
 }
 
 const DAY_SECONDS: u64 = 24 * 3600;
@@ -817,6 +890,37 @@ mod tests {
         let lines = mistakes(&parse(argv, &Env::default()).unwrap_err());
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].contains("--target") && lines[1].contains("--timeout-ms"), "{lines:?}");
+    }
+
+    #[test]
+    fn healthcheck_tls_flags_come_together() {
+        let check = |argv: &[&str], env: &Env| {
+            let argv = ["stepwell", "healthcheck"].iter().chain(argv);
+            let Ok(Command::Healthcheck(check)) = parse(argv, env) else { panic!("not a healthcheck") };
+            check.tls()
+        };
+        let none = Env::default();
+        assert_eq!(check(&[], &none), Ok(None), "plaintext without --tls-ca");
+        let tls = check(&["--tls-ca", "ca.pem"], &none).unwrap().expect("TLS");
+        assert_eq!((tls.server_name.to_str().as_ref(), tls.client), ("localhost", None));
+        let argv = ["--tls-ca", "ca.pem", "--tls-server-name", "10.0.0.7", "--tls-cert", "c.pem", "--tls-key", "k.pem"];
+        let tls = check(&argv, &none).unwrap().expect("TLS");
+        assert_eq!(tls.server_name.to_str(), "10.0.0.7");
+        assert_eq!(tls.client, Some(("c.pem".into(), "k.pem".into())));
+
+        let errors = check(&["--tls-cert", "c.pem", "--tls-server-name", "stepwell"], &none).unwrap_err().0;
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].starts_with("--tls-cert") && errors[0].contains("--tls-key"), "{errors:?}");
+        assert!(errors[1].starts_with("--tls-server-name") && errors[2].starts_with("--tls-cert"), "{errors:?}");
+        assert!(check(&["--tls-ca", "ca.pem", "--tls-key", "k.pem"], &none).unwrap_err().0[0].starts_with("--tls-key"));
+
+        // The serve variables are the server's own certificate, never the probe's.
+        let serving: Env = [("STEPWELL_TLS_CERT", "s.pem"), ("STEPWELL_TLS_KEY", "s.key")].into_iter().collect();
+        assert_eq!(check(&[], &serving), Ok(None));
+        let probing: Env = [("STEPWELL_HEALTHCHECK_TLS_CA", "ca.pem")].into_iter().collect();
+        assert_eq!(check(&[], &probing).unwrap().expect("TLS").ca, PathBuf::from("ca.pem"));
+        let lines = mistakes(&parse(["stepwell", "healthcheck", "--tls-server-name", "a b"], &none).unwrap_err());
+        assert!(lines[0].contains("--tls-server-name"), "{lines:?}");
     }
 
     #[test]

@@ -49,8 +49,24 @@ fn run_new_token(new: &NewToken) -> ExitCode {
     }
 }
 
-/// Exit 0 when the target answers SERVING; otherwise say why on stderr and exit 1.
+/// Exit 0 when the target answers SERVING; otherwise say why on stderr and
+/// exit 1. TLS flags that do not go together, or TLS files that do not load,
+/// exit 64 before anything is dialled.
 fn run_healthcheck(check: &Healthcheck) -> ExitCode {
+    let tls = match check.tls() {
+        Ok(None) => None,
+        Ok(Some(files)) => match probe::ClientTls::load(&files) {
+            Ok(tls) => Some(tls),
+            Err(error) => {
+                eprintln!("stepwell healthcheck: invalid configuration:\n  --tls: {error}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        Err(errors) => {
+            eprint!("stepwell healthcheck: {errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -58,7 +74,7 @@ fn run_healthcheck(check: &Healthcheck) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(probe::check(&check.target, &check.service, check.timeout)) {
+    match runtime.block_on(probe::check(&check.target, tls.as_ref(), &check.service, check.timeout)) {
         Ok(ServingStatus::Serving) => ExitCode::SUCCESS,
         Ok(status) => {
             eprintln!("stepwell healthcheck: {} is {}", probe::describe(&check.target), status.as_str_name());

@@ -45,7 +45,7 @@ pub struct TlsError {
 }
 
 impl TlsError {
-    fn new(path: &Path, reason: impl std::fmt::Display) -> TlsError {
+    pub(crate) fn new(path: &Path, reason: impl std::fmt::Display) -> TlsError {
         TlsError { path: path.to_owned(), reason: reason.to_string() }
     }
 }
@@ -88,7 +88,7 @@ impl ServerTls {
 fn server_config(files: &config::Tls) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = certificates(&files.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| TlsError::new(&files.key, pem_reason(&e)))?;
+    let key = private_key(&files.key)?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::new(&files.cert, e))?;
@@ -113,8 +113,9 @@ fn server_config(files: &config::Tls) -> Result<ServerConfig, TlsError> {
 }
 
 /// Every certificate in a PEM file; a file with none is an error, since an
-/// empty chain or CA list would fail every handshake.
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+/// empty chain or CA list would fail every handshake. `stepwell healthcheck`
+/// loads its CAs and client certificate with it too.
+pub(crate) fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
         .map_err(|e| TlsError::new(path, pem_reason(&e)))?;
@@ -122,6 +123,11 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         return Err(TlsError::new(path, "holds no PEM certificate"));
     }
     Ok(certs)
+}
+
+/// The first private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub(crate) fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::new(path, pem_reason(&e)))
 }
 
 fn pem_reason(error: &rustls_pki_types::pem::Error) -> String {

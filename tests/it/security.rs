@@ -1,8 +1,9 @@
 //! The transport's security: TLS and mutual TLS on the listener with
 //! certificates made in the test, the client certificate's identity as a
 //! handler sees it, the certificate's reload on SIGHUP, the start-up
-//! refusals of an exposed port and of bad TLS files, and the permissions and
-//! lifetime of the Unix socket and SQLite files.
+//! refusals of an exposed port and of bad TLS files, `stepwell healthcheck`
+//! over TLS and mutual TLS, and the permissions and lifetime of the Unix
+//! socket and SQLite files.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -227,6 +228,79 @@ async fn insecure_allow_network_starts_with_a_warning() {
         .run_until_logged("serving");
     let warning = log.lines().find(|line| line.contains("WARN") && line.contains("--insecure-allow-network"));
     assert!(warning.is_some(), "a warning at start: {log}");
+}
+
+/// Runs `stepwell healthcheck` against the sidecar's socket with `flags`;
+/// answers its exit code and stderr. The probe's own variables are cleared,
+/// so only the flags given count.
+fn healthcheck(server: &SidecarProcess, flags: &[&Path]) -> (Option<i32>, String) {
+    let target = format!("unix:{}", server.socket_path().display());
+    let output = std::process::Command::new(STEPWELL)
+        .args(["healthcheck", "--target", &target, "--timeout-ms", "5000"])
+        .args(flags)
+        .env_remove("STEPWELL_HEALTHCHECK_TLS_CA")
+        .env_remove("STEPWELL_HEALTHCHECK_TLS_SERVER_NAME")
+        .env_remove("STEPWELL_HEALTHCHECK_TLS_CERT")
+        .env_remove("STEPWELL_HEALTHCHECK_TLS_KEY")
+        .output()
+        .expect("run stepwell healthcheck");
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn the_healthcheck_speaks_tls_to_a_tls_sidecar() {
+    let store = TestStore::new().await;
+    let pki = Pki::new(store.dir(), false);
+    let flags = tls_flags(&pki.tls);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server =
+        SidecarProcess::builder(STEPWELL, &store).flags(&flags).client_tls(ClientTls::new(&pki.ca, None)).spawn().await;
+    let ca = pki.ca.write(&store.dir().join("ca.pem"));
+    let tls_ca = Path::new("--tls-ca");
+
+    let (code, stderr) = healthcheck(&server, &[tls_ca, &ca]);
+    assert_eq!(code, Some(0), "SERVING over TLS: {stderr}");
+    let (code, stderr) = healthcheck(&server, &[]);
+    assert_eq!(code, Some(1), "plaintext to a TLS listener: {stderr}");
+    // The TLS listener drops the connection once it reads no handshake, which
+    // the probe sees as a failed connection or a cancelled call.
+    assert!(stderr.starts_with("stepwell healthcheck: ") && stderr.contains("stepwell.sock"), "{stderr}");
+
+    let stranger = Authority::new("another CA").write(&store.dir().join("stranger.pem"));
+    let (code, stderr) = healthcheck(&server, &[tls_ca, &stranger]);
+    assert_eq!(code, Some(1), "a CA that did not issue the certificate: {stderr}");
+    assert!(stderr.contains("TLS handshake failed"), "the handshake is named: {stderr}");
+    let name = [tls_ca, &ca, Path::new("--tls-server-name"), Path::new("stepwell.example")];
+    let (code, stderr) = healthcheck(&server, &name);
+    assert_eq!(code, Some(1), "a name the certificate does not hold: {stderr}");
+    assert!(stderr.contains("not valid for name"), "{stderr}");
+
+    let (code, stderr) = healthcheck(&server, &[tls_ca, &ca, Path::new("--tls-cert"), &ca]);
+    assert_eq!(code, Some(64), "a client certificate without its key: {stderr}");
+    assert!(stderr.contains("--tls-key"), "{stderr}");
+    let missing = store.dir().join("missing.pem");
+    let (code, stderr) = healthcheck(&server, &[tls_ca, &missing]);
+    assert_eq!(code, Some(64), "a CA file that does not load: {stderr}");
+    assert!(stderr.contains(&missing.display().to_string()), "the file is named: {stderr}");
+}
+
+#[tokio::test]
+async fn the_healthcheck_presents_a_client_certificate_to_a_mutual_tls_sidecar() {
+    let store = TestStore::new().await;
+    let pki = Pki::new(store.dir(), true);
+    let flags = tls_flags(&pki.tls);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server =
+        SidecarProcess::builder(STEPWELL, &store).flags(&flags).client_tls(pki.client_with_certificate()).spawn().await;
+    let ca = pki.ca.write(&store.dir().join("ca.pem"));
+    let (cert, key) = pki.ca.client(SPIFFE_ID, "planner.example.org").write(store.dir(), "client");
+    let tls_ca = Path::new("--tls-ca");
+
+    let mutual = [tls_ca, &ca, Path::new("--tls-cert"), &cert, Path::new("--tls-key"), &key];
+    let (code, stderr) = healthcheck(&server, &mutual);
+    assert_eq!(code, Some(0), "SERVING over mutual TLS: {stderr}");
+    let (code, stderr) = healthcheck(&server, &[tls_ca, &ca]);
+    assert_eq!(code, Some(1), "no client certificate: {stderr}");
 }
 
 fn mode(path: &Path) -> u32 {
