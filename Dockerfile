@@ -14,7 +14,8 @@
 # By default the store is the SQLite file /data/stepwell.db; set
 # STEPWELL_DATABASE_URL=postgres://... for a shared store (docker-compose.yml).
 # The image has no shell, so health checks run the binary itself:
-# `stepwell healthcheck --target 127.0.0.1:50051` exits 0 when SERVING.
+# `stepwell healthcheck --target 127.0.0.1:50051` exits 0 when SERVING (add
+# `--tls-ca` when the sidecar serves TLS, as docker-compose.yml does).
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
