@@ -36,7 +36,7 @@ use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
 use crate::auth::{self, Authenticator};
 use crate::config::{self, Config, Database, Listen, Sweep};
-use crate::listener::Listener;
+use crate::listener::{Listener, SocketFile};
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 use crate::tls::{self, ServerTls, TlsError};
@@ -90,21 +90,8 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let tls = match &config.security.tls {
-        Some(files) => Some(ServerTls::load(files)?),
-        None => None,
-    };
-    let authenticator = match &config.security.auth_file {
-        Some(path) => Some(Arc::new(Authenticator::load(path)?)),
-        None => None,
-    };
+    let Loaded { tls, authenticator, hangup } = load_security(&config)?;
     warn_if_exposed(&config);
-    // The handler is installed before anything answers, so a SIGHUP sent
-    // once health says SERVING never meets the default action (exit).
-    let hangup = match (&tls, &authenticator) {
-        (None, None) => None,
-        _ => Some(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Signal)?),
-    };
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
     let shared = Shared::with_authenticator(config.limits.clone(), authenticator.clone());
@@ -120,28 +107,7 @@ pub async fn serve(
     let description = listener.describe();
     let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
-    let mut socket_file = None;
-    let server: Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match (listener, tls) {
-        (Listener::Tcp(l), None) => {
-            Box::pin(router.serve_with_incoming_shutdown(TcpIncoming::from(l).with_nodelay(Some(true)), signal))
-        }
-        (Listener::Tcp(l), Some(tls)) => {
-            let accepted = TcpIncoming::from(l).with_nodelay(Some(true));
-            let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
-            Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
-        }
-        (Listener::Unix(l, file), tls) => {
-            socket_file = Some(file);
-            let accepted = UnixListenerStream::new(l);
-            match tls {
-                None => Box::pin(router.serve_with_incoming_shutdown(accepted, signal)),
-                Some(tls) => {
-                    let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
-                    Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
-                }
-            }
-        }
-    };
+    let (server, socket_file) = serve_on(listener, router, tls, signal);
     let start = async {
         let started = start_store(&config, &shared, &health, stopping_for_start).await;
         match &started {
@@ -222,6 +188,63 @@ fn warn_if_exposed(config: &Config) {
             "--insecure-allow-network: serving beyond loopback without TLS and authentication required; \
              anyone who reaches this port may be able to read and delete every namespace"
         );
+    }
+}
+
+/// What `--tls-*` and `--auth-file` load at start-up, and the SIGHUP that reloads them.
+struct Loaded {
+    tls: Option<Arc<ServerTls>>,
+    authenticator: Option<Arc<Authenticator>>,
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+/// Loads the TLS files and the auth file; a file that does not load is a
+/// configuration error. The SIGHUP handler is installed before anything
+/// answers, so a SIGHUP sent once health says SERVING never meets the
+/// default action (exit).
+fn load_security(config: &Config) -> Result<Loaded, ServeError> {
+    let tls = match &config.security.tls {
+        Some(files) => Some(ServerTls::load(files)?),
+        None => None,
+    };
+    let authenticator = match &config.security.auth_file {
+        Some(path) => Some(Arc::new(Authenticator::load(path)?)),
+        None => None,
+    };
+    let hangup = match (&tls, &authenticator) {
+        (None, None) => None,
+        _ => Some(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Signal)?),
+    };
+    Ok(Loaded { tls, authenticator, hangup })
+}
+
+/// The server running until drained.
+type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+
+/// The router served on the listener, through TLS when it is configured,
+/// until `signal`; and the Unix socket file, if any, to remove at the end.
+fn serve_on(
+    listener: Listener,
+    router: Router<Stack<PeerLayer, Identity>>,
+    tls: Option<Arc<ServerTls>>,
+    signal: impl Future<Output = ()> + Send + 'static,
+) -> (Serving, Option<SocketFile>) {
+    match (listener, tls) {
+        (Listener::Tcp(l), None) => {
+            (Box::pin(router.serve_with_incoming_shutdown(TcpIncoming::from(l).with_nodelay(Some(true)), signal)), None)
+        }
+        (Listener::Tcp(l), Some(tls)) => {
+            let accepted = TcpIncoming::from(l).with_nodelay(Some(true));
+            let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
+            (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), None)
+        }
+        (Listener::Unix(l, file), None) => {
+            (Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)), Some(file))
+        }
+        (Listener::Unix(l, file), Some(tls)) => {
+            let incoming = tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT);
+            (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))
+        }
     }
 }
 
