@@ -281,6 +281,13 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_WRITE_QUEUE_MAX", default_value = "10000", value_parser = size(1, 1_000_000))]
     pub write_queue_max: usize,
 
+    /// Most bytes the write requests waiting to be committed may hold
+    /// (states, results, errors, ids), counted until each is answered; more
+    /// are refused with RESOURCE_EXHAUSTED. At least --message-bytes-max, so
+    /// the largest request can always queue alone.
+    #[arg(long, env = "STEPWELL_WRITE_QUEUE_BYTES_MAX", default_value = "67108864", value_parser = size(1024, 1 << 40))]
+    pub write_queue_bytes_max: usize,
+
     /// Most write requests one transaction commits (group commit).
     #[arg(long, env = "STEPWELL_WRITE_BATCH_MAX", default_value = "256", value_parser = size(1, 1024))]
     pub write_batch_max: usize,
@@ -653,15 +660,7 @@ impl Config {
             listen: args.listen.clone(),
             store: store_options(args, &mut errors),
             limits: limits(args, &mut errors),
-            writes: Writes {
-                queue_max: args.write_queue_max,
-                batch_max: args.write_batch_max,
-                // SQLite admits one writer; more tasks would only queue on its lock.
-                concurrency: match args.database {
-                    Database::Sqlite { .. } => 1,
-                    Database::Postgres { .. } => args.write_concurrency,
-                },
-            },
+            writes: writes(args, &mut errors),
             sweep: Sweep { interval: args.sweep_interval, batch_max: args.sweep_batch_max },
             health: Health {
                 check_interval: args.health_check_interval,
@@ -742,6 +741,30 @@ fn store_options(args: &ServeArgs, errors: &mut ConfigErrors) -> StoreOptions {
         sqlite_bytes_max: (args.sqlite_bytes_max > 0).then_some(args.sqlite_bytes_max),
         unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
         clock: Clock::system(),
+    }
+}
+
+/// How writes are queued and batched: the queue's bytes hold at least the
+/// largest request, which could never queue otherwise.
+fn writes(args: &ServeArgs, errors: &mut ConfigErrors) -> Writes {
+    if args.write_queue_bytes_max < args.message_bytes_max {
+        errors.add(
+            "write-queue-bytes-max",
+            format!(
+                "{} is below --message-bytes-max {}: the largest request could never be queued",
+                args.write_queue_bytes_max, args.message_bytes_max
+            ),
+        );
+    }
+    Writes {
+        queue_max: args.write_queue_max,
+        queue_bytes_max: args.write_queue_bytes_max,
+        batch_max: args.write_batch_max,
+        // SQLite admits one writer; more tasks would only queue on its lock.
+        concurrency: match args.database {
+            Database::Sqlite { .. } => 1,
+            Database::Postgres { .. } => args.write_concurrency,
+        },
     }
 }
 
@@ -932,6 +955,17 @@ mod tests {
         assert!(errors[0].contains("no room"), "{errors:?}");
         assert!(errors[1].starts_with("--lease-default-seconds"), "{errors:?}");
         assert!(errors[2].starts_with("--page-size-default"), "{errors:?}");
+    }
+
+    #[test]
+    fn the_write_queue_holds_at_least_the_largest_request() {
+        let defaults = Config::from_args(&serve(&[], &Env::default()).unwrap()).unwrap();
+        assert_eq!(defaults.writes.queue_bytes_max, 64 << 20);
+        let argv = ["--write-queue-bytes-max", "4194303"];
+        let errors = Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap_err().0;
+        assert!(errors.len() == 1 && errors[0].starts_with("--write-queue-bytes-max"), "{errors:?}");
+        let argv = ["--write-queue-bytes-max", "2097152", "--message-bytes-max", "2097152"];
+        assert_eq!(Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap().writes.queue_bytes_max, 2 << 20);
     }
 
     #[test]

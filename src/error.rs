@@ -122,6 +122,9 @@ impl From<store::Error> for Error {
     fn from(error: store::Error) -> Self {
         match error {
             store::Error::QueueFull => Error::Overloaded("too many writes are waiting; retry with backoff"),
+            store::Error::QueueBytesFull => Error::Overloaded(
+                "the writes waiting hold too many bytes (--write-queue-bytes-max); retry with backoff",
+            ),
             error if error.is_full() => Error::StoreFull(error),
             error => Error::Unavailable(error),
         }

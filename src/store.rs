@@ -65,6 +65,9 @@ pub enum Error {
     /// The write queue is full: the store is not keeping up.
     #[error("the write queue is full")]
     QueueFull,
+    /// The writes waiting hold the write queue's whole byte budget.
+    #[error("the write queue's bytes are full")]
+    QueueBytesFull,
     /// The writer stopped (the server is shutting down).
     #[error("the writer has stopped")]
     WriterStopped,

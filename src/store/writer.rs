@@ -5,7 +5,13 @@
 //! share one commit (one fsync), which is what lets a sidecar outrun a client
 //! that commits each write alone.
 //!
-//! A full queue refuses at once (RESOURCE_EXHAUSTED) rather than growing. A
+//! The queue is bounded twice: by the number of requests, and by the bytes
+//! they carry (`Write::bytes`), which a request holds from the moment it is
+//! queued until its batch has committed or failed. A full queue, by either
+//! bound, refuses at once (RESOURCE_EXHAUSTED) rather than growing. A caller
+//! that gave up while its request waited (its deadline passed, or it hung
+//! up) has dropped its reply; a writer drops such requests when it takes a
+//! batch, so they are never stored, and their bytes go back at once. A
 //! batch whose commit fails answers every request in it with the error, and
 //! nothing of it is acknowledged. The rest of the service reaches the queue
 //! only through the cheap, cloneable `Writer` handle. Each caller waits on a
@@ -14,7 +20,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{Error, Fenced, Handle, Write, Written};
@@ -26,6 +32,8 @@ use crate::model::{Appended, NewCheckpoint, UnixNanos};
 pub struct WriterConfig {
     /// Requests that may wait for a writer; more are refused.
     pub queue_max: usize,
+    /// Bytes the requests waiting or being committed may hold; more are refused.
+    pub queue_bytes_max: usize,
     /// Most requests one transaction commits.
     pub batch_max: usize,
     /// Writer tasks committing batches side by side (1 for SQLite, which has
@@ -46,15 +54,62 @@ enum Pending {
     Extended(Reply<Fenced<UnixNanos>>),
 }
 
+impl Pending {
+    /// Whether the caller gave up waiting: it dropped its end of the reply.
+    fn is_abandoned(&self) -> bool {
+        match self {
+            Pending::Appended(reply) => reply.is_closed(),
+            Pending::Deleted(reply) => reply.is_closed(),
+            Pending::Begun(reply) => reply.is_closed(),
+            Pending::Completed(reply) => reply.is_closed(),
+            Pending::Released(reply) => reply.is_closed(),
+            Pending::Extended(reply) => reply.is_closed(),
+        }
+    }
+}
+
 struct Request {
     write: Write,
     reply: Pending,
+    /// The request's share of the queue's bytes, given back when dropped.
+    bytes: OwnedSemaphorePermit,
+}
+
+/// What every write counts beyond its variable-length fields: its place in
+/// the queue, its reply, and its fixed-size fields.
+const WRITE_OVERHEAD_BYTES: usize = 256;
+
+impl Write {
+    /// The bytes this write holds while it waits: every variable-length
+    /// field (state, result, error, ids, fingerprint) and a fixed overhead.
+    /// Below the request message that carried it, so a queue of at least
+    /// `--message-bytes-max` bytes can hold any valid request.
+    pub fn bytes(&self) -> usize {
+        let variable = match self {
+            Write::Append(c) => {
+                c.namespace.len()
+                    + c.turn_id.len()
+                    + c.session_id.len()
+                    + c.phase.len()
+                    + c.state.len()
+                    + c.workflow_version.len()
+            }
+            Write::DeleteTurn { namespace, turn_id } => namespace.len() + turn_id.len(),
+            Write::Begin(args) => args.namespace.len() + args.key.len() + args.fingerprint.len(),
+            Write::Complete { fence, result } => fence.namespace.len() + fence.key.len() + result.len(),
+            Write::Release { fence, error, .. } => fence.namespace.len() + fence.key.len() + error.len(),
+            Write::Extend { fence, .. } => fence.namespace.len() + fence.key.len(),
+        };
+        variable + WRITE_OVERHEAD_BYTES
+    }
 }
 
 /// The handle every write goes through; clones share one queue.
 #[derive(Clone)]
 pub struct Writer {
     queue: mpsc::Sender<Request>,
+    /// The queue's byte budget: one permit per byte.
+    bytes: Arc<Semaphore>,
     store: Handle,
 }
 
@@ -66,14 +121,19 @@ impl Writer {
         let tasks = (0..config.concurrency.max(1))
             .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max)))
             .collect();
-        (Writer { queue, store }, tasks)
+        let bytes = Arc::new(Semaphore::new(config.queue_bytes_max.min(Semaphore::MAX_PERMITS)));
+        (Writer { queue, bytes, store }, tasks)
     }
 
-    /// Queues one write and waits for its batch to commit.
+    /// Queues one write and waits for its batch to commit. Refused at once
+    /// when the queue holds too many requests or too many bytes.
     async fn submit<T>(&self, write: Write, pending: impl FnOnce(Reply<T>) -> Pending) -> Result<T, Error> {
         self.store.check_up()?;
+        // A write too large for the whole budget gets no permit at all.
+        let size = u32::try_from(write.bytes()).unwrap_or(u32::MAX);
+        let bytes = self.bytes.clone().try_acquire_many_owned(size).map_err(|_| Error::QueueBytesFull)?;
         let (reply, answer) = oneshot::channel();
-        self.queue.try_send(Request { write, reply: pending(reply) }).map_err(|error| match error {
+        self.queue.try_send(Request { write, reply: pending(reply), bytes }).map_err(|error| match error {
             mpsc::error::TrySendError::Full(_) => Error::QueueFull,
             mpsc::error::TrySendError::Closed(_) => Error::WriterStopped,
         })?;
@@ -118,11 +178,19 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
                 return; // every handle is gone
             }
         }
+        // A request whose caller has gone is dropped, never stored; its
+        // bytes go back now. The others hold theirs until answered.
+        requests.retain(|request| !request.reply.is_abandoned());
+        if requests.is_empty() {
+            continue;
+        }
         let mut replies = Replies::default();
+        let mut held = Vec::with_capacity(requests.len());
         let writes: Vec<Write> = requests
             .drain(..)
             .map(|request| {
                 replies.push(request.reply);
+                held.push(request.bytes);
                 request.write
             })
             .collect();
@@ -131,6 +199,9 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
             Ok(()) => store.backend().write(writes).await,
             Err(down) => Err(down),
         };
+        // The batch's writes are gone with its transaction: their bytes go
+        // back before the callers hear, so none of them finds them still held.
+        drop(held);
         match written {
             Ok(written) => replies.answer(written),
             Err(error) => {

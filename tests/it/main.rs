@@ -22,6 +22,7 @@ mod security;
 mod shared_store;
 mod turns;
 mod validation;
+mod write_queue;
 
 /// The real binary, which cargo builds for this test binary; tests that
 /// kill, signal or run it pass it to `SidecarProcess::builder`.
