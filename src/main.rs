@@ -2,7 +2,11 @@
 //! `serve` until SIGTERM or SIGINT; or, as `stepwell healthcheck`, asks a
 //! running sidecar whether it serves (exit 0) or not (exit 1); or, as
 //! `stepwell auth new-token`, prints a fresh token and its auth-file lines.
-//! Configuration errors, a bad auth file among them, exit with code 64.
+//! Configuration errors, a bad auth file among them, exit with code 64; a
+//! task the sidecar cannot serve without (a writer, the sweeper, the health
+//! monitor) that panics or stops exits 70, so the orchestrator restarts it;
+//! other failures (the listener, the transport, a store that fails at
+//! start-up) exit 1.
 
 #![forbid(unsafe_code)]
 
@@ -14,6 +18,9 @@ use stepwell::{Listener, ServeError, auth, serve, telemetry};
 
 /// EX_USAGE from sysexits.h: the configuration is wrong.
 const EXIT_CONFIG: u8 = 64;
+
+/// EX_SOFTWARE from sysexits.h: stepwell itself failed (a task it needs died).
+const EXIT_SOFTWARE: u8 = 70;
 
 fn main() -> ExitCode {
     let command = match config::parse(std::env::args_os(), &Env::process()) {
@@ -123,7 +130,13 @@ fn run_server(args: &ServeArgs) -> ExitCode {
             }
             Err(error) => {
                 tracing::error!(%error, "stopped with an error");
-                if error.is_configuration() { ExitCode::from(EXIT_CONFIG) } else { ExitCode::FAILURE }
+                if error.is_configuration() {
+                    ExitCode::from(EXIT_CONFIG)
+                } else if error.is_internal() {
+                    ExitCode::from(EXIT_SOFTWARE)
+                } else {
+                    ExitCode::FAILURE
+                }
             }
         }
     })

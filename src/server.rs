@@ -6,6 +6,12 @@
 //! NOT_SERVING, new connections are refused, and in-flight RPCs drain for up
 //! to the configured grace before the store closes.
 //!
+//! Crash-only: the writer tasks, the sweeper and the monitor run as long as
+//! the sidecar serves. If one of them panics or stops while serving, `serve`
+//! turns health NOT_SERVING, logs why, drains, and returns
+//! `ServeError::TaskFailed`, so the process exits 70 and its orchestrator
+//! restarts it: a sidecar never goes on serving with a dead writer.
+//!
 //! With `--auth-file`, the principals are loaded before anything else (a
 //! file that cannot be used stops the start), SIGHUP reloads them while
 //! serving, and reflection is off unless `--reflection-with-auth`.
@@ -62,6 +68,10 @@ pub enum ServeError {
     AuthFile(#[from] auth::FileError),
     #[error("could not install the SIGHUP handler that reloads TLS files and the auth file: {0}")]
     Signal(std::io::Error),
+    /// A task the sidecar cannot serve without (a writer, the sweeper, the
+    /// health monitor) panicked or stopped: a bug, not a setting (exit 70).
+    #[error("the {task} task {how}; stopped serving so that the sidecar is restarted")]
+    TaskFailed { task: &'static str, how: String },
 }
 
 impl ServeError {
@@ -75,6 +85,12 @@ impl ServeError {
                 | ServeError::Tls(_)
                 | ServeError::AuthFile(_)
         )
+    }
+
+    /// Whether stepwell itself failed (exit 70): a task it cannot serve
+    /// without panicked or stopped.
+    pub fn is_internal(&self) -> bool {
+        matches!(self, ServeError::TaskFailed { .. })
     }
 }
 
@@ -97,41 +113,59 @@ pub async fn serve(
     let shared = Shared::with_authenticator(config.limits.clone(), authenticator.clone());
     let router = router(&config, &shared, health_service)?;
 
-    // Shutdown starts on the caller's signal or when the store cannot open;
-    // `stopping` tells every task that it has.
+    // Shutdown starts on the caller's signal, when the store cannot open, or
+    // when a task it needs fails; `stopping` tells every task that it has.
     let (stopping_tx, stopping) = watch::channel(false);
-    let store_failed = Arc::new(Notify::new());
-    let signal = drain_signal(shutdown, store_failed.clone(), stopping_tx, health.clone());
+    let failed = Arc::new(Notify::new());
+    let signal = drain_signal(shutdown, failed.clone(), stopping_tx, health.clone());
 
     let stopping_for_start = stopping.clone();
+    let stopping_for_supervisor = stopping.clone();
+    let server_ended = Notify::new();
     let description = listener.describe();
     let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
     let (server, socket_file) = serve_on(listener, router, tls, signal);
     let start = async {
-        let started = start_store(&config, &shared, &health, stopping_for_start).await;
+        let mut started = start_store(&config, &shared, &health, stopping_for_start).await;
         match &started {
             Ok(Some(_)) => tracing::info!(listen = %description, store = %config.store.database.describe(), "serving"),
             Ok(None) => {}
             Err(error) => {
                 tracing::error!(%error, "could not open the store");
-                store_failed.notify_one();
+                failed.notify_one();
             }
         }
-        started
+        let task_failed = match &mut started {
+            Ok(Some(Started { tasks, .. })) => supervise(tasks, stopping_for_supervisor, &server_ended).await,
+            _ => None,
+        };
+        if let Some(error) = &task_failed {
+            tracing::error!(%error, "a task the sidecar needs has failed: NOT_SERVING, draining, then exiting");
+            failed.notify_one();
+        }
+        (started, task_failed)
     };
-    let (served, started) = tokio::join!(drain(server, stopping, config.shutdown_grace), start);
+    let serving = async {
+        let result = drain(server, stopping, config.shutdown_grace).await;
+        server_ended.notify_one();
+        result
+    };
+    let (served, (mut started, mut task_failed)) = tokio::join!(serving, start);
 
     // Requests have drained, so the writers are idle. A batch or sweeper
     // pass cut short is one transaction, rolled back and never acknowledged.
-    if let Ok(Some(Started { store, tasks })) = &started {
-        tasks.iter().for_each(JoinHandle::abort);
+    if let Ok(Some(Started { store, tasks })) = started.as_mut().map(Option::take) {
+        task_failed = task_failed.or(stop_tasks(tasks).await);
         store.backend().close().await;
     }
     if let Some(reloader) = reloader {
         reloader.abort();
     }
     drop(socket_file);
+    if let Some(error) = task_failed {
+        return Err(error);
+    }
     served?;
     started?;
     tracing::info!("stopped");
@@ -276,16 +310,17 @@ async fn reload_on_hangup(
 }
 
 /// Completes when serving should stop taking requests, on the caller's
-/// signal or when the store could not open, after turning health NOT_SERVING.
+/// signal, or when the store could not open or a task it needs failed
+/// (`failed`), after turning health NOT_SERVING.
 async fn drain_signal(
     shutdown: impl Future<Output = ()>,
-    store_failed: Arc<Notify>,
+    failed: Arc<Notify>,
     stopping: watch::Sender<bool>,
     mut health: HealthReporter,
 ) {
     tokio::select! {
         () = shutdown => tracing::info!("shutting down: draining in-flight requests"),
-        () = store_failed.notified() => {}
+        () = failed.notified() => {}
     }
     stopping.send_replace(true);
     set_health(&health, ServingStatus::NotServing).await;
@@ -315,7 +350,68 @@ async fn drain(
 /// The opened store and the tasks that work on it.
 struct Started {
     store: Handle,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Vec<Task>,
+}
+
+/// A task the sidecar cannot serve without, by name for the log.
+struct Task {
+    name: &'static str,
+    handle: JoinHandle<()>,
+}
+
+/// Waits while serving for a task to end, which none should until shutdown
+/// begins: then returns why it ended. `None` once shutdown has begun (the
+/// monitor ends then) or the server has ended.
+async fn supervise(tasks: &mut Vec<Task>, mut stopping: watch::Receiver<bool>, served: &Notify) -> Option<ServeError> {
+    let (result, index) = tokio::select! {
+        (result, index, _) = futures::future::select_all(tasks.iter_mut().map(|task| &mut task.handle)) => {
+            (result, index)
+        }
+        _ = stopping.wait_for(|s| *s) => return None,
+        () = served.notified() => return None,
+    };
+    // Its handle has given its result; it is no longer one to stop.
+    let Task { name, .. } = tasks.swap_remove(index);
+    if *stopping.borrow() {
+        return None;
+    }
+    Some(why_ended(name, result))
+}
+
+/// Stops the tasks after the drain; one that had panicked meanwhile is
+/// still a failure.
+async fn stop_tasks(tasks: Vec<Task>) -> Option<ServeError> {
+    let mut failed = None;
+    for Task { name, handle } in tasks {
+        if handle.is_finished() {
+            if let Err(error) = handle.await
+                && error.is_panic()
+            {
+                failed = failed.or(Some(why_ended(name, Err(error))));
+            }
+        } else {
+            handle.abort();
+        }
+    }
+    failed
+}
+
+/// Why a task ended, for the error `serve` returns.
+fn why_ended(task: &'static str, ended: Result<(), tokio::task::JoinError>) -> ServeError {
+    let how = match ended {
+        Ok(()) => "stopped".to_owned(),
+        Err(error) if error.is_panic() => {
+            let payload = error.into_panic();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            format!("panicked: {message}")
+        }
+        Err(error) => format!("was cancelled: {error}"),
+    };
+    ServeError::TaskFailed { task, how }
 }
 
 /// Opens the store, starts its writers, sweeper and health monitor, hands
@@ -328,9 +424,12 @@ async fn start_store(
 ) -> Result<Option<Started>, ServeError> {
     let Some(store) = open_store(config, stopping.clone()).await? else { return Ok(None) };
     let store = Handle::new(store);
-    let (writer, mut tasks) = Writer::start(store.clone(), &config.writes);
-    tasks.push(tokio::spawn(sweep(store.backend().clone(), config.sweep.clone())));
-    tasks.push(tokio::spawn(monitor(store.clone(), shared.clone(), health.clone(), config.health.clone(), stopping)));
+    let (writer, writers) = Writer::start(store.clone(), &config.writes);
+    let mut tasks: Vec<Task> = writers.into_iter().map(|handle| Task { name: "writer", handle }).collect();
+    let sweeper = tokio::spawn(sweep(store.backend().clone(), config.sweep.clone()));
+    tasks.push(Task { name: "sweeper", handle: sweeper });
+    let monitor = tokio::spawn(monitor(store.clone(), shared.clone(), health.clone(), config.health.clone(), stopping));
+    tasks.push(Task { name: "health monitor", handle: monitor });
     shared.set_store(store.clone(), writer);
     set_health(health, ServingStatus::Serving).await;
     Ok(Some(Started { store, tasks }))

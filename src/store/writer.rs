@@ -194,6 +194,8 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
                 request.write
             })
             .collect();
+        #[cfg(feature = "fault-injection")]
+        panic_if_asked(&writes);
         tracing::trace!(size = writes.len(), "committing a batch");
         let written = match store.check_up() {
             Ok(()) => store.backend().write(writes).await,
@@ -209,6 +211,19 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
                 replies.fail(Arc::new(error));
             }
         }
+    }
+}
+
+/// The turn id whose append makes a writer task panic, in builds with the
+/// `fault-injection` feature (stepwell's own tests; never a serving build):
+/// how the tests show that a sidecar whose writer died stops serving.
+#[cfg(feature = "fault-injection")]
+pub const PANIC_TURN_ID: &str = "stepwell-fault-injection-panic-the-writer";
+
+#[cfg(feature = "fault-injection")]
+fn panic_if_asked(writes: &[Write]) {
+    if writes.iter().any(|write| matches!(write, Write::Append(c) if c.turn_id == PANIC_TURN_ID)) {
+        panic!("fault injection: a writer task panics on an append to turn {PANIC_TURN_ID:?}");
     }
 }
 
