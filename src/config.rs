@@ -322,6 +322,12 @@ pub struct ServeArgs {
           value_parser = millis(10, 600_000))]
     pub body_read_timeout: Duration,
 
+    /// Longest a new connection may take to send the HTTP/2 preface that
+    /// opens it (after its TLS handshake), in milliseconds; then it is closed.
+    #[arg(long = "connection-preface-timeout-ms", value_name = "MS", env = "STEPWELL_CONNECTION_PREFACE_TIMEOUT_MS",
+          default_value = "10000", value_parser = millis(10, 600_000))]
+    pub connection_preface_timeout: Duration,
+
     /// How often an HTTP/2 ping checks that a connection's peer still answers, in milliseconds.
     #[arg(long = "http2-keepalive-interval-ms", value_name = "MS", env = "STEPWELL_HTTP2_KEEPALIVE_INTERVAL_MS",
           default_value = "60000", value_parser = millis(10, 86_400_000))]
@@ -624,6 +630,7 @@ pub struct Connections {
     pub requests_max: usize,
     pub request_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub preface_timeout: Duration,
     pub http2_keepalive_interval: Duration,
     pub http2_keepalive_timeout: Duration,
     pub tcp_keepalive: Duration,
@@ -730,6 +737,7 @@ impl Config {
                 requests_max: args.connection_requests_max,
                 request_timeout: args.request_timeout,
                 body_read_timeout: args.body_read_timeout,
+                preface_timeout: args.connection_preface_timeout,
                 http2_keepalive_interval: args.http2_keepalive_interval,
                 http2_keepalive_timeout: args.http2_keepalive_timeout,
                 tcp_keepalive: args.tcp_keepalive,
@@ -902,7 +910,7 @@ mod tests {
             (config.http2_keepalive_interval, config.http2_keepalive_timeout),
             (Duration::from_secs(60), Duration::from_secs(20))
         );
-        assert_eq!(config.tcp_keepalive, Duration::from_secs(60));
+        assert_eq!((config.tcp_keepalive, config.preface_timeout), (Duration::from_secs(60), Duration::from_secs(10)));
         let env: Env = [
             ("STEPWELL_CONNECTION_STREAMS_MAX", "8"),
             ("STEPWELL_CONNECTION_REQUESTS_MAX", "4"),
@@ -911,6 +919,7 @@ mod tests {
             ("STEPWELL_HTTP2_KEEPALIVE_INTERVAL_MS", "300"),
             ("STEPWELL_HTTP2_KEEPALIVE_TIMEOUT_MS", "100"),
             ("STEPWELL_TCP_KEEPALIVE_MS", "5000"),
+            ("STEPWELL_CONNECTION_PREFACE_TIMEOUT_MS", "250"),
         ]
         .into_iter()
         .collect();
@@ -924,7 +933,10 @@ mod tests {
             (args.http2_keepalive_interval, args.http2_keepalive_timeout),
             (Duration::from_millis(300), Duration::from_millis(100))
         );
-        assert_eq!(args.tcp_keepalive, Duration::from_secs(5));
+        assert_eq!(
+            (args.tcp_keepalive, args.connection_preface_timeout),
+            (Duration::from_secs(5), Duration::from_millis(250))
+        );
         for flag in [
             "--connection-streams-max",
             "--connection-requests-max",
@@ -933,6 +945,7 @@ mod tests {
             "--http2-keepalive-interval-ms",
             "--http2-keepalive-timeout-ms",
             "--tcp-keepalive-ms",
+            "--connection-preface-timeout-ms",
         ] {
             let lines = mistakes(&serve(&[flag, "0"], &Env::default()).unwrap_err());
             assert!(lines.len() == 1 && lines[0].contains(flag), "{flag}: {lines:?}");

@@ -37,6 +37,7 @@ use crate::api::{Shared, pb};
 use crate::auth::{self, Authenticator};
 use crate::config::{self, Config, Database, Listen, Sweep};
 use crate::listener::{Listener, SocketFile};
+use crate::preface;
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 use crate::tls::{self, ServerTls, TlsError};
@@ -107,7 +108,7 @@ pub async fn serve(
     let description = listener.describe();
     let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
-    let (server, socket_file) = serve_on(listener, router, tls, config.connections.tcp_keepalive, signal);
+    let (server, socket_file) = serve_on(listener, router, tls, &config.connections, signal);
     let start = async {
         let started = start_store(&config, &shared, &health, stopping_for_start).await;
         match &started {
@@ -235,28 +236,34 @@ type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> 
 
 /// The router served on the listener, through TLS when it is configured,
 /// until `signal`; and the Unix socket file, if any, to remove at the end.
-/// TCP connections get `tcp_keepalive` (tonic applies its own TCP settings
-/// only to listeners it binds itself).
+/// TCP connections get TCP keepalive (tonic applies its own TCP settings
+/// only to listeners it binds itself), and every connection its preface deadline.
 fn serve_on(
     listener: Listener,
     router: Router<Stack<PeerLayer, Identity>>,
     tls: Option<Arc<ServerTls>>,
-    tcp_keepalive: Duration,
+    connections: &config::Connections,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> (Serving, Option<SocketFile>) {
-    let tcp = |l| TcpIncoming::from(l).with_nodelay(Some(true)).with_keepalive(Some(tcp_keepalive));
+    let (keepalive, preface) = (connections.tcp_keepalive, connections.preface_timeout);
+    let tcp = |l| TcpIncoming::from(l).with_nodelay(Some(true)).with_keepalive(Some(keepalive));
     match (listener, tls) {
-        (Listener::Tcp(l), None) => (Box::pin(router.serve_with_incoming_shutdown(tcp(l), signal)), None),
+        (Listener::Tcp(l), None) => {
+            (Box::pin(router.serve_with_incoming_shutdown(preface::deadlined(tcp(l), preface), signal)), None)
+        }
         (Listener::Tcp(l), Some(tls)) => {
-            let accepted = tcp(l);
-            let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
+            let incoming = preface::deadlined(tls::incoming(tcp(l), tls, config::TLS_HANDSHAKE_TIMEOUT), preface);
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), None)
         }
         (Listener::Unix(l, file), None) => {
-            (Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)), Some(file))
+            let incoming = preface::deadlined(UnixListenerStream::new(l), preface);
+            (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))
         }
         (Listener::Unix(l, file), Some(tls)) => {
-            let incoming = tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT);
+            let incoming = preface::deadlined(
+                tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT),
+                preface,
+            );
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))
         }
     }

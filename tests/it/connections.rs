@@ -2,7 +2,8 @@
 //! connection may hold, and how long stepwell waits for a request, its body
 //! and a silent peer. The hostile peers are raw HTTP/2 clients, written
 //! here: one opens many streams and sends headers only, one stalls mid-body,
-//! one breaks the advertised stream limit, one never answers a ping. Each
+//! one breaks the advertised stream limit, one never answers a ping, one
+//! never finishes its preface, one stalls inside a header block. Each
 //! test shows that the other callers are still served and that the
 //! hostile peer's hold ends.
 
@@ -309,9 +310,16 @@ async fn a_peer_that_never_answers_a_ping_is_disconnected() {
     let mut tcp = TcpStream::connect(tcp_address(&server)).await.expect("dial the sidecar");
     tcp.write_all(&frames::preface()).await.expect("the preface");
     // Read and never answer: the server pings, waits, and hangs up.
-    let pings = tokio::time::timeout(WAIT_LIMIT, async {
+    let pings = read_until_closed(&mut tcp).await;
+    assert!(pings >= 1, "the server pinged before it hung up");
+    others_are_served(&server, 1).await;
+}
+
+/// Reads until the server closes the connection; the number of pings it sent.
+async fn read_until_closed(tcp: &mut TcpStream) -> usize {
+    tokio::time::timeout(WAIT_LIMIT, async {
         let mut pings = 0;
-        while let Some((kind, flags, _, _)) = frames::read(&mut tcp).await {
+        while let Some((kind, flags, _, _)) = frames::read(tcp).await {
             if kind == frames::PING && flags & frames::ACK == 0 {
                 pings += 1;
             }
@@ -319,7 +327,36 @@ async fn a_peer_that_never_answers_a_ping_is_disconnected() {
         pings
     })
     .await
-    .expect("the silent peer is disconnected");
-    assert!(pings >= 1, "the server pinged before it hung up");
+    .expect("the server closes the connection, not holds it")
+}
+
+#[tokio::test]
+async fn a_connection_that_never_finishes_its_preface_is_closed() {
+    let server = Sidecar::builder()
+        .configure(|config| config.connections.preface_timeout = Duration::from_millis(200))
+        .start()
+        .await;
+    let mut tcp = TcpStream::connect(tcp_address(&server)).await.expect("dial the sidecar");
+    tcp.write_all(b"PRI * HTTP/2.0\r\n").await.expect("the start of the preface");
+    read_until_closed(&mut tcp).await;
+    others_are_served(&server, 1).await;
+}
+
+#[tokio::test]
+async fn a_header_block_that_stalls_is_ended_by_the_keepalive() {
+    let server = Sidecar::builder()
+        .configure(|config| {
+            config.connections.http2_keepalive_interval = Duration::from_millis(100);
+            config.connections.http2_keepalive_timeout = Duration::from_millis(100);
+        })
+        .start()
+        .await;
+    let mut tcp = TcpStream::connect(tcp_address(&server)).await.expect("dial the sidecar");
+    tcp.write_all(&frames::preface()).await.expect("the preface");
+    // HEADERS without END_HEADERS: the peer owes a CONTINUATION, and may
+    // send no other frame (no ping answer either) until it comes.
+    let block = frames::checkpoint_headers();
+    tcp.write_all(&frames::frame(frames::HEADERS, 0, 1, &block[..block.len() / 2])).await.expect("half a header block");
+    read_until_closed(&mut tcp).await;
     others_are_served(&server, 1).await;
 }
