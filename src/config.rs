@@ -328,6 +328,12 @@ pub struct ServeArgs {
           default_value = "10000", value_parser = millis(10, 600_000))]
     pub connection_preface_timeout: Duration,
 
+    /// Bytes of request bodies being read, across all connections, at once;
+    /// a body that would pass it is shed with RESOURCE_EXHAUSTED. At least
+    /// --message-bytes-max.
+    #[arg(long, env = "STEPWELL_BODY_BUFFER_BYTES_MAX", default_value = "268435456", value_parser = size(1024, 1 << 40))]
+    pub body_buffer_bytes_max: usize,
+
     /// How often an HTTP/2 ping checks that a connection's peer still answers, in milliseconds.
     #[arg(long = "http2-keepalive-interval-ms", value_name = "MS", env = "STEPWELL_HTTP2_KEEPALIVE_INTERVAL_MS",
           default_value = "60000", value_parser = millis(10, 86_400_000))]
@@ -630,6 +636,7 @@ pub struct Connections {
     pub requests_max: usize,
     pub request_timeout: Duration,
     pub body_read_timeout: Duration,
+    pub body_buffer_bytes_max: usize,
     pub preface_timeout: Duration,
     pub http2_keepalive_interval: Duration,
     pub http2_keepalive_timeout: Duration,
@@ -733,6 +740,7 @@ impl Config {
             },
             security: security(args, &mut errors),
             connections: Connections {
+                body_buffer_bytes_max: args.body_buffer_bytes_max,
                 streams_max: args.connection_streams_max,
                 requests_max: args.connection_requests_max,
                 request_timeout: args.request_timeout,
@@ -827,6 +835,12 @@ fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
             format!("{} leaves no room for a full state or result; use at least {needed}", args.message_bytes_max),
         );
     }
+    if args.body_buffer_bytes_max < args.message_bytes_max {
+        errors.add(
+            "body-buffer-bytes-max",
+            format!("{} is below --message-bytes-max {}", args.body_buffer_bytes_max, args.message_bytes_max),
+        );
+    }
     if args.lease_default > args.lease_max {
         errors.add(
             "lease-default-seconds",
@@ -911,6 +925,10 @@ mod tests {
             (Duration::from_secs(60), Duration::from_secs(20))
         );
         assert_eq!((config.tcp_keepalive, config.preface_timeout), (Duration::from_secs(60), Duration::from_secs(10)));
+        assert_eq!(config.body_buffer_bytes_max, 256 << 20);
+        let small = serve(&["--body-buffer-bytes-max", "4096"], &Env::default()).unwrap();
+        let lines = Config::from_args(&small).unwrap_err().0;
+        assert!(lines.len() == 1 && lines[0].starts_with("--body-buffer-bytes-max"), "{lines:?}");
         let env: Env = [
             ("STEPWELL_CONNECTION_STREAMS_MAX", "8"),
             ("STEPWELL_CONNECTION_REQUESTS_MAX", "4"),

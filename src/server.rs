@@ -154,12 +154,7 @@ fn router(
 ) -> Result<Router<Stack<PeerLayer, Identity>>, ServeError> {
     let message_max = config.limits.message_bytes_max;
     let connections = &config.connections;
-    let admission = Admission::new(
-        config.limits.max_concurrent_requests,
-        message_max,
-        connections.body_read_timeout,
-        connections.request_timeout,
-    );
+    let admission = Admission::new(config.limits.max_concurrent_requests, message_max, connections);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)

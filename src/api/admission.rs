@@ -3,8 +3,10 @@
 //! one status table, without touching the store.
 //!
 //! 1. The body is read whole first, bounded in bytes by `--message-bytes-max`
-//!    (over it: RESOURCE_EXHAUSTED, MESSAGE_TOO_LARGE) and in time by
-//!    `--body-read-timeout-ms` (past it: DEADLINE_EXCEEDED, BODY_READ_TIMEOUT).
+//!    (over it: RESOURCE_EXHAUSTED, MESSAGE_TOO_LARGE), across all requests
+//!    by `--body-buffer-bytes-max` (over it: RESOURCE_EXHAUSTED, OVERLOADED),
+//!    and in time by `--body-read-timeout-ms` (past it: DEADLINE_EXCEEDED,
+//!    BODY_READ_TIMEOUT).
 //!    A caller that sends headers and stalls its body therefore holds no
 //!    place in the handlers: only its own HTTP/2 stream and its connection's
 //!    share (`--connection-requests-max`, taken by the server per
@@ -30,14 +32,16 @@ use std::task::{Context, Poll};
 
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use tokio::sync::Semaphore;
+use http_body_util::{BodyExt, Full};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
+use crate::config::Connections;
 use crate::error::Error;
 
 type Request = tonic::codegen::http::Request<Body>;
@@ -50,20 +54,22 @@ const GRPC_PREFIX_BYTES: usize = 5;
 #[derive(Debug, Clone)]
 pub struct Admission {
     permits: Arc<Semaphore>,
+    /// Bytes of request bodies read and not yet answered (`--body-buffer-bytes-max`).
+    body_bytes: Arc<Semaphore>,
     message_bytes_max: usize,
     body_read_timeout: Duration,
     request_timeout: Duration,
 }
 
 impl Admission {
-    pub fn new(
-        max_concurrent_requests: usize,
-        message_bytes_max: usize,
-        body_read_timeout: Duration,
-        request_timeout: Duration,
-    ) -> Admission {
-        let permits = Arc::new(Semaphore::new(max_concurrent_requests));
-        Admission { permits, message_bytes_max, body_read_timeout, request_timeout }
+    pub fn new(max_concurrent_requests: usize, message_bytes_max: usize, connections: &Connections) -> Admission {
+        Admission {
+            permits: Arc::new(Semaphore::new(max_concurrent_requests)),
+            body_bytes: Arc::new(Semaphore::new(connections.body_buffer_bytes_max.min(Semaphore::MAX_PERMITS))),
+            message_bytes_max,
+            body_read_timeout: connections.body_read_timeout,
+            request_timeout: connections.request_timeout,
+        }
     }
 
     /// `service` behind these limits.
@@ -114,13 +120,10 @@ impl Admission {
         S: Service<Request, Response = Response, Error = Infallible>,
     {
         let (parts, body) = request.into_parts();
-        let limited = Limited::new(body, self.message_bytes_max + GRPC_PREFIX_BYTES);
-        let body = match tokio::time::timeout(self.body_read_timeout, limited.collect()).await {
-            Ok(Ok(collected)) => collected.to_bytes(),
-            Ok(Err(error)) if error.is::<LengthLimitError>() => {
-                return refusal(Error::MessageTooLarge { limit: self.message_bytes_max });
-            }
-            Ok(Err(_)) => return refusal(Error::BodyBrokenOff),
+        let read = tokio::time::timeout(self.body_read_timeout, self.read(body)).await;
+        let (body, _bytes) = match read {
+            Ok(Ok(read)) => read,
+            Ok(Err(error)) => return refusal(error),
             Err(_) => return refusal(Error::BodyReadTimeout { after: self.body_read_timeout }),
         };
         let Ok(_permit) = self.permits.clone().try_acquire_owned() else {
@@ -130,6 +133,33 @@ impl Admission {
         // The inner service is infallible.
         let Ok(response) = inner.oneshot(request).await;
         refused_as_too_large(response, self.message_bytes_max)
+    }
+}
+
+impl Admission {
+    /// The whole body, and its share of `--body-buffer-bytes-max`, held
+    /// until the request is answered. A body over the message limit, or one
+    /// whose bytes do not fit the budget, is refused as soon as it is known.
+    async fn read(&self, mut body: Body) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Error> {
+        let limit = self.message_bytes_max + GRPC_PREFIX_BYTES;
+        let mut buffer = BytesMut::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|_| Error::BodyBrokenOff)?.into_data() else { continue };
+            if buffer.len() + data.len() > limit {
+                return Err(Error::MessageTooLarge { limit: self.message_bytes_max });
+            }
+            let more = u32::try_from(data.len())
+                .ok()
+                .and_then(|bytes| self.body_bytes.clone().try_acquire_many_owned(bytes).ok())
+                .ok_or(Error::Overloaded("too many request bytes are being read; retry with backoff"))?;
+            match &mut held {
+                Some(held) => held.merge(more),
+                None => held = Some(more),
+            }
+            buffer.extend_from_slice(&data);
+        }
+        Ok((buffer.freeze(), held))
     }
 }
 

@@ -360,3 +360,53 @@ async fn a_header_block_that_stalls_is_ended_by_the_keepalive() {
     read_until_closed(&mut tcp).await;
     others_are_served(&server, 1).await;
 }
+
+#[tokio::test]
+async fn bodies_being_read_share_a_byte_budget_that_a_stalled_body_cannot_exceed() {
+    const STATE_MAX: usize = 1024;
+    const MESSAGE_MAX: usize = STATE_MAX + 64 * 1024;
+    let server = Sidecar::builder()
+        .configure(|config| {
+            config.limits.state_bytes_max = STATE_MAX;
+            config.limits.message_bytes_max = MESSAGE_MAX;
+            config.connections.body_buffer_bytes_max = MESSAGE_MAX;
+        })
+        .start()
+        .await;
+    let mut hostile = Hostile::connect(&server).await;
+    // Most of a message's bytes, and then nothing: they stay buffered.
+    let (response, mut stalled) = hostile.open();
+    let mut most = vec![0u8, 0, 1, 0, 0]; // a 65,536-byte message announced
+    most.extend_from_slice(&vec![0x0a; 60 * 1024]);
+    stalled.send_data(Bytes::from(most), false).expect("most of a body is sent");
+    hostile.round_trip().await;
+
+    // A request whose body does not fit beside them is shed.
+    let mut client = server.client();
+    let ten_kib = || CheckpointRequest { state: vec![b' '; 10 * 1024], ..probe() };
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    let shed = loop {
+        let status = client.checkpoint(ten_kib()).await.expect_err("the probe is never valid");
+        if status.code() != Code::InvalidArgument {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the stalled body's bytes never counted");
+        tokio::task::yield_now().await;
+    };
+    assert_error(&shed, Code::ResourceExhausted, "OVERLOADED");
+    // A small one still fits.
+    assert_eq!(client.checkpoint(probe()).await.expect_err("never valid").code(), Code::InvalidArgument);
+
+    // Once the stalled stream is reset its bytes are given back.
+    stalled.send_reset(h2::Reason::CANCEL);
+    drop(response);
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        let status = client.checkpoint(ten_kib()).await.expect_err("the probe is never valid");
+        if status.code() == Code::InvalidArgument {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the reset body's bytes were never given back");
+        tokio::task::yield_now().await;
+    }
+}
