@@ -134,9 +134,7 @@ impl Admission {
         let Ok(response) = inner.oneshot(request).await;
         refused_as_too_large(response, self.message_bytes_max)
     }
-}
 
-impl Admission {
     /// The whole body, and its share of `--body-buffer-bytes-max`, held
     /// until the request is answered. A body over the message limit, or one
     /// whose bytes do not fit the budget, is refused as soon as it is known.
