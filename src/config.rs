@@ -303,6 +303,59 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_MAX_CONCURRENT_REQUESTS", default_value = "1024", value_parser = size(1, 1_000_000))]
     pub max_concurrent_requests: usize,
 
+    // Connections and streams: what one connection may hold, and how long
+    // a request, its body and a silent peer are waited for.
+    /// HTTP/2 streams one connection may have open at once; the connection
+    /// advertises it, and a peer that opens more has them refused.
+    #[arg(long, env = "STEPWELL_CONNECTION_STREAMS_MAX", default_value = "100", value_parser = count(1, 100_000))]
+    pub connection_streams_max: u32,
+
+    /// Requests of one connection in the services at once, so that one
+    /// connection cannot take the whole --max-concurrent-requests; its further
+    /// requests wait for one of its own to finish.
+    #[arg(long, env = "STEPWELL_CONNECTION_REQUESTS_MAX", default_value = "64", value_parser = size(1, 1_000_000))]
+    pub connection_requests_max: usize,
+
+    /// Longest a request may take, in milliseconds, body read and handler
+    /// together; past it the caller gets DEADLINE_EXCEEDED (a write may or
+    /// may not have been stored, as with the caller's own deadline).
+    #[arg(long = "request-timeout-ms", value_name = "MS", env = "STEPWELL_REQUEST_TIMEOUT_MS", default_value = "30000",
+          value_parser = millis(10, 3_600_000))]
+    pub request_timeout: Duration,
+
+    /// Longest a request's body may take to arrive, in milliseconds, from its
+    /// headers; a body that stalls is answered DEADLINE_EXCEEDED and stores nothing.
+    #[arg(long = "body-read-timeout-ms", value_name = "MS", env = "STEPWELL_BODY_READ_TIMEOUT_MS", default_value = "10000",
+          value_parser = millis(10, 600_000))]
+    pub body_read_timeout: Duration,
+
+    /// Longest a new connection may take to send the HTTP/2 preface that
+    /// opens it (after its TLS handshake), in milliseconds; then it is closed.
+    #[arg(long = "connection-preface-timeout-ms", value_name = "MS", env = "STEPWELL_CONNECTION_PREFACE_TIMEOUT_MS",
+          default_value = "10000", value_parser = millis(10, 600_000))]
+    pub connection_preface_timeout: Duration,
+
+    /// Bytes of request bodies being read, across all connections, at once;
+    /// a body that would pass it is shed with RESOURCE_EXHAUSTED. At least
+    /// --message-bytes-max.
+    #[arg(long, env = "STEPWELL_BODY_BUFFER_BYTES_MAX", default_value = "268435456", value_parser = size(1024, 1 << 40))]
+    pub body_buffer_bytes_max: usize,
+
+    /// How often an HTTP/2 ping checks that a connection's peer still answers, in milliseconds.
+    #[arg(long = "http2-keepalive-interval-ms", value_name = "MS", env = "STEPWELL_HTTP2_KEEPALIVE_INTERVAL_MS",
+          default_value = "60000", value_parser = millis(10, 86_400_000))]
+    pub http2_keepalive_interval: Duration,
+
+    /// How long a ping waits for its answer before the connection is closed, in milliseconds.
+    #[arg(long = "http2-keepalive-timeout-ms", value_name = "MS", env = "STEPWELL_HTTP2_KEEPALIVE_TIMEOUT_MS",
+          default_value = "20000", value_parser = millis(10, 600_000))]
+    pub http2_keepalive_timeout: Duration,
+
+    /// Idle time before TCP keepalive probes start on a TCP connection, in milliseconds.
+    #[arg(long = "tcp-keepalive-ms", value_name = "MS", env = "STEPWELL_TCP_KEEPALIVE_MS", default_value = "60000",
+          value_parser = millis(1000, 86_400_000))]
+    pub tcp_keepalive: Duration,
+
     /// Largest size the SQLite file may grow to, in bytes; 0 for no cap. A
     /// write that would pass it gets RESOURCE_EXHAUSTED (STORE_FULL), as on a
     /// full disk; reads go on, and writes resume once turns are deleted.
@@ -582,6 +635,21 @@ pub struct Limits {
     pub max_concurrent_requests: usize,
 }
 
+/// What one connection may hold, and how long its requests and its peer are
+/// waited for (`--connection-*`, `--*-timeout-ms`, `--*-keepalive-*`).
+#[derive(Debug, Clone)]
+pub struct Connections {
+    pub streams_max: u32,
+    pub requests_max: usize,
+    pub request_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub body_buffer_bytes_max: usize,
+    pub preface_timeout: Duration,
+    pub http2_keepalive_interval: Duration,
+    pub http2_keepalive_timeout: Duration,
+    pub tcp_keepalive: Duration,
+}
+
 /// How writes are grouped into transactions.
 pub use crate::store::writer::WriterConfig as Writes;
 
@@ -639,6 +707,7 @@ pub struct Config {
     pub sweep: Sweep,
     pub health: Health,
     pub security: Security,
+    pub connections: Connections,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub log_filter: String,
@@ -669,6 +738,17 @@ impl Config {
                 retry_max: args.store_retry_max,
             },
             security: security(args, &mut errors),
+            connections: Connections {
+                body_buffer_bytes_max: args.body_buffer_bytes_max,
+                streams_max: args.connection_streams_max,
+                requests_max: args.connection_requests_max,
+                request_timeout: args.request_timeout,
+                body_read_timeout: args.body_read_timeout,
+                preface_timeout: args.connection_preface_timeout,
+                http2_keepalive_interval: args.http2_keepalive_interval,
+                http2_keepalive_timeout: args.http2_keepalive_timeout,
+                tcp_keepalive: args.tcp_keepalive,
+            },
             shutdown_grace: args.shutdown_grace,
             log_format: args.log_format,
             log_filter: args.log_filter.clone(),
@@ -778,6 +858,12 @@ fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
             format!("{} leaves no room for a full state or result; use at least {needed}", args.message_bytes_max),
         );
     }
+    if args.body_buffer_bytes_max < args.message_bytes_max {
+        errors.add(
+            "body-buffer-bytes-max",
+            format!("{} is below --message-bytes-max {}", args.body_buffer_bytes_max, args.message_bytes_max),
+        );
+    }
     if args.lease_default > args.lease_max {
         errors.add(
             "lease-default-seconds",
@@ -847,6 +933,64 @@ mod tests {
     fn mistakes(error: &clap::Error) -> Vec<String> {
         let text = error.render().to_string();
         text.lines().take_while(|l| !l.is_empty()).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn connection_limits_have_defaults_bounds_and_environment_names() {
+        let config = Config::from_args(&ServeArgs::defaults()).unwrap().connections;
+        assert_eq!((config.streams_max, config.requests_max), (100, 64));
+        assert_eq!(
+            (config.request_timeout, config.body_read_timeout),
+            (Duration::from_secs(30), Duration::from_secs(10))
+        );
+        assert_eq!(
+            (config.http2_keepalive_interval, config.http2_keepalive_timeout),
+            (Duration::from_secs(60), Duration::from_secs(20))
+        );
+        assert_eq!((config.tcp_keepalive, config.preface_timeout), (Duration::from_secs(60), Duration::from_secs(10)));
+        assert_eq!(config.body_buffer_bytes_max, 256 << 20);
+        let small = serve(&["--body-buffer-bytes-max", "4096"], &Env::default()).unwrap();
+        let lines = Config::from_args(&small).unwrap_err().0;
+        assert!(lines.len() == 1 && lines[0].starts_with("--body-buffer-bytes-max"), "{lines:?}");
+        let env: Env = [
+            ("STEPWELL_CONNECTION_STREAMS_MAX", "8"),
+            ("STEPWELL_CONNECTION_REQUESTS_MAX", "4"),
+            ("STEPWELL_REQUEST_TIMEOUT_MS", "500"),
+            ("STEPWELL_BODY_READ_TIMEOUT_MS", "200"),
+            ("STEPWELL_HTTP2_KEEPALIVE_INTERVAL_MS", "300"),
+            ("STEPWELL_HTTP2_KEEPALIVE_TIMEOUT_MS", "100"),
+            ("STEPWELL_TCP_KEEPALIVE_MS", "5000"),
+            ("STEPWELL_CONNECTION_PREFACE_TIMEOUT_MS", "250"),
+        ]
+        .into_iter()
+        .collect();
+        let args = serve(&[], &env).unwrap();
+        assert_eq!((args.connection_streams_max, args.connection_requests_max), (8, 4));
+        assert_eq!(
+            (args.request_timeout, args.body_read_timeout),
+            (Duration::from_millis(500), Duration::from_millis(200))
+        );
+        assert_eq!(
+            (args.http2_keepalive_interval, args.http2_keepalive_timeout),
+            (Duration::from_millis(300), Duration::from_millis(100))
+        );
+        assert_eq!(
+            (args.tcp_keepalive, args.connection_preface_timeout),
+            (Duration::from_secs(5), Duration::from_millis(250))
+        );
+        for flag in [
+            "--connection-streams-max",
+            "--connection-requests-max",
+            "--request-timeout-ms",
+            "--body-read-timeout-ms",
+            "--http2-keepalive-interval-ms",
+            "--http2-keepalive-timeout-ms",
+            "--tcp-keepalive-ms",
+            "--connection-preface-timeout-ms",
+        ] {
+            let lines = mistakes(&serve(&[flag, "0"], &Env::default()).unwrap_err());
+            assert!(lines.len() == 1 && lines[0].contains(flag), "{flag}: {lines:?}");
+        }
     }
 
     #[test]

@@ -60,6 +60,19 @@ pub enum Error {
     #[error("the request message is over the {limit}-byte limit")]
     MessageTooLarge { limit: usize },
 
+    /// The request ran past `--request-timeout-ms`. Like an expired deadline,
+    /// a write may have been stored or not; its retry settles it.
+    #[error("the request ran past the server's {}-ms request timeout; a write may or may not be stored, retry it", .after.as_millis())]
+    RequestTimeout { after: std::time::Duration },
+
+    /// The request's body did not arrive within `--body-read-timeout-ms`; nothing was stored.
+    #[error("the request's body did not arrive within {} ms; nothing was stored", .after.as_millis())]
+    BodyReadTimeout { after: std::time::Duration },
+
+    /// The request's body broke off (the caller reset the stream); nothing was stored.
+    #[error("the request's body broke off before its end; nothing was stored")]
+    BodyBrokenOff,
+
     /// The store has no room left (disk full, or the SQLite size cap); nothing
     /// was stored. Reads still work; writes resume once space is freed.
     #[error("the store is full")]

@@ -14,6 +14,7 @@
 //! - `telemetry`: logging;
 //! - `tls`: TLS and mutual TLS on the listener, reloaded on SIGHUP;
 //! - `listener`: the TCP port or Unix socket file served on;
+//! - `preface`: the deadline a new connection has to open itself;
 //! - `server`: `serve`, which wires the parts to a listener.
 
 #![forbid(unsafe_code)]
@@ -31,6 +32,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 
+mod preface;
 mod server;
 
 pub use listener::Listener;

@@ -43,6 +43,7 @@ use crate::api::{Shared, pb};
 use crate::auth::{self, Authenticator};
 use crate::config::{self, Config, Database, Listen, Sweep};
 use crate::listener::{Listener, SocketFile};
+use crate::preface;
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 use crate::tls::{self, ServerTls, TlsError};
@@ -125,7 +126,7 @@ pub async fn serve(
     let description = listener.describe();
     let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
-    let (server, socket_file) = serve_on(listener, router, tls, signal);
+    let (server, socket_file) = serve_on(listener, router, tls, &config.connections, signal);
     let start = async {
         let mut started = start_store(&config, &shared, &health, stopping_for_start).await;
         match &started {
@@ -186,7 +187,8 @@ fn router(
     health: HealthServer<impl Health>,
 ) -> Result<Router<Stack<PeerLayer, Identity>>, ServeError> {
     let message_max = config.limits.message_bytes_max;
-    let admission = Admission::new(config.limits.max_concurrent_requests, message_max);
+    let connections = &config.connections;
+    let admission = Admission::new(config.limits.max_concurrent_requests, message_max, connections);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -195,7 +197,13 @@ fn router(
     let peer: PeerLayer = MapRequestLayer::new(tls::attach_peer_identity);
     let security = &config.security;
     let reflect = security.auth_file.is_none() || security.reflection_with_auth;
+    // Per connection: the HTTP/2 stream limit and keepalive, and its share of
+    // the global limit, which its further requests wait for.
     Ok(Server::builder()
+        .max_concurrent_streams(connections.streams_max)
+        .http2_keepalive_interval(Some(connections.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(connections.http2_keepalive_timeout))
+        .concurrency_limit_per_connection(connections.requests_max)
         .layer(peer)
         .add_service(health)
         .add_optional_service(reflect.then(|| reflection().build_v1()).transpose()?)
@@ -257,26 +265,34 @@ type Serving = Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> 
 
 /// The router served on the listener, through TLS when it is configured,
 /// until `signal`; and the Unix socket file, if any, to remove at the end.
+/// TCP connections get TCP keepalive (tonic applies its own TCP settings
+/// only to listeners it binds itself), and every connection its preface deadline.
 fn serve_on(
     listener: Listener,
     router: Router<Stack<PeerLayer, Identity>>,
     tls: Option<Arc<ServerTls>>,
+    connections: &config::Connections,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> (Serving, Option<SocketFile>) {
+    let (keepalive, preface) = (connections.tcp_keepalive, connections.preface_timeout);
+    let tcp = |l| TcpIncoming::from(l).with_nodelay(Some(true)).with_keepalive(Some(keepalive));
     match (listener, tls) {
         (Listener::Tcp(l), None) => {
-            (Box::pin(router.serve_with_incoming_shutdown(TcpIncoming::from(l).with_nodelay(Some(true)), signal)), None)
+            (Box::pin(router.serve_with_incoming_shutdown(preface::deadlined(tcp(l), preface), signal)), None)
         }
         (Listener::Tcp(l), Some(tls)) => {
-            let accepted = TcpIncoming::from(l).with_nodelay(Some(true));
-            let incoming = tls::incoming(accepted, tls, config::TLS_HANDSHAKE_TIMEOUT);
+            let incoming = preface::deadlined(tls::incoming(tcp(l), tls, config::TLS_HANDSHAKE_TIMEOUT), preface);
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), None)
         }
         (Listener::Unix(l, file), None) => {
-            (Box::pin(router.serve_with_incoming_shutdown(UnixListenerStream::new(l), signal)), Some(file))
+            let incoming = preface::deadlined(UnixListenerStream::new(l), preface);
+            (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))
         }
         (Listener::Unix(l, file), Some(tls)) => {
-            let incoming = tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT);
+            let incoming = preface::deadlined(
+                tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT),
+                preface,
+            );
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))
         }
     }

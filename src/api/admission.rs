@@ -1,15 +1,28 @@
 //! Admission control in front of each stepwell service: what a request meets
-//! before its handler. Two limits answer RESOURCE_EXHAUSTED, through the one
-//! status table, without touching the store:
+//! before its handler, in this order. Every refusal is answered through the
+//! one status table, without touching the store.
 //!
-//! - load shedding: at most `--max-concurrent-requests` requests are in the
-//!   handlers at once, across all connections (tower's global concurrency
-//!   limit, shed rather than queued, so a caller over the limit hears at once
-//!   and backs off instead of waiting behind it);
-//! - message size: tonic refuses a request over `--message-bytes-max` from
-//!   its length prefix, before reading the body, but reports OUT_OF_RANGE;
-//!   the contract says RESOURCE_EXHAUSTED, so that answer is replaced here.
-//!   No handler answers OUT_OF_RANGE, so the replacement cannot hide one.
+//! 1. The body is read whole first, bounded in bytes by `--message-bytes-max`
+//!    (over it: RESOURCE_EXHAUSTED, MESSAGE_TOO_LARGE), across all requests
+//!    by `--body-buffer-bytes-max` (over it: RESOURCE_EXHAUSTED, OVERLOADED),
+//!    and in time by `--body-read-timeout-ms` (past it: DEADLINE_EXCEEDED,
+//!    BODY_READ_TIMEOUT).
+//!    A caller that sends headers and stalls its body therefore holds no
+//!    place in the handlers: only its own HTTP/2 stream and its connection's
+//!    share (`--connection-requests-max`, taken by the server per
+//!    connection, before this).
+//! 2. Load shedding: at most `--max-concurrent-requests` requests are in the
+//!    handlers at once, across all connections; one over the limit is shed
+//!    at once (RESOURCE_EXHAUSTED, OVERLOADED) rather than queued, so its
+//!    caller hears at once and backs off instead of waiting behind it.
+//! 3. The whole of it, body and handler, runs under `--request-timeout-ms`
+//!    (past it: DEADLINE_EXCEEDED, REQUEST_TIMEOUT), so no request is left
+//!    hanging whatever its caller's deadline.
+//!
+//! tonic itself still refuses a message over the limit from its length
+//! prefix, but reports OUT_OF_RANGE; the contract says RESOURCE_EXHAUSTED,
+//! so that answer is replaced here. No handler answers OUT_OF_RANGE, so the
+//! replacement cannot hide one.
 //!
 //! Health and reflection are not wrapped: probes keep answering under load.
 
@@ -17,29 +30,46 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
-use tokio::sync::Semaphore;
+use http_body_util::{BodyExt, Full};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::{Code, Status};
-use tower::limit::GlobalConcurrencyLimitLayer;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceExt};
 
+use crate::config::Connections;
 use crate::error::Error;
 
 type Request = tonic::codegen::http::Request<Body>;
 type Response = tonic::codegen::http::Response<Body>;
 
+/// The bytes a gRPC message's length prefix adds to it on the wire.
+const GRPC_PREFIX_BYTES: usize = 5;
+
 /// The admission limits every wrapped service shares.
 #[derive(Debug, Clone)]
 pub struct Admission {
     permits: Arc<Semaphore>,
+    /// Bytes of request bodies read and not yet answered (`--body-buffer-bytes-max`).
+    body_bytes: Arc<Semaphore>,
     message_bytes_max: usize,
+    body_read_timeout: Duration,
+    request_timeout: Duration,
 }
 
 impl Admission {
-    pub fn new(max_concurrent_requests: usize, message_bytes_max: usize) -> Admission {
-        Admission { permits: Arc::new(Semaphore::new(max_concurrent_requests)), message_bytes_max }
+    pub fn new(max_concurrent_requests: usize, message_bytes_max: usize, connections: &Connections) -> Admission {
+        Admission {
+            permits: Arc::new(Semaphore::new(max_concurrent_requests)),
+            body_bytes: Arc::new(Semaphore::new(connections.body_buffer_bytes_max.min(Semaphore::MAX_PERMITS))),
+            message_bytes_max,
+            body_read_timeout: connections.body_read_timeout,
+            request_timeout: connections.request_timeout,
+        }
     }
 
     /// `service` behind these limits.
@@ -74,22 +104,65 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let shed = ServiceBuilder::new()
-            .load_shed()
-            .layer(GlobalConcurrencyLimitLayer::with_semaphore(self.admission.permits.clone()))
-            .service(self.inner.clone());
-        let message_bytes_max = self.admission.message_bytes_max;
+        let (inner, admission) = (self.inner.clone(), self.admission.clone());
         Box::pin(async move {
-            match shed.oneshot(request).await {
-                Ok(response) => Ok(refused_as_too_large(response, message_bytes_max)),
-                // The inner service is infallible and the concurrency limit
-                // only waits, so the one error is the shedder's `Overloaded`.
-                Err(_) => {
-                    Ok(Status::from(Error::Overloaded("too many requests in flight; retry with backoff")).into_http())
-                }
-            }
+            let after = admission.request_timeout;
+            let answer = tokio::time::timeout(after, admission.admit(request, inner)).await;
+            Ok(answer.unwrap_or_else(|_| refusal(Error::RequestTimeout { after })))
         })
     }
+}
+
+impl Admission {
+    /// Reads the body, takes a place, and runs `inner` in it.
+    async fn admit<S>(self, request: Request, inner: S) -> Response
+    where
+        S: Service<Request, Response = Response, Error = Infallible>,
+    {
+        let (parts, body) = request.into_parts();
+        let read = tokio::time::timeout(self.body_read_timeout, self.read(body)).await;
+        let (body, _bytes) = match read {
+            Ok(Ok(read)) => read,
+            Ok(Err(error)) => return refusal(error),
+            Err(_) => return refusal(Error::BodyReadTimeout { after: self.body_read_timeout }),
+        };
+        let Ok(_permit) = self.permits.clone().try_acquire_owned() else {
+            return refusal(Error::Overloaded("too many requests in flight; retry with backoff"));
+        };
+        let request = Request::from_parts(parts, Body::new(Full::new(body)));
+        // The inner service is infallible.
+        let Ok(response) = inner.oneshot(request).await;
+        refused_as_too_large(response, self.message_bytes_max)
+    }
+
+    /// The whole body, and its share of `--body-buffer-bytes-max`, held
+    /// until the request is answered. A body over the message limit, or one
+    /// whose bytes do not fit the budget, is refused as soon as it is known.
+    async fn read(&self, mut body: Body) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Error> {
+        let limit = self.message_bytes_max + GRPC_PREFIX_BYTES;
+        let mut buffer = BytesMut::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|_| Error::BodyBrokenOff)?.into_data() else { continue };
+            if buffer.len() + data.len() > limit {
+                return Err(Error::MessageTooLarge { limit: self.message_bytes_max });
+            }
+            let more = u32::try_from(data.len())
+                .ok()
+                .and_then(|bytes| self.body_bytes.clone().try_acquire_many_owned(bytes).ok())
+                .ok_or(Error::Overloaded("too many request bytes are being read; retry with backoff"))?;
+            match &mut held {
+                Some(held) => held.merge(more),
+                None => held = Some(more),
+            }
+            buffer.extend_from_slice(&data);
+        }
+        Ok((buffer.freeze(), held))
+    }
+}
+
+fn refusal(error: Error) -> Response {
+    Status::from(error).into_http()
 }
 
 /// tonic's OUT_OF_RANGE for an oversized request, answered as the contract's

@@ -30,6 +30,9 @@ pub mod reason {
     pub const OVERLOADED: &str = "OVERLOADED";
     pub const MESSAGE_TOO_LARGE: &str = "MESSAGE_TOO_LARGE";
     pub const STORE_FULL: &str = "STORE_FULL";
+    pub const REQUEST_TIMEOUT: &str = "REQUEST_TIMEOUT";
+    pub const BODY_READ_TIMEOUT: &str = "BODY_READ_TIMEOUT";
+    pub const BODY_BROKEN_OFF: &str = "BODY_BROKEN_OFF";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
 }
@@ -51,6 +54,9 @@ pub fn reason_of(error: &Error) -> &'static str {
         Error::Overloaded(_) => reason::OVERLOADED,
         Error::MessageTooLarge { .. } => reason::MESSAGE_TOO_LARGE,
         Error::StoreFull(_) => reason::STORE_FULL,
+        Error::RequestTimeout { .. } => reason::REQUEST_TIMEOUT,
+        Error::BodyReadTimeout { .. } => reason::BODY_READ_TIMEOUT,
+        Error::BodyBrokenOff => reason::BODY_BROKEN_OFF,
         Error::NotReady(_) => reason::NOT_READY,
         Error::Unauthenticated { .. } => reason::UNAUTHENTICATED,
         Error::PermissionDenied { .. } => reason::PERMISSION_DENIED,
@@ -100,6 +106,13 @@ impl From<Error> for Status {
                 status(Code::ResourceExhausted, message, reason, HashMap::new())
             }
             Error::NotReady(_) => status(Code::Unavailable, message, reason, HashMap::new()),
+            Error::RequestTimeout { after } | Error::BodyReadTimeout { after } => status(
+                Code::DeadlineExceeded,
+                message,
+                reason,
+                HashMap::from([("timeout_ms".to_owned(), after.as_millis().to_string())]),
+            ),
+            Error::BodyBrokenOff => status(Code::Cancelled, message, reason, HashMap::new()),
             // The metadata says what the call needed; it never echoes a credential.
             Error::Unauthenticated { namespace, role, .. } => {
                 let mut metadata = HashMap::from([("role".to_owned(), role.as_str().to_owned())]);

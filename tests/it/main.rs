@@ -10,6 +10,7 @@ mod admission;
 mod auth;
 mod checkpoint;
 mod crash_only;
+mod connections;
 mod durability;
 mod group_commit;
 mod idempotency;
