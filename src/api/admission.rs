@@ -29,12 +29,10 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, StreamBody};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
 use tonic::server::NamedService;
@@ -129,7 +127,7 @@ impl Admission {
         let Ok(_permit) = self.permits.clone().try_acquire_owned() else {
             return refusal(Error::Overloaded("too many requests in flight; retry with backoff"));
         };
-        let request = Request::from_parts(parts, Body::new(Full::new(body)));
+        let request = Request::from_parts(parts, body);
         // The inner service is infallible.
         let Ok(response) = inner.oneshot(request).await;
         refused_as_too_large(response, self.message_bytes_max)
@@ -138,13 +136,16 @@ impl Admission {
     /// The whole body, and its share of `--body-buffer-bytes-max`, held
     /// until the request is answered. A body over the message limit, or one
     /// whose bytes do not fit the budget, is refused as soon as it is known.
-    async fn read(&self, mut body: Body) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Error> {
+    /// The frames read are handed on as they came, not copied into one buffer.
+    async fn read(&self, mut body: Body) -> Result<(Body, Option<OwnedSemaphorePermit>), Error> {
         let limit = self.message_bytes_max + GRPC_PREFIX_BYTES;
-        let mut buffer = BytesMut::new();
+        let (mut frames, mut length) = (Vec::with_capacity(1), 0);
         let mut held: Option<OwnedSemaphorePermit> = None;
         while let Some(frame) = body.frame().await {
-            let Ok(data) = frame.map_err(|_| Error::BodyBrokenOff)?.into_data() else { continue };
-            if buffer.len() + data.len() > limit {
+            let frame = frame.map_err(|_| Error::BodyBrokenOff)?;
+            let Some(data) = frame.data_ref() else { continue };
+            length += data.len();
+            if length > limit {
                 return Err(Error::MessageTooLarge { limit: self.message_bytes_max });
             }
             let more = u32::try_from(data.len())
@@ -155,9 +156,10 @@ impl Admission {
                 Some(held) => held.merge(more),
                 None => held = Some(more),
             }
-            buffer.extend_from_slice(&data);
+            frames.push(frame);
         }
-        Ok((buffer.freeze(), held))
+        let replay = StreamBody::new(futures::stream::iter(frames.into_iter().map(Ok::<_, Infallible>)));
+        Ok((Body::new(replay), held))
     }
 }
 

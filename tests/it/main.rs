@@ -9,8 +9,8 @@
 mod admission;
 mod auth;
 mod checkpoint;
-mod crash_only;
 mod connections;
+mod crash_only;
 mod durability;
 mod group_commit;
 mod idempotency;
