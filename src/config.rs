@@ -276,6 +276,28 @@ pub struct ServeArgs {
           value_parser = millis(1, 600_000))]
     pub sqlite_busy_timeout: Duration,
 
+    /// How long a starting sidecar waits for another's schema migration of
+    /// the same store (SQLite's lock file beside the database, Postgres's
+    /// migration lock), in milliseconds; then start-up fails, naming the lock.
+    #[arg(long = "migration-lock-timeout-ms", value_name = "MS", env = "STEPWELL_MIGRATION_LOCK_TIMEOUT_MS", default_value = "60000",
+          value_parser = millis(1, 3_600_000))]
+    pub migration_lock_timeout: Duration,
+
+    /// Longest a Postgres statement may run (its `statement_timeout`), in
+    /// milliseconds. A request whose statement runs past it gets UNAVAILABLE,
+    /// and its transaction is rolled back. Below --request-timeout-ms, so
+    /// the store's answer arrives first.
+    #[arg(long = "postgres-statement-timeout-ms", value_name = "MS", env = "STEPWELL_POSTGRES_STATEMENT_TIMEOUT_MS",
+          default_value = "20000", value_parser = millis(1, 3_600_000))]
+    pub postgres_statement_timeout: Duration,
+
+    /// Longest a Postgres statement waits for a lock (row, table and
+    /// advisory locks; its `lock_timeout`), in milliseconds. A request that
+    /// waits past it gets UNAVAILABLE, and its transaction is rolled back.
+    #[arg(long = "postgres-lock-timeout-ms", value_name = "MS", env = "STEPWELL_POSTGRES_LOCK_TIMEOUT_MS",
+          default_value = "5000", value_parser = millis(1, 3_600_000))]
+    pub postgres_lock_timeout: Duration,
+
     /// Most write requests waiting to be committed; more are refused with
     /// RESOURCE_EXHAUSTED.
     #[arg(long, env = "STEPWELL_WRITE_QUEUE_MAX", default_value = "10000", value_parser = size(1, 1_000_000))]
@@ -818,6 +840,9 @@ fn store_options(args: &ServeArgs, errors: &mut ConfigErrors) -> StoreOptions {
         pool_max: args.pool_max,
         acquire_timeout: args.pool_acquire_timeout.unwrap_or(acquire_default),
         sqlite_busy_timeout: args.sqlite_busy_timeout,
+        migration_lock_timeout: args.migration_lock_timeout,
+        postgres_statement_timeout: args.postgres_statement_timeout,
+        postgres_lock_timeout: args.postgres_lock_timeout,
         sqlite_bytes_max: (args.sqlite_bytes_max > 0).then_some(args.sqlite_bytes_max),
         unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
         clock: Clock::system(),
@@ -933,6 +958,31 @@ mod tests {
     fn mistakes(error: &clap::Error) -> Vec<String> {
         let text = error.render().to_string();
         text.lines().take_while(|l| !l.is_empty()).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn store_waits_have_defaults_bounds_and_environment_names() {
+        let store = Config::from_args(&ServeArgs::defaults()).unwrap().store;
+        assert_eq!(store.migration_lock_timeout, Duration::from_secs(60));
+        assert_eq!(
+            (store.postgres_statement_timeout, store.postgres_lock_timeout),
+            (Duration::from_secs(20), Duration::from_secs(5))
+        );
+        let env: Env = [
+            ("STEPWELL_MIGRATION_LOCK_TIMEOUT_MS", "300"),
+            ("STEPWELL_POSTGRES_STATEMENT_TIMEOUT_MS", "1500"),
+            ("STEPWELL_POSTGRES_LOCK_TIMEOUT_MS", "250"),
+        ]
+        .into_iter()
+        .collect();
+        let store = Config::from_args(&serve(&[], &env).unwrap()).unwrap().store;
+        assert_eq!(store.migration_lock_timeout, Duration::from_millis(300));
+        assert_eq!(store.postgres_statement_timeout, Duration::from_millis(1500));
+        assert_eq!(store.postgres_lock_timeout, Duration::from_millis(250));
+        for flag in ["--migration-lock-timeout-ms", "--postgres-statement-timeout-ms", "--postgres-lock-timeout-ms"] {
+            let refused = mistakes(&serve(&[flag, "0"], &Env::default()).unwrap_err());
+            assert!(refused[0].contains(flag.trim_start_matches("--")), "{flag}: {refused:?}");
+        }
     }
 
     #[test]

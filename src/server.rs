@@ -523,7 +523,8 @@ async fn monitor(
 /// Purges idempotency records past their retention, forever: a pass every
 /// interval, and further passes at once while a pass comes back full. Each
 /// pass is one short transaction of at most `batch_max` rows, so the sweeper
-/// never holds the writer for long.
+/// never holds the writer for long. After each interval's passes, the
+/// store's planner statistics are refreshed where it needs that.
 async fn sweep(store: Arc<dyn Store>, sweep: Sweep) {
     let mut interval = tokio::time::interval(sweep.interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -543,6 +544,9 @@ async fn sweep(store: Arc<dyn Store>, sweep: Sweep) {
                     break;
                 }
             }
+        }
+        if let Err(error) = store.optimize().await {
+            tracing::warn!(%error, "refreshing the query planner's statistics failed; retrying next interval");
         }
     }
 }

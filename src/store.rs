@@ -24,6 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use handle::Handle;
+pub use shared::list_turns_sql;
 
 use crate::clock::Clock;
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Refusal};
@@ -43,6 +44,12 @@ pub enum Error {
     /// Another sidecar's migration could not be waited for.
     #[error("could not take the migration lock: {0}")]
     MigrationLock(#[source] std::io::Error),
+    /// Another sidecar held the migration lock longer than start-up waits.
+    #[error(
+        "another stepwell has held the migration lock {lock} for {waited:?}, longer than \
+         --migration-lock-timeout-ms allows; if no sidecar is still starting on this store, stop the one holding it"
+    )]
+    MigrationLockTimeout { lock: String, waited: Duration },
     /// The SQLite file could not be created.
     #[error("could not create the database file: {0}")]
     CreateFile(#[source] std::io::Error),
@@ -219,6 +226,12 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes up to `limit` records past their retention; returns how many went.
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;
 
+    /// Refreshes the query planner's statistics where the database does not
+    /// keep them itself (SQLite's `PRAGMA optimize`; Postgres's autovacuum
+    /// needs nothing), so that ListTurns' filters keep reading their indexes
+    /// as the tables grow. Cheap when little has changed.
+    async fn optimize(&self) -> Result<(), Error>;
+
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;
 
@@ -312,6 +325,12 @@ pub struct Options {
     pub acquire_timeout: Duration,
     /// How long an SQLite connection waits on a locked database.
     pub sqlite_busy_timeout: Duration,
+    /// How long start-up waits for another sidecar's migration of the store.
+    pub migration_lock_timeout: Duration,
+    /// Postgres's `statement_timeout` on every pooled connection.
+    pub postgres_statement_timeout: Duration,
+    /// Postgres's `lock_timeout` on every pooled connection.
+    pub postgres_lock_timeout: Duration,
     /// The SQLite file's size cap, if any.
     pub sqlite_bytes_max: Option<u64>,
     /// Serve even on a Postgres that may lose acknowledged writes.

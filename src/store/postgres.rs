@@ -15,9 +15,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use sqlx::migrate::MigrateError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{ConnectOptions, FromRow, Postgres, Row, SqlSafeStr};
 
@@ -59,7 +60,17 @@ impl PostgresStore {
         // (UNAVAILABLE, nothing acknowledged), is dropped, and the health
         // monitor notices.
         let (opened, failed_at) = (Instant::now(), Arc::new(AtomicU64::new(0)));
-        let options = options.options([("synchronous_commit", "on")]);
+        // Migrations run on a connection of their own: their wait for
+        // another sidecar's migration is bounded by --migration-lock-timeout-ms,
+        // and their statements (an index built over a large table) by nothing.
+        migrate(&options, store.migration_lock_timeout).await?;
+        let statement_timeout = store.postgres_statement_timeout.as_millis().to_string();
+        let lock_timeout = store.postgres_lock_timeout.as_millis().to_string();
+        let options = options.options([
+            ("synchronous_commit", "on"),
+            ("statement_timeout", statement_timeout.as_str()),
+            ("lock_timeout", lock_timeout.as_str()),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(store.pool_max)
             .test_before_acquire(false)
@@ -80,11 +91,34 @@ impl PostgresStore {
             .acquire_timeout(store.acquire_timeout)
             .connect_with(options.clone())
             .await?;
-        MIGRATOR.run(&pool).await?;
         let pools = Pools { writer: pool.clone(), reader: pool, clock: store.clock.clone() };
         Ok(PostgresStore { pools, options, failed_at, opened })
     }
 }
+
+/// Brings the schema up to date on a connection of its own, waiting at
+/// most `lock_wait` for the migration lock another sidecar may hold.
+async fn migrate(options: &PgConnectOptions, lock_wait: Duration) -> Result<(), Error> {
+    let lock_timeout = lock_wait.as_millis().to_string();
+    let options = options.clone().options([("lock_timeout", lock_timeout.as_str()), ("statement_timeout", "0")]);
+    let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await?;
+    let migrated = MIGRATOR.run(&pool).await;
+    pool.close().await;
+    match migrated {
+        Err(MigrateError::Execute(sqlx::Error::Database(error)))
+            if error.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+        {
+            Err(Error::MigrationLockTimeout {
+                lock: "the Postgres migration lock (an advisory lock)".to_owned(),
+                waited: lock_wait,
+            })
+        }
+        migrated => Ok(migrated?),
+    }
+}
+
+/// SQLSTATE of a lock wait past `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// The URL parameters sqlx reads; it ignores any other, but logs its value.
 const KNOWN_PARAMETERS: [&str; 18] = [

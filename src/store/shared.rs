@@ -7,7 +7,10 @@
 //! (SQLite binds `$N` to the Nth argument as Postgres does) and `CAST`
 //! rather than Postgres's `::`.
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
+use sqlx::Sqlite;
 use sqlx::postgres::PgQueryResult;
 use sqlx::sqlite::SqliteQueryResult;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, SqlStr, Type};
@@ -33,12 +36,46 @@ const RESTORE_NEWEST_FIRST: &str = "\
 
 const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
 
-/// A page of turns after `$2`, each filter unless NULL.
-const LIST_TURNS: &str = "\
-    SELECT * FROM turns \
-    WHERE namespace = $1 AND turn_id > $2 AND (CAST($3 AS BOOLEAN) IS NULL OR terminal = $3) \
-      AND (CAST($4 AS TEXT) IS NULL OR session_id = $4) AND (CAST($5 AS BIGINT) IS NULL OR last_ts_ns < $5) \
-    ORDER BY turn_id LIMIT $6";
+/// A page of turns after `$2` in turn_id order, one statement for each set
+/// of filters, with only the filters asked for: a filter is never written as
+/// `$N IS NULL OR ...`, which would keep the planner from its index
+/// (`turns_status` for a status, `turns_updated` for `updated_before`). The
+/// filters' parameters follow `$2` in the order status, session, updated
+/// before; the limit is last. SQLite is told that `updated_before` is
+/// selective (`likelihood`): without a histogram of `last_ts_ns` its planner
+/// would rather walk the whole namespace in turn_id order than sort a page.
+static LIST_TURNS: LazyLock<[[String; 8]; 2]> = LazyLock::new(|| {
+    [false, true].map(|sqlite| {
+        std::array::from_fn(|filters| {
+            let mut sql = "SELECT * FROM turns WHERE namespace = $1 AND turn_id > $2".to_owned();
+            let mut n = 2;
+            for bit in [STATUS, SESSION, UPDATED] {
+                if filters & bit != 0 {
+                    n += 1;
+                    sql.push_str(&match bit {
+                        STATUS => format!(" AND terminal = ${n}"),
+                        SESSION => format!(" AND session_id = ${n}"),
+                        _ if sqlite => format!(" AND likelihood(last_ts_ns < ${n}, 0.01)"),
+                        _ => format!(" AND last_ts_ns < ${n}"),
+                    });
+                }
+            }
+            sql + &format!(" ORDER BY turn_id LIMIT ${}", n + 1)
+        })
+    })
+});
+const STATUS: usize = 1;
+const SESSION: usize = 2;
+const UPDATED: usize = 4;
+
+/// The statement ListTurns runs for `q`'s filters, on SQLite or on Postgres
+/// (public so that the tests can show its query plan).
+pub fn list_turns_sql(on_sqlite: bool, q: &ListTurnsQuery) -> &'static str {
+    let filters = if q.status == TurnStatus::Any { 0 } else { STATUS }
+        | if q.session_id.is_some() { SESSION } else { 0 }
+        | if q.updated_before.is_some() { UPDATED } else { 0 };
+    &LIST_TURNS[usize::from(on_sqlite)][filters]
+}
 
 const DELETE_CHECKPOINTS: &str = "DELETE FROM checkpoints WHERE namespace = $1 AND turn_id = $2";
 const DELETE_TURN: &str = "DELETE FROM turns WHERE namespace = $1 AND turn_id = $2";
@@ -76,6 +113,11 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Deletes up to `limit` records past their retention; returns how many went.
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;
+
+    /// Refreshes the planner's statistics, where the database needs it.
+    async fn optimize(&self) -> Result<(), Error> {
+        Ok(())
+    }
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;
@@ -135,7 +177,7 @@ where
     for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> Option<i64>: Encode<'q, DB> + Type<DB>,
-    for<'q> Option<bool>: Encode<'q, DB> + Type<DB>,
+    for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> PageRow: FromRow<'r, DB::Row>,
     for<'r> TurnRow: FromRow<'r, DB::Row>,
 {
@@ -182,20 +224,21 @@ where
     }
 
     async fn list_turns(pool: &Pool<DB>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error> {
-        let terminal = match q.status {
-            TurnStatus::Open => Some(false),
-            TurnStatus::Terminal => Some(true),
-            TurnStatus::Any => None,
-        };
-        let rows: Vec<TurnRow> = sqlx::query_as(LIST_TURNS)
+        let mut query = sqlx::query_as(list_turns_sql(DB::NAME == Sqlite::NAME, q))
             .bind(q.namespace.as_str())
-            .bind(q.after_turn_id.as_deref().unwrap_or(""))
-            .bind(terminal)
-            .bind(q.session_id.as_deref())
-            .bind(q.updated_before)
-            .bind(i64::from(q.limit) + 1)
-            .fetch_all(pool)
-            .await?;
+            .bind(q.after_turn_id.as_deref().unwrap_or(""));
+        match q.status {
+            TurnStatus::Open => query = query.bind(false),
+            TurnStatus::Terminal => query = query.bind(true),
+            TurnStatus::Any => {}
+        }
+        if let Some(session_id) = q.session_id.as_deref() {
+            query = query.bind(session_id);
+        }
+        if let Some(updated_before) = q.updated_before {
+            query = query.bind(updated_before);
+        }
+        let rows: Vec<TurnRow> = query.bind(i64::from(q.limit) + 1).fetch_all(pool).await?;
         let turns = rows.into_iter().map(TurnSummary::try_from).collect::<Result<Vec<_>, _>>()?;
         Ok(rows::page(turns, q.limit))
     }
@@ -245,6 +288,10 @@ impl<B: Backend> Store for B {
 
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
         Backend::purge_expired(self, limit).await
+    }
+
+    async fn optimize(&self) -> Result<(), Error> {
+        Backend::optimize(self).await
     }
 
     async fn ping(&self) -> Result<(), Error> {

@@ -8,8 +8,10 @@
 //! statements. What SQLite does as Postgres does is in `shared` and `rows`.
 
 use std::collections::HashMap;
+use std::fs::TryLockError;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -23,6 +25,10 @@ use crate::idempotency::Record;
 use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// Rows of each index `ANALYZE` reads, so that gathering the planner's
+/// statistics stays short on a large store.
+const ANALYSIS_LIMIT: &str = "1000";
 
 /// SQLite's default page size, which stepwell keeps.
 const PAGE_BYTES: u64 = 4096;
@@ -43,7 +49,8 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(store.sqlite_busy_timeout)
-            .foreign_keys(false);
+            .foreign_keys(false)
+            .pragma("analysis_limit", ANALYSIS_LIMIT);
         if let Some(bytes) = store.sqlite_bytes_max {
             // The default page size; the cap counts pages.
             options = options.pragma("max_page_count", (bytes / PAGE_BYTES).max(1).to_string());
@@ -52,7 +59,7 @@ impl SqliteStore {
         // exclusive lock beside it lets one create it, switch it to WAL and
         // migrate it while the others wait (the switch to WAL does not wait
         // on SQLite's busy timeout: it fails at once with "database is locked").
-        let lock = migration_lock(path).await.map_err(Error::MigrationLock)?;
+        let lock = migration_lock(path, store.migration_lock_timeout).await?;
         // SQLite gives the -wal and -shm files the main file's permissions,
         // so creating it private first keeps all three private.
         create_private(path).await.map_err(Error::CreateFile)?;
@@ -65,6 +72,13 @@ impl SqliteStore {
             .await?;
         MIGRATOR.run(&writer).await?;
         drop(lock);
+        // The planner's statistics, gathered at open from at most
+        // `ANALYSIS_LIMIT` rows of each index, so that ListTurns' filters
+        // read their indexes; the sweeper refreshes them while serving. A
+        // store that cannot take them now (full, say) still opens.
+        if let Err(error) = sqlx::query("ANALYZE").execute(&writer).await {
+            tracing::warn!(%error, "could not gather the query planner's statistics; the sweeper will try again");
+        }
         // A restore page of up to 10000 rows crosses from the connection's
         // thread without waiting on the reader at every 50th row.
         let reader = SqlitePoolOptions::new()
@@ -77,18 +91,36 @@ impl SqliteStore {
     }
 }
 
-/// Takes the exclusive lock on `DB-migrate.lock`, released when the file drops.
-async fn migration_lock(path: &Path) -> std::io::Result<std::fs::File> {
+/// Takes the exclusive lock on `DB-migrate.lock`, released when the file
+/// drops. Another sidecar holding it is waited for, trying again with
+/// backoff, for at most `timeout`; then start-up fails, naming the lock.
+async fn migration_lock(path: &Path, timeout: Duration) -> Result<std::fs::File, Error> {
     let mut lock_path = path.as_os_str().to_owned();
     lock_path.push("-migrate.lock");
-    tokio::task::spawn_blocking(move || {
-        let file =
-            std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(PRIVATE).open(lock_path)?;
-        file.lock()?;
-        Ok(file)
+    let lock_path = PathBuf::from(lock_path);
+    let opened = lock_path.clone();
+    let file = tokio::task::spawn_blocking(move || {
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(PRIVATE).open(opened)
     })
     .await
-    .map_err(std::io::Error::other)?
+    .map_err(std::io::Error::other)
+    .and_then(|opened| opened)
+    .map_err(Error::MigrationLock)?;
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) if started.elapsed() < timeout => {
+                tokio::time::sleep(backoff.min(timeout.saturating_sub(started.elapsed()))).await;
+                backoff = (backoff * 2).min(Duration::from_millis(250));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(Error::MigrationLockTimeout { lock: lock_path.display().to_string(), waited: timeout });
+            }
+            Err(TryLockError::Error(error)) => return Err(Error::MigrationLock(error)),
+        }
+    }
 }
 
 /// Owner read and write only: the store's files hold every namespace's data.
@@ -245,6 +277,14 @@ impl Backend for SqliteStore {
         let purge = "DELETE FROM idempotency WHERE rowid IN \
                        (SELECT rowid FROM idempotency WHERE purge_after_ns <= $1 LIMIT $2)";
         Ok(Sqlite::purge(&self.pools.writer, purge.into_sql_str(), self.pools.clock.now(), limit).await?)
+    }
+
+    /// Gathers the planner's statistics again for the tables that grew or
+    /// shrank much since they were last gathered (SQLite decides), reading
+    /// a bounded sample of each index: usually nothing to do.
+    async fn optimize(&self) -> Result<(), Error> {
+        sqlx::query("PRAGMA optimize").execute(&self.pools.writer).await?;
+        Ok(())
     }
 
     async fn ping(&self) -> Result<(), Error> {

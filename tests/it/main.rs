@@ -8,6 +8,7 @@
 
 mod admission;
 mod auth;
+mod bounded_waits;
 mod checkpoint;
 mod connections;
 mod crash_only;

@@ -120,3 +120,34 @@ async fn while_health_is_not_serving_requests_are_refused_at_once_and_touch_noth
     let log = restore_all(&mut server.client(), restore("t")).await;
     assert_eq!(states(&log), [r#"{"n":1}"#], "only the acknowledged write is stored");
 }
+
+#[tokio::test]
+async fn a_write_that_waits_past_the_lock_or_statement_timeout_is_unavailable_and_its_retry_succeeds() {
+    type Bound = fn(&mut stepwell::config::Config);
+    let bounds: [(&str, Bound); 2] = [
+        ("lock_timeout", |config| config.store.postgres_lock_timeout = Duration::from_millis(200)),
+        ("statement_timeout", |config| {
+            config.store.postgres_lock_timeout = Duration::from_secs(600);
+            config.store.postgres_statement_timeout = Duration::from_millis(200);
+        }),
+    ];
+    for (bound, configure) in bounds {
+        let store = postgres_store(fresh_postgres_database().await).await;
+        let server = Sidecar::builder().store(&store).configure(configure).start().await;
+        let mut client = server.client();
+        let request = checkpoint("t", "started", T0, r#"{"step":1}"#);
+
+        // Another session holds the log's table lock; the write waits on it
+        // until its bound, never longer, and is not acknowledged.
+        let lock = store.hold_write_lock().await;
+        let status = client.checkpoint(request.clone()).await.expect_err("the write cannot commit");
+        stepwell_test_support::errors::assert_error(&status, Code::Unavailable, "STORE_UNAVAILABLE");
+        lock.release().await;
+
+        let retried = client.checkpoint(request.clone()).await.unwrap_or_else(|e| panic!("{bound}: retry: {e:?}"));
+        assert!(retried.into_inner().inserted, "{bound}: the timed-out write left nothing behind");
+        let restored = restore_all(&mut client, restore("t")).await;
+        let stored = states(&restored);
+        assert_eq!(stored, [r#"{"step":1}"#], "{bound}: stored once");
+    }
+}
