@@ -251,6 +251,15 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_SWEEP_BATCH_MAX", default_value = "1000", value_parser = count(1, 1_000_000))]
     pub sweep_batch_max: u32,
 
+    /// Most bytes of checkpoints (or turn summaries) one Restore (or
+    /// ListTurns) page holds; the rest follows through next_page_token. A
+    /// page always holds at least one checkpoint, so a checkpoint larger
+    /// than this comes alone. The default leaves 64 KiB of the 4 MiB that
+    /// gRPC clients accept by default; above --message-bytes-max less 64 KiB
+    /// it is lowered to that.
+    #[arg(long, env = "STEPWELL_RESPONSE_BYTES_MAX", default_value = "4128768", value_parser = size(1024, 256 << 20))]
+    pub response_bytes_max: usize,
+
     /// Page size used when a request asks for 0.
     #[arg(long, env = "STEPWELL_PAGE_SIZE_DEFAULT", default_value = "1000", value_parser = count(1, 100_000))]
     pub page_size_default: u32,
@@ -647,6 +656,8 @@ pub struct Limits {
     pub state_bytes_max: usize,
     pub result_bytes_max: usize,
     pub message_bytes_max: usize,
+    /// Most bytes of checkpoints or turn summaries in one page.
+    pub response_bytes_max: usize,
     pub page_size_default: u32,
     pub page_size_max: u32,
     pub lease_default: Duration,
@@ -913,6 +924,10 @@ fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
         message_bytes_max: args.message_bytes_max,
         page_size_default: args.page_size_default,
         page_size_max: args.page_size_max,
+        // A page must fit a message with room for its framing.
+        response_bytes_max: args
+            .response_bytes_max
+            .min(args.message_bytes_max.saturating_sub(limits::MESSAGE_OVERHEAD_BYTES).max(1024)),
         lease_default: args.lease_default,
         lease_max: args.lease_max,
         retention_default: args.retention_default,
@@ -958,6 +973,20 @@ mod tests {
     fn mistakes(error: &clap::Error) -> Vec<String> {
         let text = error.render().to_string();
         text.lines().take_while(|l| !l.is_empty()).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_response_budget_fits_the_message_size() {
+        let limits = Config::from_args(&ServeArgs::defaults()).unwrap().limits;
+        assert_eq!(limits.response_bytes_max, 4 * 1024 * 1024 - 64 * 1024);
+        let env: Env = [("STEPWELL_RESPONSE_BYTES_MAX", "65536")].into_iter().collect();
+        assert_eq!(Config::from_args(&serve(&[], &env).unwrap()).unwrap().limits.response_bytes_max, 65536);
+        let over = serve(&["--response-bytes-max", "8388608"], &Env::default()).unwrap();
+        assert_eq!(Config::from_args(&over).unwrap().limits.response_bytes_max, 4 * 1024 * 1024 - 64 * 1024);
+        let raised = ["--response-bytes-max", "8388608", "--message-bytes-max", "16777216"];
+        let raised = Config::from_args(&serve(&raised, &Env::default()).unwrap()).unwrap();
+        assert_eq!(raised.limits.response_bytes_max, 8388608);
+        assert!(serve(&["--response-bytes-max", "10"], &Env::default()).is_err(), "below 1 KiB");
     }
 
     #[test]

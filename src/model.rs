@@ -76,7 +76,16 @@ pub struct RestoreQuery {
     pub phase: Option<String>,
     pub after: Option<Cursor>,
     pub limit: u32,
+    /// Most bytes of checkpoints the page holds (`RESTORE_OVERHEAD_BYTES`
+    /// plus the variable-length fields of each); always at least one.
+    pub bytes_max: usize,
 }
+
+/// What a restored checkpoint costs in a page beyond its state, phase,
+/// session id and workflow version: its namespace and turn id (each
+/// checkpoint repeats them) and at most this for tags, lengths and
+/// timestamps.
+pub const RESTORE_OVERHEAD_BYTES: usize = 128;
 
 /// Which turns to list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -208,12 +208,20 @@ fn router(
         .add_service(health)
         .add_optional_service(reflect.then(|| reflection().build_v1()).transpose()?)
         .add_optional_service(reflect.then(|| reflection().build_v1alpha()).transpose()?)
-        .add_service(admission.wrap(
-            CheckpointServiceServer::new(CheckpointApi::new(shared.clone())).max_decoding_message_size(message_max),
+        .add_service(
+            admission.wrap(
+                CheckpointServiceServer::new(CheckpointApi::new(shared.clone()))
+                    .max_decoding_message_size(message_max)
+                    .max_encoding_message_size(message_max),
+            ),
+        )
+        .add_service(
+            admission.wrap(
+                IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone()))
+                    .max_decoding_message_size(message_max)
+                    .max_encoding_message_size(message_max),
+            ),
         ))
-        .add_service(admission.wrap(
-            IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone())).max_decoding_message_size(message_max),
-        )))
 }
 
 /// Logs, at every start, that the operator chose to serve a network-facing

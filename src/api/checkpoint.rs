@@ -81,6 +81,7 @@ impl CheckpointApi {
             phase: (!phase.is_empty()).then_some(phase),
             after,
             limit,
+            bytes_max: limits.response_bytes_max,
         };
         let (checkpoints, more) = store.restore(&query).await?;
         let next_page_token = match checkpoints.last() {
@@ -109,7 +110,18 @@ impl CheckpointApi {
             after_turn_id: validate::turns_after(&req.page_token)?,
             limit: validate::page_size(req.page_size, limits.page_size_default, limits.page_size_max)?,
         };
-        let (turns, more) = self.shared.store()?.list_turns(&query).await?;
+        let (mut turns, mut more) = self.shared.store()?.list_turns(&query).await?;
+        // Summaries are small, but a full page of the longest ids could pass
+        // the page's byte budget: the page ends before it would.
+        let mut bytes = 0;
+        if let Some(fit) = turns.iter().position(|t| {
+            bytes += t.turn_id.len() + t.session_id.len() + t.last_phase.len() + t.workflow_version.len();
+            bytes += TURN_OVERHEAD_BYTES;
+            bytes > limits.response_bytes_max
+        }) {
+            turns.truncate(fit.max(1));
+            more = true;
+        }
         let next_page_token = match turns.last() {
             Some(last) if more => validate::turns_token(&last.turn_id),
             _ => String::new(),
@@ -137,6 +149,10 @@ impl CheckpointApi {
         Ok(DeleteTurnResponse { deleted })
     }
 }
+
+/// What a turn summary costs in a ListTurns page beyond its ids, phase and
+/// version: at most this for tags, lengths, counts and timestamps.
+const TURN_OVERHEAD_BYTES: usize = 64;
 
 fn to_pb(stored: StoredCheckpoint) -> pb::Checkpoint {
     let c = stored.checkpoint;

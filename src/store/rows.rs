@@ -61,6 +61,9 @@ pub struct PageRow {
     terminal: bool,
     workflow_version: String,
     recorded_at_ns: i64,
+    /// How many rows the page's query read: more than it returned when
+    /// the page ended before the turn did.
+    pub rows_read: i64,
 }
 
 impl PageRow {

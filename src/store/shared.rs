@@ -20,19 +20,55 @@ use super::rows::{self, PageRow, TurnRow};
 use super::{Error, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
-use crate::model::{Cursor, ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
+use crate::model::{
+    Cursor, ListTurnsQuery, RESTORE_OVERHEAD_BYTES, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
+};
 
-/// A page of a turn's checkpoints from the oldest; `$3` is the phase, if only one.
-const RESTORE_OLDEST_FIRST: &str = "\
-    SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns FROM checkpoints \
-    WHERE namespace = $1 AND turn_id = $2 AND (CAST($3 AS TEXT) IS NULL OR phase = $3) AND (ts_ns, seq) > ($4, $5) \
-    ORDER BY ts_ns, seq LIMIT $6";
+/// A page of a turn's checkpoints, from the oldest or from the newest.
+/// `$3` is the phase, if only one; `$4, $5` the cursor; `$6` the page size
+/// plus one; `$7` the page's byte budget and `$8` each checkpoint's cost
+/// beyond its variable-length fields. The innermost query reads at most `$6`
+/// rows' sizes, never their states (`octet_length` reads a value's length,
+/// not its bytes); the window keeps the rows whose running cost fits `$7`
+/// (the first always), and only those are joined back for their states.
+/// `rows_read` tells the caller whether more follow.
+macro_rules! restore_page {
+    ($order:literal, $after:literal) => {
+        concat!(
+            "SELECT c.seq, c.session_id, c.phase, c.ts_ns, c.state, c.terminal, c.workflow_version, c.recorded_at_ns, \
+                    p.rows_read \
+             FROM (SELECT seq, ts_ns, row_number() OVER w AS rn, sum(bytes) OVER w AS running, \
+                          count(*) OVER () AS rows_read \
+                   FROM (SELECT seq, ts_ns, \
+                                octet_length(state) + octet_length(phase) + octet_length(session_id) \
+                                  + octet_length(workflow_version) AS bytes \
+                         FROM checkpoints \
+                         WHERE namespace = $1 AND turn_id = $2 AND (CAST($3 AS TEXT) IS NULL OR phase = $3) \
+                           AND (ts_ns, seq) ",
+            $after,
+            " ($4, $5) \
+                         ORDER BY ts_ns",
+            $order,
+            ", seq",
+            $order,
+            " LIMIT $6) page \
+                   WINDOW w AS (ORDER BY ts_ns",
+            $order,
+            ", seq",
+            $order,
+            " ROWS UNBOUNDED PRECEDING)) p \
+             JOIN checkpoints c ON c.seq = p.seq \
+             WHERE p.rn < $6 AND (p.running + p.rn * $8 <= $7 OR p.rn = 1) \
+             ORDER BY p.ts_ns",
+            $order,
+            ", p.seq",
+            $order
+        )
+    };
+}
 
-/// A page of a turn's checkpoints from the newest.
-const RESTORE_NEWEST_FIRST: &str = "\
-    SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns FROM checkpoints \
-    WHERE namespace = $1 AND turn_id = $2 AND (CAST($3 AS TEXT) IS NULL OR phase = $3) AND (ts_ns, seq) < ($4, $5) \
-    ORDER BY ts_ns DESC, seq DESC LIMIT $6";
+const RESTORE_OLDEST_FIRST: &str = restore_page!("", ">");
+const RESTORE_NEWEST_FIRST: &str = restore_page!(" DESC", "<");
 
 const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
 
@@ -205,6 +241,7 @@ where
             (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
         };
         let sql = if q.newest_first { RESTORE_NEWEST_FIRST } else { RESTORE_OLDEST_FIRST };
+        let overhead = RESTORE_OVERHEAD_BYTES + q.namespace.len() + q.turn_id.len();
         let rows: Vec<PageRow> = sqlx::query_as(sql)
             .bind(q.namespace.as_str())
             .bind(q.turn_id.as_str())
@@ -212,10 +249,12 @@ where
             .bind(start.timestamp)
             .bind(start.seq)
             .bind(i64::from(q.limit) + 1)
+            .bind(i64::try_from(q.bytes_max).unwrap_or(i64::MAX))
+            .bind(i64::try_from(overhead).unwrap_or(i64::MAX))
             .fetch_all(pool)
             .await?;
-        let checkpoints = rows.into_iter().map(|row| row.into_checkpoint(q)).collect();
-        Ok(rows::page(checkpoints, q.limit))
+        let more = rows.first().is_some_and(|first| usize::try_from(first.rows_read).unwrap_or(0) > rows.len());
+        Ok((rows.into_iter().map(|row| row.into_checkpoint(q)).collect(), more))
     }
 
     async fn turn(pool: &Pool<DB>, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, sqlx::Error> {

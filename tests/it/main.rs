@@ -20,6 +20,7 @@ mod lifecycle;
 mod namespace;
 mod postgres_only;
 mod postgres_tls;
+mod response_size;
 mod restore;
 mod security;
 mod shared_store;

@@ -473,8 +473,12 @@ func (x *RestoreRequest) GetExpectWorkflowVersion() string {
 
 // RestoreResponse is one page of checkpoints.
 type RestoreResponse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Checkpoints []*Checkpoint          `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most page_size checkpoints, and at most the server's response byte
+	// budget (--response-bytes-max, 4 MiB less 64 KiB by default), so a page
+	// may hold fewer than page_size while more follow; never none while more
+	// follow, and a checkpoint larger than the budget comes alone.
+	Checkpoints []*Checkpoint `protobuf:"bytes,1,rep,name=checkpoints,proto3" json:"checkpoints,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -618,7 +622,9 @@ func (x *ListTurnsRequest) GetPageToken() string {
 // ListTurnsResponse is one page of turn summaries.
 type ListTurnsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Turns []*TurnSummary         `protobuf:"bytes,1,rep,name=turns,proto3" json:"turns,omitempty"`
+	// At most page_size turns, and at most the server's response byte budget;
+	// a page may hold fewer than page_size while more follow.
+	Turns []*TurnSummary `protobuf:"bytes,1,rep,name=turns,proto3" json:"turns,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields

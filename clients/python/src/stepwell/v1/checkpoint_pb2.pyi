@@ -259,7 +259,13 @@ class RestoreResponse(_message.Message):
     next_page_token: _builtins.str
     """Empty on the last page."""
     @_builtins.property
-    def checkpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Checkpoint]: ...
+    def checkpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Checkpoint]:
+        """At most page_size checkpoints, and at most the server's response byte
+        budget (--response-bytes-max, 4 MiB less 64 KiB by default), so a page
+        may hold fewer than page_size while more follow; never none while more
+        follow, and a checkpoint larger than the budget comes alone.
+        """
+
     def __init__(
         self,
         *,
@@ -329,7 +335,11 @@ class ListTurnsResponse(_message.Message):
     next_page_token: _builtins.str
     """Empty on the last page."""
     @_builtins.property
-    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___TurnSummary]: ...
+    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___TurnSummary]:
+        """At most page_size turns, and at most the server's response byte budget;
+        a page may hold fewer than page_size while more follow.
+        """
+
     def __init__(
         self,
         *,

@@ -260,6 +260,11 @@ export const RestoreRequestSchema: GenMessage<RestoreRequest> = /*@__PURE__*/
  */
 export type RestoreResponse = Message<"stepwell.v1.RestoreResponse"> & {
   /**
+   * At most page_size checkpoints, and at most the server's response byte
+   * budget (--response-bytes-max, 4 MiB less 64 KiB by default), so a page
+   * may hold fewer than page_size while more follow; never none while more
+   * follow, and a checkpoint larger than the budget comes alone.
+   *
    * @generated from field: repeated stepwell.v1.Checkpoint checkpoints = 1;
    */
   checkpoints: Checkpoint[];
@@ -339,6 +344,9 @@ export const ListTurnsRequestSchema: GenMessage<ListTurnsRequest> = /*@__PURE__*
  */
 export type ListTurnsResponse = Message<"stepwell.v1.ListTurnsResponse"> & {
   /**
+   * At most page_size turns, and at most the server's response byte budget;
+   * a page may hold fewer than page_size while more follow.
+   *
    * @generated from field: repeated stepwell.v1.TurnSummary turns = 1;
    */
   turns: TurnSummary[];
