@@ -11,13 +11,20 @@
 //! only through the cheap, cloneable `Writer` handle. Each caller waits on a
 //! reply of its own request's type, and a batch's answers come back typed per
 //! kind, so an answer can only reach a caller waiting for that kind.
+//!
+//! A DeleteTurn goes through the queue in chunks of at most
+//! `delete_chunk_rows` checkpoints, one after another, and each chunk is
+//! committed alone, apart from the batch it was taken with. Other writes
+//! queued meanwhile are committed between two chunks, so deleting a huge turn
+//! never holds the (single SQLite) writer for long, and a delete never shares
+//! a transaction, or its locks, with appends.
 
 use std::sync::Arc;
 
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Error, Fenced, Handle, Write, Written};
+use super::{Deleted, Error, Fenced, Handle, Write, Written};
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
 use crate::model::{Appended, NewCheckpoint, UnixNanos};
 
@@ -31,6 +38,8 @@ pub struct WriterConfig {
     /// Writer tasks committing batches side by side (1 for SQLite, which has
     /// one writer; more for Postgres, whose commits overlap).
     pub concurrency: usize,
+    /// Most checkpoints one DeleteTurn chunk (one transaction) deletes.
+    pub delete_chunk_rows: u32,
 }
 
 /// Where one caller waits for its answer.
@@ -39,7 +48,7 @@ type Reply<T> = oneshot::Sender<Result<T, Arc<Error>>>;
 /// A caller's reply, by the kind of its request.
 enum Pending {
     Appended(Reply<Appended>),
-    Deleted(Reply<u64>),
+    Deleted(Reply<Deleted>),
     Begun(Reply<Fenced<BeginOutcome>>),
     Completed(Reply<Fenced<UnixNanos>>),
     Released(Reply<Fenced<RecordState>>),
@@ -56,6 +65,7 @@ struct Request {
 pub struct Writer {
     queue: mpsc::Sender<Request>,
     store: Handle,
+    delete_chunk_rows: u32,
 }
 
 impl Writer {
@@ -66,7 +76,7 @@ impl Writer {
         let tasks = (0..config.concurrency.max(1))
             .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max)))
             .collect();
-        (Writer { queue, store }, tasks)
+        (Writer { queue, store, delete_chunk_rows: config.delete_chunk_rows.max(1) }, tasks)
     }
 
     /// Queues one write and waits for its batch to commit.
@@ -87,8 +97,25 @@ impl Writer {
         self.submit(Write::Append(checkpoint), Pending::Appended).await
     }
 
+    /// Deletes a turn chunk by chunk until it is gone; answers how many
+    /// checkpoints went. Each chunk commits on its own, so a delete that
+    /// fails or is cancelled midway leaves the turn partly deleted, with a
+    /// true summary, and a retry finishes it. Checkpoints appended to the
+    /// turn while it is being deleted are deleted too.
     pub async fn delete_turn(&self, namespace: String, turn_id: String) -> Result<u64, Error> {
-        self.submit(Write::DeleteTurn { namespace, turn_id }, Pending::Deleted).await
+        let mut total = 0;
+        loop {
+            let chunk = Write::DeleteTurn {
+                namespace: namespace.clone(),
+                turn_id: turn_id.clone(),
+                rows: self.delete_chunk_rows,
+            };
+            let deleted = self.submit(chunk, Pending::Deleted).await?;
+            total += deleted.checkpoints;
+            if deleted.gone {
+                return Ok(total);
+            }
+        }
     }
 
     pub async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error> {
@@ -118,25 +145,38 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
                 return; // every handle is gone
             }
         }
-        let mut replies = Replies::default();
-        let writes: Vec<Write> = requests
-            .drain(..)
-            .map(|request| {
-                replies.push(request.reply);
-                request.write
-            })
-            .collect();
-        tracing::trace!(size = writes.len(), "committing a batch");
-        let written = match store.check_up() {
-            Ok(()) => store.backend().write(writes).await,
-            Err(down) => Err(down),
-        };
-        match written {
-            Ok(written) => replies.answer(written),
-            Err(error) => {
-                tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
-                replies.fail(Arc::new(error));
-            }
+        // Delete chunks are committed each on its own, after the rest.
+        let (chunks, batch): (Vec<Request>, Vec<Request>) =
+            requests.drain(..).partition(|request| matches!(request.write, Write::DeleteTurn { .. }));
+        if !batch.is_empty() {
+            commit(&store, batch).await;
+        }
+        for chunk in chunks {
+            commit(&store, vec![chunk]).await;
+        }
+    }
+}
+
+/// Commits one batch and answers each of its callers.
+async fn commit(store: &Handle, requests: Vec<Request>) {
+    let mut replies = Replies::default();
+    let writes: Vec<Write> = requests
+        .into_iter()
+        .map(|request| {
+            replies.push(request.reply);
+            request.write
+        })
+        .collect();
+    tracing::trace!(size = writes.len(), "committing a batch");
+    let written = match store.check_up() {
+        Ok(()) => store.backend().write(writes).await,
+        Err(down) => Err(down),
+    };
+    match written {
+        Ok(written) => replies.answer(written),
+        Err(error) => {
+            tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
+            replies.fail(Arc::new(error));
         }
     }
 }
@@ -145,7 +185,7 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
 #[derive(Default)]
 struct Replies {
     appended: Vec<Reply<Appended>>,
-    deleted: Vec<Reply<u64>>,
+    deleted: Vec<Reply<Deleted>>,
     begun: Vec<Reply<Fenced<BeginOutcome>>>,
     completed: Vec<Reply<Fenced<UnixNanos>>>,
     released: Vec<Reply<Fenced<RecordState>>>,

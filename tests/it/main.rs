@@ -9,6 +9,7 @@
 mod admission;
 mod auth;
 mod checkpoint;
+mod delete;
 mod durability;
 mod group_commit;
 mod idempotency;
