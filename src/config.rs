@@ -328,6 +328,12 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_WRITE_CONCURRENCY", default_value = "4", value_parser = size(1, 64))]
     pub write_concurrency: usize,
 
+    /// Most checkpoints one transaction of a DeleteTurn deletes: a larger
+    /// turn is deleted in chunks of this many, with other writes committed
+    /// between them.
+    #[arg(long, env = "STEPWELL_DELETE_CHUNK_ROWS", default_value = "1000", value_parser = count(1, 100_000))]
+    pub delete_chunk_rows: u32,
+
     /// Most requests in the stepwell services at once, across all connections;
     /// more are shed at once with RESOURCE_EXHAUSTED (health and reflection
     /// are never shed).
@@ -876,6 +882,7 @@ fn writes(args: &ServeArgs, errors: &mut ConfigErrors) -> Writes {
         queue_max: args.write_queue_max,
         queue_bytes_max: args.write_queue_bytes_max,
         batch_max: args.write_batch_max,
+        delete_chunk_rows: args.delete_chunk_rows,
         // SQLite admits one writer; more tasks would only queue on its lock.
         concurrency: match args.database {
             Database::Sqlite { .. } => 1,

@@ -173,8 +173,10 @@ pub enum Write {
     /// Append a checkpoint unless its (namespace, turn_id, phase, timestamp)
     /// is stored already, and update its turn's summary.
     Append(NewCheckpoint),
-    /// Delete a turn's checkpoints and summary.
-    DeleteTurn { namespace: String, turn_id: String },
+    /// Delete one chunk of a turn: up to `rows` of its oldest checkpoints,
+    /// keeping its summary true to what is left (or deleting it with the
+    /// last). Always committed alone, never in a batch with other writes.
+    DeleteTurn { namespace: String, turn_id: String, rows: u32 },
     /// Acquire a key's lease, or say why not.
     Begin(BeginArgs),
     /// Record the result under a lease.
@@ -191,14 +193,23 @@ pub enum Write {
 #[derive(Debug, Default)]
 pub struct Written {
     pub appended: Vec<Appended>,
-    /// How many checkpoints each deletion removed.
-    pub deleted: Vec<u64>,
+    /// What each deletion chunk removed.
+    pub deleted: Vec<Deleted>,
     pub begun: Vec<Fenced<BeginOutcome>>,
     /// When each result was recorded.
     pub completed: Vec<Fenced<UnixNanos>>,
     pub released: Vec<Fenced<RecordState>>,
     /// Each new lease expiry.
     pub extended: Vec<Fenced<UnixNanos>>,
+}
+
+/// What one chunk of a DeleteTurn did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deleted {
+    /// How many checkpoints went.
+    pub checkpoints: u64,
+    /// Whether the turn is gone: no checkpoint of it and no summary is left.
+    pub gone: bool,
 }
 
 /// A backend that stores checkpoint logs and idempotency records. The lease

@@ -4,8 +4,10 @@
 //!
 //! Every request in a batch was in flight at the same time, so any order of
 //! them is a valid order; a batch runs its appends first, then its
-//! idempotency requests (in arrival order, against records loaded once), then
-//! its deletions. Per-request answers are exactly what the requests would get
+//! idempotency requests (in arrival order, against records loaded once). A
+//! DeleteTurn chunk is committed alone (the writer never batches it with
+//! other writes), so its transaction locks one turn's summary and nothing
+//! else, and cannot close a lock cycle with batches of appends. Per-request answers are exactly what the requests would get
 //! one at a time: a second identical append in one batch is a duplicate of
 //! the first, and a second Begin on one key sees the first's lease.
 
@@ -13,7 +15,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::{Error, Fenced, Write, Written};
+use super::{Deleted, Error, Fenced, Write, Written};
 use crate::idempotency::{self, BeginPlan, Plan, Record};
 use crate::model::{Appended, NewCheckpoint, StoredCheckpoint, UnixNanos};
 
@@ -194,12 +196,13 @@ fn plan_acquire(
     }
 }
 
-/// The statement a batch runs that reads the same on every backend, so that
-/// it is implemented once for them all.
+/// The statements that read the same on every backend, so that they are
+/// implemented once for them all.
 #[async_trait]
 pub trait DeleteTurn: Send {
-    /// Deletes a turn's checkpoints and summary; answers how many checkpoints went.
-    async fn delete_turn(&mut self, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error>;
+    /// Deletes up to `rows` of a turn's oldest checkpoints and keeps its
+    /// summary true to the rest, or deletes it with the last one.
+    async fn delete_turn(&mut self, namespace: &str, turn_id: &str, rows: u32) -> Result<Deleted, sqlx::Error>;
 }
 
 /// The statements a backend runs for a batch, on one connection: its SQL,
@@ -247,7 +250,8 @@ pub fn needs_transaction(batch: &[Write]) -> bool {
 }
 
 /// Runs a batch's statements: locks first, in one order; then its appends,
-/// its idempotency requests and its deletions (see the module comment).
+/// its idempotency requests and its deletion chunk, which the writer sends
+/// alone (see the module comment).
 /// Answers every request.
 pub async fn run(
     statements: &mut impl Statements,
@@ -274,8 +278,8 @@ pub async fn run(
         statements.save_records(&changed).await?;
     }
     for write in &batch {
-        if let Write::DeleteTurn { namespace, turn_id } = write {
-            written.deleted.push(statements.delete_turn(namespace, turn_id).await?);
+        if let Write::DeleteTurn { namespace, turn_id, rows } = write {
+            written.deleted.push(statements.delete_turn(namespace, turn_id, *rows).await?);
         }
     }
     written.appended = appended(batch, sources, recorded_at);

@@ -24,7 +24,7 @@ use sqlx::{ConnectOptions, FromRow, Postgres, Row, SqlSafeStr};
 
 use super::batch::{self, CheckpointKey};
 use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
-use super::shared::{Backend, Conn, Dialect, Pools};
+use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
 use super::{Error, Options};
 use crate::idempotency::Record;
 use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
@@ -253,6 +253,15 @@ const INSERT_CHECKPOINTS: &str = "WITH ins AS ( \
                           AND excluded.version_ts_ns >= turns.version_ts_ns \
                          THEN excluded.version_ts_ns ELSE turns.version_ts_ns END) \
      SELECT namespace, turn_id, phase, ts_ns, seq FROM ins";
+
+/// A deletion chunk locks the turn's summary row. A batch that appends to the
+/// turn waits at its summary upsert until the chunk commits, and the rows it
+/// inserted before that are invisible to the chunk; so no append commits in
+/// the middle of a chunk, and none is counted by a summary the chunk deletes.
+impl LockTurn for Postgres {
+    const LOCK_TURN: &'static str =
+        "SELECT checkpoint_count FROM turns WHERE namespace = $1 AND turn_id = $2 FOR UPDATE";
+}
 
 /// Postgres's batch statements: one round trip each, whatever the batch's
 /// size, with the rows as `UNNEST`ed arrays.

@@ -1,6 +1,6 @@
 //! What the SQLite and Postgres backends do alike: a batch's transaction,
-//! the reads of the checkpoint log and the turns, and a turn's deletion,
-//! written once over `sqlx::Database`; and `Store` for every `Backend`, so
+//! the reads of the checkpoint log and the turns, and a turn's deletion
+//! chunk by chunk, written once over `sqlx::Database`; and `Store` for every `Backend`, so
 //! that a backend supplies only what is its own.
 //!
 //! The statements here are in the SQL both dialects accept: `$N` parameters
@@ -17,7 +17,7 @@ use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, SqlStr, Typ
 
 use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
-use super::{Error, Store, Write, Written};
+use super::{Deleted, Error, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::model::{
@@ -113,8 +113,23 @@ pub fn list_turns_sql(on_sqlite: bool, q: &ListTurnsQuery) -> &'static str {
     &LIST_TURNS[usize::from(on_sqlite)][filters]
 }
 
-const DELETE_CHECKPOINTS: &str = "DELETE FROM checkpoints WHERE namespace = $1 AND turn_id = $2";
+/// Up to `$3` of a turn's checkpoints, oldest first (restore order), so that
+/// the summary's latest checkpoint is the last to go.
+const DELETE_OLDEST: &str = "\
+    DELETE FROM checkpoints WHERE seq IN (\
+      SELECT seq FROM checkpoints WHERE namespace = $1 AND turn_id = $2 ORDER BY ts_ns, seq LIMIT $3)";
+const OLDEST_LEFT: &str = "SELECT min(ts_ns) FROM checkpoints WHERE namespace = $1 AND turn_id = $2";
+const SHRINK_TURN: &str = "\
+    UPDATE turns SET checkpoint_count = checkpoint_count - $3, first_ts_ns = $4 \
+    WHERE namespace = $1 AND turn_id = $2";
 const DELETE_TURN: &str = "DELETE FROM turns WHERE namespace = $1 AND turn_id = $2";
+
+/// How a backend reads a turn's checkpoint count and locks its summary row
+/// until the transaction ends, so that no append to the turn commits while a
+/// deletion chunk runs: `$1` is the namespace, `$2` the turn.
+pub trait LockTurn {
+    const LOCK_TURN: &'static str;
+}
 
 /// A backend's connections and clock.
 pub struct Pools<DB: Database> {
@@ -287,19 +302,54 @@ where
     }
 }
 
+/// One chunk of a DeleteTurn, in its own transaction: lock the turn's
+/// summary (an append to the turn then waits for the chunk to commit, and
+/// checkpoints it inserted before are not yet visible to the chunk), delete
+/// up to `rows` of its oldest checkpoints, then either shrink the summary by
+/// as many or, if none are left, delete it. After any chunk, and so after a
+/// crash or a cancelled DeleteTurn, every turn with checkpoints has a summary
+/// that counts them. As the oldest go first, the summary's latest checkpoint
+/// (last timestamp, phase, terminal) stays true; `first_ts_ns` moves to the
+/// oldest left; session and workflow version stay as the turn named them.
 #[async_trait]
 impl<DB> batch::DeleteTurn for Conn<'_, DB>
 where
-    DB: Database,
+    DB: Database + LockTurn,
     DB::Arguments: IntoArguments<DB>,
     DB::QueryResult: RowsAffected,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'r> (i64,): FromRow<'r, DB::Row>,
+    for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
 {
-    async fn delete_turn(&mut self, namespace: &str, turn_id: &str) -> Result<u64, sqlx::Error> {
-        let deleted = sqlx::query(DELETE_CHECKPOINTS).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
-        sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
-        Ok(deleted.rows_affected())
+    async fn delete_turn(&mut self, namespace: &str, turn_id: &str, rows: u32) -> Result<Deleted, sqlx::Error> {
+        let count: Option<i64> =
+            sqlx::query_scalar(DB::LOCK_TURN).bind(namespace).bind(turn_id).fetch_optional(&mut *self.conn).await?;
+        if count.is_none() {
+            // No summary: no checkpoints committed, and any being appended
+            // commit after this delete.
+            return Ok(Deleted { checkpoints: 0, gone: true });
+        }
+        let deleted = sqlx::query(DELETE_OLDEST)
+            .bind(namespace)
+            .bind(turn_id)
+            .bind(i64::from(rows))
+            .execute(&mut *self.conn)
+            .await?
+            .rows_affected();
+        let oldest: Option<i64> =
+            sqlx::query_scalar(OLDEST_LEFT).bind(namespace).bind(turn_id).fetch_one(&mut *self.conn).await?;
+        let summary = match oldest {
+            None => sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id),
+            Some(oldest) => sqlx::query(SHRINK_TURN)
+                .bind(namespace)
+                .bind(turn_id)
+                .bind(i64::try_from(deleted).unwrap_or(i64::MAX))
+                .bind(oldest),
+        };
+        summary.execute(&mut *self.conn).await?;
+        Ok(Deleted { checkpoints: deleted, gone: oldest.is_none() })
     }
 }
 

@@ -19,7 +19,7 @@ use sqlx::{QueryBuilder, SqlSafeStr, Sqlite};
 
 use super::batch::{self, CheckpointKey};
 use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
-use super::shared::{Backend, Conn, Dialect, Pools};
+use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
 use super::{Error, Options};
 use crate::idempotency::Record;
 use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
@@ -140,6 +140,12 @@ async fn create_private(path: &Path) -> std::io::Result<()> {
     })
     .await
     .map_err(std::io::Error::other)?
+}
+
+/// A deletion chunk's transaction holds SQLite's write lock from its start
+/// (`BEGIN IMMEDIATE`), which keeps every other writer out already.
+impl LockTurn for Sqlite {
+    const LOCK_TURN: &'static str = "SELECT checkpoint_count FROM turns WHERE namespace = $1 AND turn_id = $2";
 }
 
 /// SQLite's batch statements: multi-row `VALUES` lists built per batch.

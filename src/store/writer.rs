@@ -17,13 +17,20 @@
 //! only through the cheap, cloneable `Writer` handle. Each caller waits on a
 //! reply of its own request's type, and a batch's answers come back typed per
 //! kind, so an answer can only reach a caller waiting for that kind.
+//!
+//! A DeleteTurn goes through the queue in chunks of at most
+//! `delete_chunk_rows` checkpoints, one after another, and each chunk is
+//! committed alone, apart from the batch it was taken with. Other writes
+//! queued meanwhile are committed between two chunks, so deleting a huge turn
+//! never holds the (single SQLite) writer for long, and a delete never shares
+//! a transaction, or its locks, with appends.
 
 use std::sync::Arc;
 
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Error, Fenced, Handle, Write, Written};
+use super::{Deleted, Error, Fenced, Handle, Write, Written};
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
 use crate::model::{Appended, NewCheckpoint, UnixNanos};
 
@@ -39,6 +46,8 @@ pub struct WriterConfig {
     /// Writer tasks committing batches side by side (1 for SQLite, which has
     /// one writer; more for Postgres, whose commits overlap).
     pub concurrency: usize,
+    /// Most checkpoints one DeleteTurn chunk (one transaction) deletes.
+    pub delete_chunk_rows: u32,
 }
 
 /// Where one caller waits for its answer.
@@ -47,7 +56,7 @@ type Reply<T> = oneshot::Sender<Result<T, Arc<Error>>>;
 /// A caller's reply, by the kind of its request.
 enum Pending {
     Appended(Reply<Appended>),
-    Deleted(Reply<u64>),
+    Deleted(Reply<Deleted>),
     Begun(Reply<Fenced<BeginOutcome>>),
     Completed(Reply<Fenced<UnixNanos>>),
     Released(Reply<Fenced<RecordState>>),
@@ -94,7 +103,7 @@ impl Write {
                     + c.state.len()
                     + c.workflow_version.len()
             }
-            Write::DeleteTurn { namespace, turn_id } => namespace.len() + turn_id.len(),
+            Write::DeleteTurn { namespace, turn_id, .. } => namespace.len() + turn_id.len(),
             Write::Begin(args) => args.namespace.len() + args.key.len() + args.fingerprint.len(),
             Write::Complete { fence, result } => fence.namespace.len() + fence.key.len() + result.len(),
             Write::Release { fence, error, .. } => fence.namespace.len() + fence.key.len() + error.len(),
@@ -111,6 +120,7 @@ pub struct Writer {
     /// The queue's byte budget: one permit per byte.
     bytes: Arc<Semaphore>,
     store: Handle,
+    delete_chunk_rows: u32,
 }
 
 impl Writer {
@@ -122,7 +132,7 @@ impl Writer {
             .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max)))
             .collect();
         let bytes = Arc::new(Semaphore::new(config.queue_bytes_max.min(Semaphore::MAX_PERMITS)));
-        (Writer { queue, bytes, store }, tasks)
+        (Writer { queue, bytes, store, delete_chunk_rows: config.delete_chunk_rows.max(1) }, tasks)
     }
 
     /// Queues one write and waits for its batch to commit. Refused at once
@@ -147,8 +157,25 @@ impl Writer {
         self.submit(Write::Append(checkpoint), Pending::Appended).await
     }
 
+    /// Deletes a turn chunk by chunk until it is gone; answers how many
+    /// checkpoints went. Each chunk commits on its own, so a delete that
+    /// fails or is cancelled midway leaves the turn partly deleted, with a
+    /// true summary, and a retry finishes it. Checkpoints appended to the
+    /// turn while it is being deleted are deleted too.
     pub async fn delete_turn(&self, namespace: String, turn_id: String) -> Result<u64, Error> {
-        self.submit(Write::DeleteTurn { namespace, turn_id }, Pending::Deleted).await
+        let mut total = 0;
+        loop {
+            let chunk = Write::DeleteTurn {
+                namespace: namespace.clone(),
+                turn_id: turn_id.clone(),
+                rows: self.delete_chunk_rows,
+            };
+            let deleted = self.submit(chunk, Pending::Deleted).await?;
+            total += deleted.checkpoints;
+            if deleted.gone {
+                return Ok(total);
+            }
+        }
     }
 
     pub async fn begin(&self, args: BeginArgs) -> Result<Fenced<BeginOutcome>, Error> {
@@ -181,35 +208,45 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
         // A request whose caller has gone is dropped, never stored; its
         // bytes go back now. The others hold theirs until answered.
         requests.retain(|request| !request.reply.is_abandoned());
-        if requests.is_empty() {
-            continue;
+        // Delete chunks are committed each on its own, after the rest.
+        let (chunks, batch): (Vec<Request>, Vec<Request>) =
+            requests.drain(..).partition(|request| matches!(request.write, Write::DeleteTurn { .. }));
+        if !batch.is_empty() {
+            commit(&store, batch).await;
         }
-        let mut replies = Replies::default();
-        let mut held = Vec::with_capacity(requests.len());
-        let writes: Vec<Write> = requests
-            .drain(..)
-            .map(|request| {
-                replies.push(request.reply);
-                held.push(request.bytes);
-                request.write
-            })
-            .collect();
-        #[cfg(feature = "fault-injection")]
-        panic_if_asked(&writes);
-        tracing::trace!(size = writes.len(), "committing a batch");
-        let written = match store.check_up() {
-            Ok(()) => store.backend().write(writes).await,
-            Err(down) => Err(down),
-        };
-        // The batch's writes are gone with its transaction: their bytes go
-        // back before the callers hear, so none of them finds them still held.
-        drop(held);
-        match written {
-            Ok(written) => replies.answer(written),
-            Err(error) => {
-                tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
-                replies.fail(Arc::new(error));
-            }
+        for chunk in chunks {
+            commit(&store, vec![chunk]).await;
+        }
+    }
+}
+
+/// Commits one batch and answers each of its callers.
+async fn commit(store: &Handle, requests: Vec<Request>) {
+    let mut replies = Replies::default();
+    let mut held = Vec::with_capacity(requests.len());
+    let writes: Vec<Write> = requests
+        .into_iter()
+        .map(|request| {
+            replies.push(request.reply);
+            held.push(request.bytes);
+            request.write
+        })
+        .collect();
+    #[cfg(feature = "fault-injection")]
+    panic_if_asked(&writes);
+    tracing::trace!(size = writes.len(), "committing a batch");
+    let written = match store.check_up() {
+        Ok(()) => store.backend().write(writes).await,
+        Err(down) => Err(down),
+    };
+    // The batch's writes are gone with its transaction: their bytes go back
+    // before the callers hear, so none of them finds them still held.
+    drop(held);
+    match written {
+        Ok(written) => replies.answer(written),
+        Err(error) => {
+            tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
+            replies.fail(Arc::new(error));
         }
     }
 }
@@ -231,7 +268,7 @@ fn panic_if_asked(writes: &[Write]) {
 #[derive(Default)]
 struct Replies {
     appended: Vec<Reply<Appended>>,
-    deleted: Vec<Reply<u64>>,
+    deleted: Vec<Reply<Deleted>>,
     begun: Vec<Reply<Fenced<BeginOutcome>>>,
     completed: Vec<Reply<Fenced<UnixNanos>>>,
     released: Vec<Reply<Fenced<RecordState>>>,

@@ -12,6 +12,7 @@ mod bounded_waits;
 mod checkpoint;
 mod connections;
 mod crash_only;
+mod delete;
 mod durability;
 mod group_commit;
 mod idempotency;
