@@ -1,7 +1,10 @@
 //! DeleteTurn against everything else: deletes and appends to the same turns
 //! from many callers and two sidecars on one store leave every turn with
 //! checkpoints with a summary row that counts them (so ListTurns(OPEN) still
-//! finds it), and no write fails, as a deadlock would make one fail.
+//! finds it), and no write fails, as a deadlock would make one fail. A large
+//! turn is deleted in chunks, one transaction each, with other writes
+//! committed between them; a delete killed midway leaves the turn partly
+//! deleted with a true summary, and a retry finishes it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,16 +16,19 @@ use stepwell::model::NewCheckpoint;
 use stepwell::store::{self, Write};
 use tokio::task::JoinSet;
 
+use stepwell_test_support::WAIT_LIMIT;
 use stepwell_test_support::backend::{Inspector, TestStore};
-use stepwell_test_support::requests::{T0, checkpoint, list_all, list_turns, turn_ids};
-use stepwell_test_support::sidecar::Sidecar;
+use stepwell_test_support::requests::{T0, assert_inserted, checkpoint, list_all, list_turns, turn_ids};
+use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
+
+use crate::STEPWELL;
 
 /// Per turn: how many checkpoints the log holds, and the count its summary
 /// row says (`None`: no summary row).
 type Counts = BTreeMap<String, (i64, Option<i64>)>;
 
 /// Every turn of the log or of the summaries, with both counts.
-pub(crate) async fn counts(inspector: &Inspector) -> Counts {
+async fn counts(inspector: &Inspector) -> Counts {
     const LOG: &str = "SELECT turn_id, count(*) FROM checkpoints GROUP BY turn_id";
     const SUMMARIES: &str = "SELECT turn_id, checkpoint_count FROM turns";
     type Rows = Result<Vec<(String, i64)>, sqlx::Error>;
@@ -45,7 +51,7 @@ pub(crate) async fn counts(inspector: &Inspector) -> Counts {
 }
 
 /// The turns whose summary is missing or counts wrongly: none, always.
-pub(crate) fn untrue(counts: &Counts) -> Vec<(&String, &(i64, Option<i64>))> {
+fn untrue(counts: &Counts) -> Vec<(&String, &(i64, Option<i64>))> {
     counts.iter().filter(|(_, (log, summary))| Some(*log) != *summary || *log == 0).collect()
 }
 
@@ -57,27 +63,26 @@ const ROUNDS: i64 = 8;
 /// Callers appending through each sidecar while the turns are deleted.
 const APPENDERS: usize = 8;
 
-/// Fills every turn with `FILL` checkpoints, straight into the store.
-async fn fill(store: &TestStore, round: i64) {
+/// Writes `n` checkpoints of `turn` in `phase` straight into the store, in
+/// batches, with timestamps from T0 on.
+async fn fill(store: &TestStore, turn: &str, phase: &str, n: i64) {
     let store = store::open(&Config::for_database(store.database()).store).await.expect("open the store");
-    for turn in 0..TURNS {
-        for chunk in 0..FILL / 500 {
-            let batch = (0..500)
-                .map(|k| {
-                    Write::Append(NewCheckpoint {
-                        namespace: "default".into(),
-                        turn_id: format!("turn-{turn}"),
-                        session_id: String::new(),
-                        phase: format!("fill-{round}"),
-                        state: b"{}".to_vec(),
-                        timestamp: T0 + chunk * 500 + k,
-                        terminal: false,
-                        workflow_version: String::new(),
-                    })
+    for start in (0..n).step_by(500) {
+        let batch = (start..n.min(start + 500))
+            .map(|k| {
+                Write::Append(NewCheckpoint {
+                    namespace: "default".into(),
+                    turn_id: turn.into(),
+                    session_id: String::new(),
+                    phase: phase.into(),
+                    state: b"{}".to_vec(),
+                    timestamp: T0 + k,
+                    terminal: false,
+                    workflow_version: String::new(),
                 })
-                .collect();
-            store.write(batch).await.expect("fill the turn");
-        }
+            })
+            .collect();
+        store.write(batch).await.expect("fill the turn");
     }
     store.close().await;
 }
@@ -119,7 +124,9 @@ async fn race(deleters: &[Deleter]) {
     let inspector = first.store().inspect().await;
     let mut client = first.client();
     for round in 0..ROUNDS {
-        fill(first.store(), round).await;
+        for turn in 0..TURNS {
+            fill(first.store(), &format!("turn-{turn}"), &format!("fill-{round}"), FILL).await;
+        }
         // Callers append to the turns through the first sidecar until every
         // delete has answered.
         let deleting = Arc::new(AtomicBool::new(true));
@@ -180,4 +187,133 @@ async fn race(deleters: &[Deleter]) {
             client.delete_turn(request).await.expect("clear the turn");
         }
     }
+}
+
+/// From here on, the store records in `events`, in order: `chunk` when the
+/// summary of turn `big` shrinks, `gone` when it is deleted, and `other` when
+/// a checkpoint of turn `other` is inserted.
+async fn record_events(store: &TestStore) {
+    store
+        .execute(
+            "CREATE TABLE events (n INTEGER PRIMARY KEY AUTOINCREMENT, what TEXT NOT NULL); \
+             CREATE TRIGGER chunk_event AFTER UPDATE ON turns WHEN NEW.turn_id = 'big' \
+               BEGIN INSERT INTO events (what) VALUES ('chunk'); END; \
+             CREATE TRIGGER gone_event AFTER DELETE ON turns WHEN OLD.turn_id = 'big' \
+               BEGIN INSERT INTO events (what) VALUES ('gone'); END; \
+             CREATE TRIGGER other_event AFTER INSERT ON checkpoints WHEN NEW.turn_id = 'other' \
+               BEGIN INSERT INTO events (what) VALUES ('other'); END;",
+            "CREATE TABLE events (n BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, what TEXT NOT NULL); \
+             CREATE FUNCTION record_event() RETURNS trigger LANGUAGE plpgsql AS $$ \
+               BEGIN INSERT INTO events (what) VALUES (TG_ARGV[0]); RETURN NULL; END $$; \
+             CREATE TRIGGER chunk_event AFTER UPDATE ON turns FOR EACH ROW WHEN (NEW.turn_id = 'big') \
+               EXECUTE FUNCTION record_event('chunk'); \
+             CREATE TRIGGER gone_event AFTER DELETE ON turns FOR EACH ROW WHEN (OLD.turn_id = 'big') \
+               EXECUTE FUNCTION record_event('gone'); \
+             CREATE TRIGGER other_event AFTER INSERT ON checkpoints FOR EACH ROW WHEN (NEW.turn_id = 'other') \
+               EXECUTE FUNCTION record_event('other');",
+        )
+        .await;
+}
+
+async fn events(inspector: &Inspector) -> Vec<String> {
+    const EVENTS: &str = "SELECT what FROM events ORDER BY n";
+    match inspector {
+        Inspector::Sqlite(pool) => sqlx::query_scalar(EVENTS).fetch_all(pool).await,
+        Inspector::Postgres(pool) => sqlx::query_scalar(EVENTS).fetch_all(pool).await,
+    }
+    .expect("read the events")
+}
+
+/// How many checkpoints turn `big`'s summary counts; 0 once it is gone.
+async fn big_count(inspector: &Inspector) -> i64 {
+    counts(inspector).await.get("big").and_then(|(_, summary)| *summary).unwrap_or(0)
+}
+
+/// Waits until `big`'s summary counts fewer than `below`: the delete has
+/// committed a chunk. Reads without sleeping; gives up after WAIT_LIMIT.
+async fn until_partly_deleted(inspector: &Inspector, below: i64) -> i64 {
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        let count = big_count(inspector).await;
+        if count < below {
+            return count;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the delete never committed a chunk of its own");
+        tokio::task::yield_now().await;
+    }
+}
+
+const BIG: i64 = 10_000;
+const CHUNK: u32 = 10;
+
+#[tokio::test]
+async fn a_large_turn_is_deleted_in_chunks_with_other_writes_committed_between_them() {
+    let store = TestStore::new().await;
+    fill(&store, "big", "step", BIG).await;
+    record_events(&store).await;
+    let server =
+        Sidecar::builder().store(&store).configure(|config| config.writes.delete_chunk_rows = CHUNK).start().await;
+    let inspector = store.inspect().await;
+    let mut deleting = server.client();
+    let delete = tokio::spawn(async move {
+        deleting.delete_turn(DeleteTurnRequest { turn_id: "big".into(), ..Default::default() }).await
+    });
+
+    // Once the delete is under way, a write to another turn is answered
+    // while the delete still goes on: it did not wait for the whole delete.
+    until_partly_deleted(&inspector, BIG).await;
+    assert_inserted(&mut server.client(), checkpoint("other", "started", T0, "{}")).await;
+    assert!(!delete.is_finished(), "the write was answered before the delete");
+    let deleted = delete.await.expect("the delete's task").expect("DeleteTurn succeeds").into_inner().deleted;
+    assert_eq!(deleted, BIG as u64, "the delete answers every checkpoint it deleted");
+
+    // The store's own record: one transaction per chunk, each shrinking the
+    // summary but the last, which deletes it; the write committed between
+    // two of them.
+    let events = events(&inspector).await;
+    let chunks = (BIG as usize).div_ceil(CHUNK as usize);
+    let shrinks = events.iter().filter(|what| *what == "chunk").count();
+    assert_eq!(shrinks, chunks - 1, "every chunk but the last shrinks the summary");
+    assert_eq!(events.last().map(String::as_str), Some("gone"), "the last chunk deletes the summary");
+    let other = events.iter().position(|what| what == "other").expect("the write is recorded");
+    assert!(
+        0 < other && other < events.len() - 2,
+        "the write committed between two chunks: {other} of {}",
+        events.len()
+    );
+
+    let counts = counts(&inspector).await;
+    assert_eq!(untrue(&counts), Vec::new(), "every summary counts its checkpoints");
+    assert_eq!(counts.keys().collect::<Vec<_>>(), ["other"], "nothing of the deleted turn is left");
+}
+
+#[tokio::test]
+async fn a_delete_killed_midway_leaves_true_summaries_and_a_retry_finishes_it() {
+    let store = TestStore::new().await;
+    fill(&store, "big", "step", BIG).await;
+    let flags = ["--delete-chunk-rows", &CHUNK.to_string()];
+    let sidecar = SidecarProcess::builder(STEPWELL, &store).flags(&flags).spawn().await;
+    let inspector = store.inspect().await;
+    let mut deleting = sidecar.client();
+    let delete = tokio::spawn(async move {
+        deleting.delete_turn(DeleteTurnRequest { turn_id: "big".into(), ..Default::default() }).await
+    });
+    until_partly_deleted(&inspector, BIG).await;
+    sidecar.kill().await;
+    assert!(delete.await.expect("the delete's task").is_err(), "the killed sidecar never answered the delete");
+
+    // Whatever chunk the kill fell in, it committed whole or not at all.
+    let after_kill = counts(&inspector).await;
+    assert_eq!(untrue(&after_kill), Vec::new(), "every summary counts its checkpoints after the kill");
+    let left = after_kill.get("big").map_or(0, |(log, _)| *log);
+    assert!(0 < left && left < BIG, "the turn is partly deleted: {left} of {BIG} left");
+    let restarted = SidecarProcess::builder(STEPWELL, &store).flags(&flags).spawn().await;
+    let mut client = restarted.client();
+    let open = list_all(&mut client, list_turns(TurnStatus::Open)).await;
+    assert_eq!(turn_ids(&open), ["big"], "the partly deleted turn is still listed, so it can be found and retried");
+    assert_eq!(open[0].checkpoint_count, left as u64, "and its count is what is left");
+
+    let retry = client.delete_turn(DeleteTurnRequest { turn_id: "big".into(), ..Default::default() }).await;
+    assert_eq!(retry.expect("the retry succeeds").into_inner().deleted, left as u64, "the retry deletes the rest");
+    assert!(counts(&inspector).await.is_empty(), "nothing of the turn is left");
 }
