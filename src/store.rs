@@ -28,7 +28,9 @@ pub use shared::list_turns_sql;
 
 use crate::clock::Clock;
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Refusal};
-use crate::model::{Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos};
+use crate::model::{
+    Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos,
+};
 
 /// Why the store could not do what it was asked. The message is for logs
 /// only: it may hold SQL or paths, so it never reaches a client.
@@ -173,10 +175,11 @@ pub enum Write {
     /// Append a checkpoint unless its (namespace, turn_id, phase, timestamp)
     /// is stored already, and update its turn's summary.
     Append(NewCheckpoint),
-    /// Delete one chunk of a turn: up to `rows` of its oldest checkpoints,
-    /// keeping its summary true to what is left (or deleting it with the
-    /// last). Always committed alone, never in a batch with other writes.
-    DeleteTurn { namespace: String, turn_id: String, rows: u32 },
+    /// Delete one chunk of a turn: up to `rows` of its oldest checkpoints
+    /// after `after` (from the start if `None`), keeping its summary true to
+    /// what is left (or deleting it with the last). Always committed alone,
+    /// never in a batch with other writes.
+    DeleteTurn { namespace: String, turn_id: String, rows: u32, after: Option<Cursor> },
     /// Acquire a key's lease, or say why not.
     Begin(BeginArgs),
     /// Record the result under a lease.
@@ -210,6 +213,10 @@ pub struct Deleted {
     pub checkpoints: u64,
     /// Whether the turn is gone: no checkpoint of it and no summary is left.
     pub gone: bool,
+    /// Where the next chunk starts: after the last checkpoint this one
+    /// deleted, or from the start again (`None`) when checkpoints appended
+    /// meanwhile with older timestamps are all that is left.
+    pub next: Option<Cursor>,
 }
 
 /// A backend that stores checkpoint logs and idempotency records. The lease

@@ -3,7 +3,8 @@
 //! baseline (a) and, on Postgres, pgbench (b) at the same concurrency (so
 //! slow drifts of the machine hit all three alike); then the W1 variants
 //! (200 B, 20 KB, 10% duplicate retries), W1 at a fixed rate of half the
-//! 64-caller throughput, W2 restores, W3 idempotency.
+//! 64-caller throughput, W2 restores, W3 idempotency; then W1 appends at a
+//! fixed rate beside a DeleteTurn of a large turn, and without it.
 //!
 //! Every point gets a fresh store (an SQLite file in the run's temporary
 //! directory, or a new database on the Postgres server), removed once the
@@ -30,7 +31,9 @@ use crate::stores::{
     Database, PgServer, SqliteFiles, lsn, pg_execute, pg_footprint, remove_sqlite, sqlite_footprint,
     sqlite_truncate_wal,
 };
-use crate::workloads::{Append, BeginComplete, Restore, TURN_LENGTH};
+use crate::workloads::{Append, BeginComplete, FillTurn, NAMESPACE, Restore, TURN_LENGTH};
+use stepwell::api::pb::DeleteTurnRequest;
+use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 
 /// How long and how wide a run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -53,18 +56,34 @@ pub struct Plan {
     pub callers: Vec<usize>,
     /// W2: turns of 100 checkpoints written per populating caller.
     pub restore_turns_per_caller: u64,
+    /// The delete point: checkpoints of the turn deleted.
+    pub delete_turn_checkpoints: u64,
 }
 
 impl Mode {
     pub fn plan(self) -> Plan {
         match self {
-            Mode::Smoke => Plan { warmup_s: 0.2, measure_s: 0.6, callers: vec![64], restore_turns_per_caller: 1 },
-            Mode::Quick => {
-                Plan { warmup_s: 1.0, measure_s: 2.0, callers: vec![1, 16, 64, 256], restore_turns_per_caller: 2 }
-            }
-            Mode::Full => {
-                Plan { warmup_s: 3.0, measure_s: 12.0, callers: vec![1, 16, 64, 256], restore_turns_per_caller: 8 }
-            }
+            Mode::Smoke => Plan {
+                warmup_s: 0.2,
+                measure_s: 0.6,
+                callers: vec![64],
+                restore_turns_per_caller: 1,
+                delete_turn_checkpoints: 5_000,
+            },
+            Mode::Quick => Plan {
+                warmup_s: 1.0,
+                measure_s: 2.0,
+                callers: vec![1, 16, 64, 256],
+                restore_turns_per_caller: 2,
+                delete_turn_checkpoints: 100_000,
+            },
+            Mode::Full => Plan {
+                warmup_s: 3.0,
+                measure_s: 12.0,
+                callers: vec![1, 16, 64, 256],
+                restore_turns_per_caller: 8,
+                delete_turn_checkpoints: 100_000,
+            },
         }
     }
 }
@@ -83,6 +102,9 @@ const RESTORE_CALLERS: usize = 16;
 const POPULATE_CALLERS: usize = 64;
 /// The fixed-rate point runs at this share of the 64-caller closed-loop throughput.
 const FIXED_RATE_SHARE: f64 = 0.5;
+/// The delete point: W1 appends at this fixed rate, over `DELETE_LANES` callers.
+const DELETE_POINT_RATE: f64 = 1000.0;
+const DELETE_LANES: usize = 16;
 /// Most outstanding calls of the fixed-rate point.
 const FIXED_MAX_IN_FLIGHT: usize = 4096;
 /// Without pg_waldump: WAL a Postgres server may write on its own
@@ -162,6 +184,7 @@ impl Suite {
             self.append(backend, "w1-1kb", 1024, WIDE, 0, Some(rate)).await;
             self.restore(backend).await;
             self.idempotency(backend).await;
+            self.beside_delete(backend).await;
         }
     }
 
@@ -430,6 +453,86 @@ impl Suite {
         ));
         stop(sidecar, &mut row).await;
         Ok(row)
+    }
+
+    /// W1 appends at a fixed rate, first alone, then while a DeleteTurn of
+    /// a large turn runs: whether a delete holds up the other turns' writes.
+    async fn beside_delete(&mut self, backend: Backend) {
+        let workload = format!("W1 append 1 KB at {DELETE_POINT_RATE:.0}/s");
+        let mut idle = Self::point("w1-beside-idle", workload.clone(), backend, System::Stepwell, DELETE_LANES);
+        let mut deleting = Self::point("w1-beside-delete", workload, backend, System::Stepwell, DELETE_LANES);
+        for point in [&mut idle, &mut deleting] {
+            point.pace = format!("fixed {DELETE_POINT_RATE:.0}/s");
+        }
+        if !self.selected(&idle) && !self.selected(&deleting) {
+            return;
+        }
+        let measure = async |store: &Store| self.measure_beside_delete(&idle, &deleting, store).await;
+        match self.with_fresh_store(backend, &deleting.id(), measure).await {
+            Ok(rows) => rows.into_iter().for_each(|row| self.record(row)),
+            Err(why) => {
+                self.record(idle.failed(why.clone()));
+                self.record(deleting.failed(why));
+            }
+        }
+    }
+
+    async fn measure_beside_delete(&self, idle: &Point, deleting: &Point, store: &Store) -> Fallible<Vec<Row>> {
+        let (sidecar, channels) = self.sidecar(store, &deleting.id(), POPULATE_CALLERS).await?;
+        let big = self.plan.delete_turn_checkpoints;
+        let payloads = Arc::new(Payloads::new(1024));
+        let fill = FillTurn {
+            channels: channels.clone(),
+            turn_id: "delete-big".into(),
+            callers: POPULATE_CALLERS,
+            payloads: payloads.clone(),
+        };
+        run_all(Arc::new(fill), POPULATE_CALLERS, big.div_ceil(POPULATE_CALLERS as u64))
+            .await
+            .map_err(|f| format!("filling the turn to delete: {f:?}"))?;
+        let filled = big.div_ceil(POPULATE_CALLERS as u64) * POPULATE_CALLERS as u64;
+        let pace = Pace::Fixed { rate: DELETE_POINT_RATE, lanes: DELETE_LANES, max_in_flight: FIXED_MAX_IN_FLIGHT };
+        let meters = self.meters(deleting.backend, sidecar.pid());
+        let appends = |run: &str| Append {
+            channels: channels[..DELETE_LANES.min(channels.len())].to_vec(),
+            run: run.into(),
+            payloads: payloads.clone(),
+            duplicate_percent: 0,
+        };
+
+        let measured = drive(Arc::new(appends("idle")), pace, self.plan.window(), meters).await;
+        let mut idle_row = idle.row(&measured, false);
+        idle_row.notes.push(format!("beside a turn of {filled} checkpoints, not deleted"));
+
+        // The delete starts as the window opens, on a connection of its own.
+        let window = self.plan.window();
+        let mut client = CheckpointServiceClient::new(channels[channels.len() - 1].clone());
+        let delete = tokio::spawn(async move {
+            tokio::time::sleep(window.warmup).await;
+            let started = Instant::now();
+            let request = DeleteTurnRequest { namespace: NAMESPACE.into(), turn_id: "delete-big".into() };
+            let answer = client.delete_turn(request).await;
+            (answer, started.elapsed())
+        });
+        let measured = drive(Arc::new(appends("beside")), pace, window, meters).await;
+        let (answer, took) = delete.await.map_err(|e| format!("the delete's task: {e}"))?;
+        let deleted = answer.map_err(|s| format!("DeleteTurn: {:?}: {}", s.code(), s.message()))?.into_inner().deleted;
+        let mut row = deleting.row(&measured, false);
+        if deleted != filled {
+            row.check_failures += 1;
+            row.first_problem.get_or_insert(format!("DeleteTurn deleted {deleted} checkpoints, not {filled}"));
+        }
+        let within = took <= window.measure;
+        row.extra.insert("delete_checkpoints".into(), deleted.into());
+        row.extra.insert("delete_ms".into(), (took.as_secs_f64() * 1000.0).into());
+        row.notes.push(format!(
+            "a DeleteTurn of {deleted} checkpoints ran from the window's start for {:.0} ms ({} the {:.0} s window)",
+            took.as_secs_f64() * 1000.0,
+            if within { "within" } else { "longer than" },
+            window.measure.as_secs_f64()
+        ));
+        stop(sidecar, &mut row).await;
+        Ok(vec![idle_row, row])
     }
 
     /// W3: Begin→Complete pairs on new keys, then Begins on the completed keys.

@@ -7,6 +7,8 @@
 //!   `inserted = false` (and every new one `inserted = true`).
 //! - W2 `Restore`: one page of 100 checkpoints of a random populated turn,
 //!   which must hold exactly 100 and be the last page.
+//! - `FillTurn`: appends to one turn from many callers, to make a large turn
+//!   that the delete point then deletes while W1 appends go on beside it.
 //! - W3 `BeginComplete`: Begin a new key (must be ACQUIRED), then Complete it;
 //!   one call is the pair. `RepeatBegin`: Begin a key completed earlier,
 //!   which must answer COMPLETED with the recorded result.
@@ -103,6 +105,38 @@ impl Workload for Append {
                 (false, false) => Err(Failure::Check(format!("a new checkpoint on {turn} answered inserted=false"))),
                 _ => Ok(()),
             }
+        }
+        .boxed()
+    }
+}
+
+/// Appends to one turn, `turn_id`: call `k` of caller `c` of `callers` is
+/// checkpoint `k * callers + c`, each new.
+pub struct FillTurn {
+    pub channels: Vec<Channel>,
+    pub turn_id: String,
+    pub callers: usize,
+    pub payloads: Arc<Payloads>,
+}
+
+impl Workload for FillTurn {
+    fn call(&self, caller: usize, k: u64) -> BoxFuture<'static, CallResult> {
+        let index = k * self.callers as u64 + caller as u64;
+        let request = CheckpointRequest {
+            namespace: NAMESPACE.into(),
+            turn_id: self.turn_id.clone(),
+            phase: "fill".into(),
+            state: self.payloads.get(caller, k).to_vec(),
+            timestamp: Some(stepwell::api::timestamp(T0 + index as i64)),
+            ..Default::default()
+        };
+        let mut client = CheckpointServiceClient::new(channel(&self.channels, caller));
+        async move {
+            let answer = client.checkpoint(request).await.map_err(rpc_error)?.into_inner();
+            if !answer.inserted {
+                return Err(Failure::Check(format!("filling checkpoint {index} answered inserted=false")));
+            }
+            Ok(())
         }
         .boxed()
     }

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 
 use super::{Deleted, Error, Fenced, Write, Written};
 use crate::idempotency::{self, BeginPlan, Plan, Record};
-use crate::model::{Appended, NewCheckpoint, StoredCheckpoint, UnixNanos};
+use crate::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 
 /// The deduplication key of a checkpoint.
 pub type CheckpointKey<'a> = (&'a str, &'a str, &'a str, i64);
@@ -202,7 +202,13 @@ fn plan_acquire(
 pub trait DeleteTurn: Send {
     /// Deletes up to `rows` of a turn's oldest checkpoints and keeps its
     /// summary true to the rest, or deletes it with the last one.
-    async fn delete_turn(&mut self, namespace: &str, turn_id: &str, rows: u32) -> Result<Deleted, sqlx::Error>;
+    async fn delete_turn(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        rows: u32,
+        after: Option<Cursor>,
+    ) -> Result<Deleted, sqlx::Error>;
 }
 
 /// The statements a backend runs for a batch, on one connection: its SQL,
@@ -278,8 +284,8 @@ pub async fn run(
         statements.save_records(&changed).await?;
     }
     for write in &batch {
-        if let Write::DeleteTurn { namespace, turn_id, rows } = write {
-            written.deleted.push(statements.delete_turn(namespace, turn_id, *rows).await?);
+        if let Write::DeleteTurn { namespace, turn_id, rows, after } = write {
+            written.deleted.push(statements.delete_turn(namespace, turn_id, *rows, *after).await?);
         }
     }
     written.appended = appended(batch, sources, recorded_at);

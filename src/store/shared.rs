@@ -113,14 +113,25 @@ pub fn list_turns_sql(on_sqlite: bool, q: &ListTurnsQuery) -> &'static str {
     &LIST_TURNS[usize::from(on_sqlite)][filters]
 }
 
-/// Up to `$3` of a turn's checkpoints, oldest first (restore order), so that
-/// the summary's latest checkpoint is the last to go.
-const DELETE_OLDEST: &str = "\
+/// Up to `$5` of a turn's checkpoints after the cursor `($3, $4)`, oldest
+/// first (restore order), so that the summary's latest checkpoint is the
+/// last to go. Starting after the previous chunk, an index seek passes over
+/// what earlier chunks deleted instead of reading it again.
+const DELETE_CHUNK: &str = "\
     DELETE FROM checkpoints WHERE seq IN (\
-      SELECT seq FROM checkpoints WHERE namespace = $1 AND turn_id = $2 ORDER BY ts_ns, seq LIMIT $3)";
-const OLDEST_LEFT: &str = "SELECT min(ts_ns) FROM checkpoints WHERE namespace = $1 AND turn_id = $2";
+      SELECT seq FROM checkpoints WHERE namespace = $1 AND turn_id = $2 AND (ts_ns, seq) > ($3, $4) \
+      ORDER BY ts_ns, seq LIMIT $5) \
+    RETURNING ts_ns, seq";
+/// The timestamp of the turn's oldest checkpoint after the cursor `($3, $4)`.
+const OLDEST_AFTER: &str = "\
+    SELECT ts_ns FROM checkpoints WHERE namespace = $1 AND turn_id = $2 AND (ts_ns, seq) > ($3, $4) \
+    ORDER BY ts_ns, seq LIMIT 1";
+/// The summary less `$3` checkpoints whose oldest was at `$4`: if the turn
+/// held an older one (appended after the delete began), its first timestamp
+/// stays; otherwise it is `$5`, the oldest after the chunk.
 const SHRINK_TURN: &str = "\
-    UPDATE turns SET checkpoint_count = checkpoint_count - $3, first_ts_ns = $4 \
+    UPDATE turns SET checkpoint_count = checkpoint_count - $3, \
+      first_ts_ns = CASE WHEN first_ts_ns < $4 THEN first_ts_ns ELSE $5 END \
     WHERE namespace = $1 AND turn_id = $2";
 const DELETE_TURN: &str = "DELETE FROM turns WHERE namespace = $1 AND turn_id = $2";
 
@@ -311,6 +322,9 @@ where
 /// that counts them. As the oldest go first, the summary's latest checkpoint
 /// (last timestamp, phase, terminal) stays true; `first_ts_ns` moves to the
 /// oldest left; session and workflow version stay as the turn named them.
+/// Each chunk starts after the last one's last checkpoint, so it never reads
+/// again what earlier chunks deleted (on Postgres, dead index entries that
+/// every chunk would otherwise walk past from the turn's start).
 #[async_trait]
 impl<DB> batch::DeleteTurn for Conn<'_, DB>
 where
@@ -321,35 +335,63 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
-    for<'r> (Option<i64>,): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64): FromRow<'r, DB::Row>,
 {
-    async fn delete_turn(&mut self, namespace: &str, turn_id: &str, rows: u32) -> Result<Deleted, sqlx::Error> {
+    async fn delete_turn(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        rows: u32,
+        after: Option<Cursor>,
+    ) -> Result<Deleted, sqlx::Error> {
         let count: Option<i64> =
             sqlx::query_scalar(DB::LOCK_TURN).bind(namespace).bind(turn_id).fetch_optional(&mut *self.conn).await?;
-        if count.is_none() {
+        let Some(count) = count else {
             // No summary: no checkpoints committed, and any being appended
             // commit after this delete.
-            return Ok(Deleted { checkpoints: 0, gone: true });
-        }
-        let deleted = sqlx::query(DELETE_OLDEST)
+            return Ok(Deleted { checkpoints: 0, gone: true, next: None });
+        };
+        let from = after.unwrap_or(Cursor { timestamp: i64::MIN, seq: i64::MIN });
+        let gone: Vec<(i64, i64)> = sqlx::query_as(DELETE_CHUNK)
             .bind(namespace)
             .bind(turn_id)
+            .bind(from.timestamp)
+            .bind(from.seq)
             .bind(i64::from(rows))
-            .execute(&mut *self.conn)
-            .await?
-            .rows_affected();
-        let oldest: Option<i64> =
-            sqlx::query_scalar(OLDEST_LEFT).bind(namespace).bind(turn_id).fetch_one(&mut *self.conn).await?;
-        let summary = match oldest {
-            None => sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id),
-            Some(oldest) => sqlx::query(SHRINK_TURN)
-                .bind(namespace)
-                .bind(turn_id)
-                .bind(i64::try_from(deleted).unwrap_or(i64::MAX))
-                .bind(oldest),
+            .fetch_all(&mut *self.conn)
+            .await?;
+        let deleted = gone.len() as u64;
+        let last = gone.iter().max().map(|&(timestamp, seq)| Cursor { timestamp, seq });
+        let (Some(last), Some(oldest_gone)) = (last, gone.iter().map(|&(ts, _)| ts).min()) else {
+            if after.is_none() {
+                // Nothing at all is left: the summary goes with the turn.
+                sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
+                return Ok(Deleted { checkpoints: 0, gone: true, next: None });
+            }
+            // Nothing after the cursor, but checkpoints appended meanwhile
+            // with older timestamps: the next chunk starts from the start.
+            return Ok(Deleted { checkpoints: 0, gone: false, next: None });
         };
-        summary.execute(&mut *self.conn).await?;
-        Ok(Deleted { checkpoints: deleted, gone: oldest.is_none() })
+        if i64::try_from(deleted).unwrap_or(i64::MAX) >= count {
+            sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
+            return Ok(Deleted { checkpoints: deleted, gone: true, next: None });
+        }
+        let oldest_left: Option<i64> = sqlx::query_scalar(OLDEST_AFTER)
+            .bind(namespace)
+            .bind(turn_id)
+            .bind(last.timestamp)
+            .bind(last.seq)
+            .fetch_optional(&mut *self.conn)
+            .await?;
+        sqlx::query(SHRINK_TURN)
+            .bind(namespace)
+            .bind(turn_id)
+            .bind(i64::try_from(deleted).unwrap_or(i64::MAX))
+            .bind(oldest_gone)
+            .bind(oldest_left.unwrap_or(oldest_gone))
+            .execute(&mut *self.conn)
+            .await?;
+        Ok(Deleted { checkpoints: deleted, gone: false, next: Some(last) })
     }
 }
 

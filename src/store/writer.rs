@@ -163,18 +163,20 @@ impl Writer {
     /// true summary, and a retry finishes it. Checkpoints appended to the
     /// turn while it is being deleted are deleted too.
     pub async fn delete_turn(&self, namespace: String, turn_id: String) -> Result<u64, Error> {
-        let mut total = 0;
+        let (mut total, mut after) = (0, None);
         loop {
             let chunk = Write::DeleteTurn {
                 namespace: namespace.clone(),
                 turn_id: turn_id.clone(),
                 rows: self.delete_chunk_rows,
+                after,
             };
             let deleted = self.submit(chunk, Pending::Deleted).await?;
             total += deleted.checkpoints;
             if deleted.gone {
                 return Ok(total);
             }
+            after = deleted.next;
         }
     }
 
