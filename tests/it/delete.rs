@@ -317,3 +317,51 @@ async fn a_delete_killed_midway_leaves_true_summaries_and_a_retry_finishes_it() 
     assert_eq!(retry.expect("the retry succeeds").into_inner().deleted, left as u64, "the retry deletes the rest");
     assert!(counts(&inspector).await.is_empty(), "nothing of the turn is left");
 }
+
+#[tokio::test]
+async fn a_checkpoint_appended_mid_delete_with_an_older_timestamp_is_deleted_too() {
+    let test_store = TestStore::new().await;
+    fill(&test_store, "t", "step", 30).await;
+    let inspector = test_store.inspect().await;
+    let store = store::open(&Config::for_database(test_store.database()).store).await.expect("open the store");
+    let chunk = |after| Write::DeleteTurn { namespace: "default".into(), turn_id: "t".into(), rows: 10, after };
+    let delete = async |after| store.write(vec![chunk(after)]).await.expect("a chunk commits").deleted[0];
+    let first_ts = async || -> i64 {
+        let sql = "SELECT first_ts_ns FROM turns WHERE turn_id = 't'";
+        match &inspector {
+            Inspector::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+            Inspector::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
+        }
+        .expect("the turn's summary")
+    };
+
+    let one = delete(None).await;
+    assert_eq!((one.checkpoints, one.gone), (10, false));
+    assert_eq!(first_ts().await, T0 + 10, "the summary starts at the oldest left");
+    // Another writer appends a checkpoint older than every one left.
+    let older = NewCheckpoint {
+        namespace: "default".into(),
+        turn_id: "t".into(),
+        session_id: String::new(),
+        phase: "late".into(),
+        state: b"{}".to_vec(),
+        timestamp: T0 - 1,
+        terminal: false,
+        workflow_version: String::new(),
+    };
+    store.write(vec![Write::Append(older)]).await.expect("the append commits");
+    assert_eq!(first_ts().await, T0 - 1);
+
+    let two = delete(one.next).await;
+    assert_eq!((two.checkpoints, two.gone), (10, false), "the next chunk goes on after the cursor");
+    assert_eq!(first_ts().await, T0 - 1, "the older checkpoint is still the turn's first");
+    assert_eq!(untrue(&counts(&inspector).await), Vec::new(), "the summary counts what is left");
+    let three = delete(two.next).await;
+    assert_eq!((three.checkpoints, three.gone), (10, false), "the last ten after the cursor");
+    let restart = delete(three.next).await;
+    assert_eq!((restart.checkpoints, restart.gone, restart.next), (0, false, None), "nothing after: start again");
+    let last = delete(restart.next).await;
+    assert_eq!((last.checkpoints, last.gone), (1, true), "the older checkpoint goes, and the summary with it");
+    assert!(counts(&inspector).await.is_empty(), "nothing of the turn is left");
+    store.close().await;
+}
