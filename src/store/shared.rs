@@ -80,6 +80,8 @@ const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
 /// before; the limit is last. SQLite is told that `updated_before` is
 /// selective (`likelihood`): without a histogram of `last_ts_ns` its planner
 /// would rather walk the whole namespace in turn_id order than sort a page.
+/// Postgres indexes the minute of the last write (`updated_minute`), so the
+/// statement asks for the minute first and the nanosecond after.
 static LIST_TURNS: LazyLock<[[String; 8]; 2]> = LazyLock::new(|| {
     [false, true].map(|sqlite| {
         std::array::from_fn(|filters| {
@@ -92,7 +94,7 @@ static LIST_TURNS: LazyLock<[[String; 8]; 2]> = LazyLock::new(|| {
                         STATUS => format!(" AND terminal = ${n}"),
                         SESSION => format!(" AND session_id = ${n}"),
                         _ if sqlite => format!(" AND likelihood(last_ts_ns < ${n}, 0.01)"),
-                        _ => format!(" AND last_ts_ns < ${n}"),
+                        _ => format!(" AND updated_minute <= ${n} / {NANOS_PER_MINUTE} AND last_ts_ns < ${n}"),
                     });
                 }
             }
@@ -100,6 +102,8 @@ static LIST_TURNS: LazyLock<[[String; 8]; 2]> = LazyLock::new(|| {
         })
     })
 });
+/// The width of Postgres's `updated_minute`, as its migration computes it.
+const NANOS_PER_MINUTE: i64 = 60_000_000_000;
 const STATUS: usize = 1;
 const SESSION: usize = 2;
 const UPDATED: usize = 4;

@@ -86,6 +86,9 @@ async fn start_up_waits_a_bounded_time_for_another_sidecars_migration_lock() {
 
 /// Turns in the namespace for the plans below.
 const TURNS: i64 = 20_000;
+/// Nanoseconds between two turns' last writes: a minute, so that Postgres's
+/// index of the minute tells them apart.
+const MINUTE: i64 = 60_000_000_000;
 
 /// Fills the store's summaries with `TURNS` turns, one in a hundred open.
 /// Postgres's autovacuum would gather the planner's statistics by itself in
@@ -95,12 +98,13 @@ async fn fill(store: &TestStore) {
         .execute(
             &format!(
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {TURNS}) \
-                 INSERT INTO turns SELECT 'default', printf('turn-%06d', i), '', i, i, i, 'p', 1, i % 100 <> 0, '', i, i \
+                 INSERT INTO turns SELECT 'default', printf('turn-%06d', i), '', i * {MINUTE}, i * {MINUTE}, i, 'p', 1, \
+                 i % 100 <> 0, '', i * {MINUTE}, i * {MINUTE} \
                  FROM n;"
             ),
             &format!(
-                "INSERT INTO turns SELECT 'default', 'turn-' || lpad(i::text, 6, '0'), '', i, i, i, 'p', 1, i % 100 <> 0, \
-                 '', i, i FROM generate_series(1, {TURNS}) i; ANALYZE turns;"
+                "INSERT INTO turns SELECT 'default', 'turn-' || lpad(i::text, 6, '0'), '', i * {MINUTE}, i * {MINUTE}, i, \
+                 'p', 1, i % 100 <> 0, '', i * {MINUTE}, i * {MINUTE} FROM generate_series(1, {TURNS}) i; ANALYZE turns;"
             ),
         )
         .await;
@@ -175,7 +179,7 @@ async fn list_turns_by_status_or_by_updated_before_reads_its_index_not_the_names
     assert!(open.iter().any(|step| step.contains("turns_status")), "ListTurns(OPEN) reads turns_status: {open:#?}");
     assert!(!scans_the_namespace(&open), "and never the whole namespace: {open:#?}");
 
-    let stale = plan(&inspector, &query(TurnStatus::Any, Some(TURNS / 100))).await;
+    let stale = plan(&inspector, &query(TurnStatus::Any, Some(TURNS / 100 * MINUTE))).await;
     assert!(stale.iter().any(|step| step.contains("turns_updated")), "updated_before reads turns_updated: {stale:#?}");
     assert!(!scans_the_namespace(&stale), "and never the whole namespace: {stale:#?}");
 }
