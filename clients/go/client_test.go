@@ -331,3 +331,32 @@ func TestExampleFlowCrashAndResume(t *testing.T) {
 		t.Fatalf("third run: %v\n%s", err, out)
 	}
 }
+
+// Six states of about 900 KB, 5.4 MB in all, more than the 4 MiB a gRPC
+// client accepts in one message: the sidecar cuts each page to fit, and
+// RestoreAll follows the pages with the default limits.
+func TestRestoreAllOfATurnLargerThanAMessage(t *testing.T) {
+	c := dial(t, stepwell.WithNamespace(freshNS(t, "big")))
+	ts := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	states := make([][]byte, 6)
+	for i := range states {
+		states[i] = []byte(fmt.Sprintf(`"%d%s"`, i, strings.Repeat("x", 900_000)))
+		req := &pb.CheckpointRequest{TurnId: "big", Phase: fmt.Sprintf("p%d", i), State: states[i], Timestamp: stepwell.Timestamp(ts.Add(time.Duration(i) * time.Second))}
+		if _, err := c.Checkpoint(ctx, req); err != nil {
+			t.Fatalf("Checkpoint %d: %v", i, err)
+		}
+	}
+	first, err := c.Restore(ctx, &pb.RestoreRequest{TurnId: "big"})
+	if err != nil || len(first.GetCheckpoints()) < 1 || len(first.GetCheckpoints()) >= 6 || first.GetNextPageToken() == "" {
+		t.Fatalf("first page: %d checkpoints, token %q, %v", len(first.GetCheckpoints()), first.GetNextPageToken(), err)
+	}
+	all, err := c.RestoreAll(ctx, &pb.RestoreRequest{TurnId: "big"})
+	if err != nil || len(all) != 6 {
+		t.Fatalf("RestoreAll: %d %v", len(all), err)
+	}
+	for i, cp := range all {
+		if cp.GetPhase() != fmt.Sprintf("p%d", i) || string(cp.GetState()) != string(states[i]) {
+			t.Fatalf("checkpoint %d: phase %q, %d bytes of state", i, cp.GetPhase(), len(cp.GetState()))
+		}
+	}
+}

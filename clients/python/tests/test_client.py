@@ -64,6 +64,20 @@ def test_checkpoint_restore_and_pages(client: Client) -> None:
     assert v.value.expected_version == "2.0.0" and v.value.recorded_version == "1.0.0"
 
 
+def test_restore_of_a_turn_larger_than_a_message(client: Client) -> None:
+    # Six states of about 900 KB: 5.4 MB in all, more than the 4 MiB a gRPC
+    # client accepts in one message. The sidecar cuts each page to fit and
+    # restore follows the pages with the default limits.
+    states = [f"{i}" + "x" * 900_000 for i in range(6)]
+    for i, state in enumerate(states):
+        client.checkpoint("big", f"p{i}", state, timestamp=T0 + dt.timedelta(seconds=i))
+    first = client.restore_page("big")
+    assert 1 <= len(first.checkpoints) < 6 and first.next_page_token
+    restored = client.restore("big")
+    assert [c.phase for c in restored] == [f"p{i}" for i in range(6)]
+    assert [json.loads(c.state) for c in restored] == states
+
+
 def test_raw_bytes_state_and_invalid(client: Client) -> None:
     r = client.checkpoint("raw", "a", b'{"k": [1, 2]}', timestamp=T0)
     assert r.checkpoint.state == b'{"k": [1, 2]}'

@@ -83,6 +83,22 @@ describe("StepwellClient", () => {
     );
   });
 
+  it("restore pages through a turn larger than one message with the default limits", async () => {
+    // Six states of about 900 KB: 5.4 MB in all, more than the 4 MiB a gRPC
+    // client accepts in one message. The sidecar cuts each page to fit.
+    const turnId = "big-" + Math.random();
+    const states = [0, 1, 2, 3, 4, 5].map((i) => `${i}` + "x".repeat(900_000));
+    for (const [i, state] of states.entries()) {
+      await client.checkpoint({ turnId, phase: `p${i}`, state, timestamp: new Date(Date.UTC(2026, 0, 1, 0, 0, i)) });
+    }
+    const first = await client.restorePage({ turnId });
+    assert.ok(first.checkpoints.length >= 1 && first.checkpoints.length < 6, `first page: ${first.checkpoints.length}`);
+    assert.notEqual(first.nextPageToken, "");
+    const restored = await client.restore(turnId);
+    assert.deepEqual(restored.map((c) => c.phase), states.map((_, i) => `p${i}`));
+    assert.deepEqual(restored.map((c) => parseJsonBytes(c.state)), states);
+  });
+
   it("restore with expectWorkflowVersion: WorkflowVersionMismatch with metadata", async () => {
     const turnId = "wf-" + Math.random();
     await client.checkpoint({ turnId, phase: "p", state: {}, timestamp: new Date(), workflowVersion: "1.3.0" });

@@ -96,6 +96,25 @@ class ClientTest {
   }
 
   @Test
+  void restorePagesThroughATurnLargerThanOneMessage() {
+    // Six states of about 900 KB, 5.4 MB in all, more than the 4 MiB a gRPC
+    // client accepts in one message: the sidecar cuts each page to fit, and
+    // restore follows the pages with the default limits.
+    List<String> states = new ArrayList<>();
+    for (int i = 0; i < 6; i++) {
+      String state = "\"" + i + "x".repeat(900_000) + "\"";
+      states.add(state);
+      c.checkpoint("big", "p" + i, state.getBytes(StandardCharsets.UTF_8), T0.plusSeconds(i), false);
+    }
+    var first = c.restore(RestoreRequest.newBuilder().setTurnId("big").build());
+    assertTrue(first.getCheckpointsCount() >= 1 && first.getCheckpointsCount() < 6, first.getCheckpointsCount() + " on the first page");
+    assertFalse(first.getNextPageToken().isEmpty());
+    List<Checkpoint> all = c.restore("big");
+    assertEquals(List.of("p0", "p1", "p2", "p3", "p4", "p5"), all.stream().map(Checkpoint::getPhase).toList());
+    assertEquals(states, all.stream().map(cp -> json(cp.getState())).toList());
+  }
+
+  @Test
   void workflowVersionMismatchCarriesBothVersions() {
     c.checkpoint(
         CheckpointRequest.newBuilder()
