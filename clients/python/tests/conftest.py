@@ -9,7 +9,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -75,7 +75,17 @@ def security_from_env() -> Optional[Security]:
 
 
 class Sidecar:
-    def __init__(self, listen: str, workdir: Path, security: Optional[Security] = None) -> None:
+    """A sidecar process; ``extra_args`` go after ``serve``'s own, ``extra_env`` into its environment."""
+
+    def __init__(
+        self,
+        listen: str,
+        workdir: Path,
+        security: Optional[Security] = None,
+        *,
+        extra_args: Sequence[str] = (),
+        extra_env: Optional[Dict[str, str]] = None,
+    ) -> None:
         self.listen = listen
         self.target = listen
         self.security = security
@@ -94,10 +104,11 @@ class Sidecar:
                 "--database-url",
                 f"sqlite://{workdir}/x-{uuid.uuid4().hex[:6]}.db",
                 *(security.serve_args() if security is not None else []),
+                *extra_args,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "STEPWELL_LOG": os.environ.get("STEPWELL_LOG", "warn")},
+            env={**os.environ, "STEPWELL_LOG": os.environ.get("STEPWELL_LOG", "warn"), **(extra_env or {})},
         )
         self._wait_ready()
 

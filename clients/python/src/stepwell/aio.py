@@ -15,6 +15,7 @@ from . import _common as c
 from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
 from .client import _takes_once_context, turn_status
 from ._security import TLS, AsyncBearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
+from ._tracing import async_interceptors
 from .errors import LeaseLost, NotAcquired, OnceTimeout, OperationFailed, StepwellError, from_rpc_error
 from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
@@ -51,11 +52,11 @@ class AsyncClient:
             refuse_duplicate_authorization(metadata)
         credentials, tls_opts = resolve_credentials(tls, credentials)
         opts = list(extra) + tls_opts + list(options or [])
-        interceptors = [AsyncBearerTokenInterceptor(secret)] if secret is not None else None
+        interceptors = async_interceptors() + ([AsyncBearerTokenInterceptor(secret)] if secret is not None else [])
         if credentials is None:
-            self._channel = grpc.aio.insecure_channel(addr, options=opts, interceptors=interceptors)
+            self._channel = grpc.aio.insecure_channel(addr, options=opts, interceptors=interceptors or None)
         else:
-            self._channel = grpc.aio.secure_channel(addr, credentials, options=opts, interceptors=interceptors)
+            self._channel = grpc.aio.secure_channel(addr, credentials, options=opts, interceptors=interceptors or None)
         self.target = target
         self.namespace = namespace
         self.timeout = timeout

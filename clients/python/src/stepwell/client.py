@@ -12,6 +12,7 @@ import grpc
 from . import _common as c
 from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
 from ._security import TLS, BearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
+from ._tracing import sync_interceptors
 from .errors import (
     LeaseLost,
     NotAcquired,
@@ -59,6 +60,10 @@ class Client:
         options: extra gRPC channel options.
 
     The raw one-to-one stubs are ``checkpoint_stub`` and ``idempotency_stub``.
+
+    With OpenTelemetry installed (the ``otel`` extra), every call made inside
+    a span carries its trace context (W3C ``traceparent``), so the sidecar's
+    span of the call is a child of the caller's.
     """
 
     def __init__(
@@ -85,8 +90,10 @@ class Client:
             channel = grpc.insecure_channel(addr, options=opts)
         else:
             channel = grpc.secure_channel(addr, credentials, options=opts)
-        # The interceptor wraps the channel itself, so the raw stubs send the token too.
-        self._channel = grpc.intercept_channel(channel, BearerTokenInterceptor(secret)) if secret is not None else channel
+        # The interceptors wrap the channel itself, so the raw stubs send the token
+        # and the trace context too.
+        interceptors = sync_interceptors() + ([BearerTokenInterceptor(secret)] if secret is not None else [])
+        self._channel = grpc.intercept_channel(channel, *interceptors) if interceptors else channel
         self.target = target
         self.namespace = namespace
         self.timeout = timeout
