@@ -91,6 +91,20 @@ impl Rpc {
         Rpc::Get,
     ];
 
+    /// The RPC a request path names (`/stepwell.v1.CheckpointService/Checkpoint`).
+    pub fn from_path(path: &str) -> Option<Rpc> {
+        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+        Rpc::ALL.into_iter().find(|rpc| rpc.service() == service && rpc.as_str() == method)
+    }
+
+    /// The full name of the service the RPC belongs to.
+    pub fn service(self) -> &'static str {
+        match self {
+            Rpc::Checkpoint | Rpc::Restore | Rpc::ListTurns | Rpc::DeleteTurn => "stepwell.v1.CheckpointService",
+            Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend | Rpc::Get => "stepwell.v1.IdempotencyService",
+        }
+    }
+
     /// The least role that may call this RPC.
     pub fn role(self) -> Role {
         match self {

@@ -463,6 +463,48 @@ pub struct ServeArgs {
           value_parser = octal_mode)]
     pub unix_socket_mode: u32,
 
+    /// Address of the admin HTTP listener (/metrics in the Prometheus text
+    /// format, /healthz, /readyz): HOST:PORT, or off. It serves plain HTTP
+    /// without authentication, so beyond loopback it needs --insecure-allow-network.
+    #[arg(long = "admin-listen", env = "STEPWELL_ADMIN_LISTEN", value_name = "ADDR|off", default_value = "127.0.0.1:9464",
+          value_parser = admin_listen)]
+    pub admin_listen: AdminListen,
+
+    /// Label request metrics with their namespace. Each namespace then adds
+    /// its own series (about 20 per method and status code seen), so keep it
+    /// off where callers choose namespaces freely.
+    #[arg(long, env = "STEPWELL_METRICS_NAMESPACE_LABELS")]
+    pub metrics_namespace_labels: bool,
+
+    /// Where traces are exported over OTLP/gRPC, e.g. http://127.0.0.1:4317;
+    /// tracing is off without it (README, "Operating stepwell").
+    #[arg(long = "otlp-endpoint", env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL", hide = true)]
+    pub otlp_endpoint: Option<String>,
+
+    /// Where traces are exported over OTLP/gRPC, ahead of --otlp-endpoint.
+    #[arg(long = "otlp-traces-endpoint", env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL", hide = true)]
+    pub otlp_traces_endpoint: Option<String>,
+
+    /// `none` keeps tracing off whatever the endpoint; `otlp` (the default) exports.
+    #[arg(
+        long = "otel-traces-exporter",
+        env = "OTEL_TRACES_EXPORTER",
+        value_name = "otlp|none",
+        default_value = "otlp",
+        hide = true
+    )]
+    pub otel_traces_exporter: String,
+
+    /// The `service.name` spans carry.
+    #[arg(
+        long = "otel-service-name",
+        env = "OTEL_SERVICE_NAME",
+        value_name = "NAME",
+        default_value = "stepwell",
+        hide = true
+    )]
+    pub otel_service_name: String,
+
     /// Log format.
     #[arg(long, env = "STEPWELL_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -649,6 +691,22 @@ impl FromStr for Listen {
     }
 }
 
+/// Where the admin HTTP listener listens, if anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminListen {
+    Off,
+    Tcp(SocketAddr),
+}
+
+fn admin_listen(text: &str) -> Result<AdminListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(AdminListen::Off);
+    }
+    text.parse()
+        .map(AdminListen::Tcp)
+        .map_err(|_| format!("{text:?} is neither HOST:PORT (e.g. 127.0.0.1:9464) nor off"))
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -736,6 +794,19 @@ pub struct Security {
     pub unix_socket_mode: u32,
 }
 
+/// What the sidecar tells its operators beyond logs.
+#[derive(Debug, Clone)]
+pub struct Observability {
+    /// Where /metrics, /healthz and /readyz are served; `None` serves none.
+    pub admin_listen: Option<SocketAddr>,
+    /// Request metrics carry the namespace as a label.
+    pub namespace_labels: bool,
+    /// Where traces go over OTLP/gRPC; `None` traces nothing.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the sidecar's spans.
+    pub service_name: String,
+}
+
 /// The checked configuration the server runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -747,6 +818,7 @@ pub struct Config {
     pub health: Health,
     pub security: Security,
     pub connections: Connections,
+    pub observability: Observability,
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub log_filter: String,
@@ -788,6 +860,7 @@ impl Config {
                 http2_keepalive_timeout: args.http2_keepalive_timeout,
                 tcp_keepalive: args.tcp_keepalive,
             },
+            observability: observability(args, &mut errors),
             shutdown_grace: args.shutdown_grace,
             log_format: args.log_format,
             log_filter: args.log_filter.clone(),
@@ -842,6 +915,40 @@ fn security(args: &ServeArgs, errors: &mut ConfigErrors) -> Security {
         tls,
         insecure_allow_network: args.insecure_allow_network,
         unix_socket_mode: args.unix_socket_mode,
+    }
+}
+
+/// The admin listener follows the rule of `--listen`, but it has neither
+/// TLS nor authentication: beyond loopback only on the operator's word. Tracing is on when
+/// an OTLP endpoint is named and the exporter is not `none`.
+fn observability(args: &ServeArgs, errors: &mut ConfigErrors) -> Observability {
+    let admin_listen = match args.admin_listen {
+        AdminListen::Off => None,
+        AdminListen::Tcp(address) => Some(address),
+    };
+    if let Some(address) = admin_listen
+        && !address.ip().is_loopback()
+        && !args.insecure_allow_network
+    {
+        errors.add(
+            "admin-listen",
+            format!(
+                "{address} is reachable beyond this host, and the admin listener serves plain HTTP without \
+                 authentication: anyone who reaches it could read the metrics. Listen on 127.0.0.1 (a scraper in \
+                 the same pod or host reaches it), or pass --insecure-allow-network to accept the risk"
+            ),
+        );
+    }
+    let exporter = args.otel_traces_exporter.trim().to_ascii_lowercase();
+    if !matches!(exporter.as_str(), "otlp" | "none" | "") {
+        errors.add("otel-traces-exporter", format!("OTEL_TRACES_EXPORTER={exporter:?}: stepwell exports otlp or none"));
+    }
+    let endpoint = args.otlp_traces_endpoint.clone().or_else(|| args.otlp_endpoint.clone()).filter(|e| !e.is_empty());
+    Observability {
+        admin_listen,
+        namespace_labels: args.metrics_namespace_labels,
+        otlp_endpoint: endpoint.filter(|_| exporter != "none"),
+        service_name: Some(args.otel_service_name.trim()).filter(|n| !n.is_empty()).unwrap_or("stepwell").to_owned(),
     }
 }
 

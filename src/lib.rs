@@ -12,6 +12,8 @@
 //! - `config`: every flag, environment variable and limit;
 //! - `probe`: the health client behind `stepwell healthcheck`;
 //! - `telemetry`: logging;
+//! - `metrics`: the Prometheus metrics, and `traces`: OpenTelemetry spans;
+//! - `admin`: the admin HTTP listener (/metrics, /healthz, /readyz);
 //! - `tls`: TLS and mutual TLS on the listener, reloaded on SIGHUP;
 //! - `listener`: the TCP port or Unix socket file served on;
 //! - `preface`: the deadline a new connection has to open itself;
@@ -19,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod api;
 pub mod auth;
 pub mod clock;
@@ -26,11 +29,13 @@ pub mod config;
 pub mod error;
 pub mod idempotency;
 pub mod listener;
+pub mod metrics;
 pub mod model;
 pub mod probe;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod traces;
 
 mod preface;
 mod server;

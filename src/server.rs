@@ -12,6 +12,11 @@
 //! `ServeError::TaskFailed`, so the process exits 70 and its orchestrator
 //! restarts it: a sidecar never goes on serving with a dead writer.
 //!
+//! The admin listener (`admin`) is bound first, beside the gRPC listener,
+//! and answers until the drain has ended; the metrics it serves and the
+//! traces (`traces`, when an OTLP endpoint is set) reach the admission
+//! layer, the services and the writer from here.
+//!
 //! With `--auth-file`, the principals are loaded before anything else (a
 //! file that cannot be used stops the start), SIGHUP reloads them while
 //! serving, and reflection is off unless `--reflection-with-auth`.
@@ -34,6 +39,7 @@ use tonic_health::server::HealthReporter;
 use tower::layer::util::{Identity, Stack};
 use tower::util::MapRequestLayer;
 
+use crate::admin;
 use crate::api::admission::Admission;
 use crate::api::checkpoint::CheckpointApi;
 use crate::api::idempotency::IdempotencyApi;
@@ -41,12 +47,15 @@ use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
 use crate::api::{Shared, pb};
 use crate::auth::{self, Authenticator};
+use crate::clock;
 use crate::config::{self, Config, Database, Listen, Sweep};
 use crate::listener::{Listener, SocketFile};
+use crate::metrics::Metrics;
 use crate::preface;
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 use crate::tls::{self, ServerTls, TlsError};
+use crate::traces::{Traces, TracesError};
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +76,11 @@ pub enum ServeError {
     /// The auth file could not be read or is not valid: a configuration error.
     #[error("{0}")]
     AuthFile(#[from] auth::FileError),
+    #[error("could not listen for the admin listener (--admin-listen {address}): {source}")]
+    Admin { address: std::net::SocketAddr, source: std::io::Error },
+    /// The OTLP exporter could not be built from its settings.
+    #[error("{0}")]
+    Traces(#[from] TracesError),
     #[error("could not install the SIGHUP handler that reloads TLS files and the auth file: {0}")]
     Signal(std::io::Error),
     /// A task the sidecar cannot serve without (a writer, the sweeper, the
@@ -85,6 +99,7 @@ impl ServeError {
                 | ServeError::Store(store::Error::NotDurable(_))
                 | ServeError::Tls(_)
                 | ServeError::AuthFile(_)
+                | ServeError::Traces(_)
         )
     }
 
@@ -109,14 +124,17 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let Loaded { tls, authenticator, hangup } = load_security(&config)?;
     warn_if_exposed(&config);
+    let Observed { metrics, traces, admin_listener } = observe(&config).await?;
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
-    let shared = Shared::with_authenticator(config.limits.clone(), authenticator.clone());
-    let router = router(&config, &shared, health_service)?;
+    let shared = Shared::with_authenticator(config.limits.clone(), authenticator.clone(), metrics.clone());
+    let router = router(&config, &shared, health_service, &metrics, &traces)?;
 
     // Shutdown starts on the caller's signal, when the store cannot open, or
     // when a task it needs fails; `stopping` tells every task that it has.
     let (stopping_tx, stopping) = watch::channel(false);
+    let (ended_tx, ended) = watch::channel(false);
+    let admin = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), stopping.clone(), ended)));
     let failed = Arc::new(Notify::new());
     let signal = drain_signal(shutdown, failed.clone(), stopping_tx, health.clone());
 
@@ -128,7 +146,8 @@ pub async fn serve(
     // Held to the end: dropping it removes the socket file if it is still ours.
     let (server, socket_file) = serve_on(listener, router, tls, &config.connections, signal);
     let start = async {
-        let mut started = start_store(&config, &shared, &health, stopping_for_start).await;
+        let observers = (metrics.clone(), traces.clone());
+        let mut started = start_store(&config, &shared, &health, stopping_for_start, observers).await;
         match &started {
             Ok(Some(_)) => tracing::info!(listen = %description, store = %config.store.database.describe(), "serving"),
             Ok(None) => {}
@@ -163,6 +182,14 @@ pub async fn serve(
     if let Some(reloader) = reloader {
         reloader.abort();
     }
+    ended_tx.send_replace(true);
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    if let Some(traces) = traces {
+        // Exporting what is left blocks until the collector answers.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
     drop(socket_file);
     if let Some(error) = task_failed {
         return Err(error);
@@ -171,6 +198,42 @@ pub async fn serve(
     started?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What the sidecar is observed through: its metrics, its traces if an
+/// OTLP endpoint is set, and the admin listener if it is on.
+struct Observed {
+    metrics: Arc<Metrics>,
+    traces: Option<Arc<Traces>>,
+    admin_listener: Option<tokio::net::TcpListener>,
+}
+
+/// Binds the admin listener and starts the trace exporter, as configured.
+/// Metrics are only recorded when the admin listener can serve them.
+async fn observe(config: &Config) -> Result<Observed, ServeError> {
+    let observability = &config.observability;
+    let backend = match config.store.database {
+        Database::Sqlite { .. } => "sqlite",
+        Database::Postgres { .. } => "postgres",
+    };
+    let (metrics, admin_listener) = match observability.admin_listen {
+        Some(address) => {
+            let listener = admin::bind(address).await.map_err(|source| ServeError::Admin { address, source })?;
+            let bound = listener.local_addr().map_or_else(|_| address.to_string(), |a| a.to_string());
+            tracing::info!(admin_address = %bound, "admin listening: /metrics, /healthz, /readyz");
+            let started_at = clock::system_now() as f64 / 1e9;
+            (Metrics::new(observability.namespace_labels, backend, started_at), Some(listener))
+        }
+        None => (Metrics::off(), None),
+    };
+    let traces = match &observability.otlp_endpoint {
+        Some(endpoint) => {
+            tracing::info!(endpoint, service = observability.service_name, "exporting traces over OTLP");
+            Some(Traces::start(endpoint, &observability.service_name, backend)?)
+        }
+        None => None,
+    };
+    Ok(Observed { metrics, traces, admin_listener })
 }
 
 /// The layer that hands each request its connection's proven identity.
@@ -185,10 +248,13 @@ fn router(
     config: &Config,
     shared: &Arc<Shared>,
     health: HealthServer<impl Health>,
+    metrics: &Arc<Metrics>,
+    traces: &Option<Arc<Traces>>,
 ) -> Result<Router<Stack<PeerLayer, Identity>>, ServeError> {
     let message_max = config.limits.message_bytes_max;
     let connections = &config.connections;
-    let admission = Admission::new(config.limits.max_concurrent_requests, message_max, connections);
+    let concurrency = config.limits.max_concurrent_requests;
+    let admission = Admission::new(concurrency, message_max, connections, metrics.clone(), traces.clone());
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -445,12 +511,13 @@ async fn start_store(
     shared: &Arc<Shared>,
     health: &HealthReporter,
     stopping: watch::Receiver<bool>,
+    (metrics, traces): (Arc<Metrics>, Option<Arc<Traces>>),
 ) -> Result<Option<Started>, ServeError> {
     let Some(store) = open_store(config, stopping.clone()).await? else { return Ok(None) };
     let store = Handle::new(store);
-    let (writer, writers) = Writer::start(store.clone(), &config.writes);
+    let (writer, writers) = Writer::start(store.clone(), &config.writes, metrics.clone(), traces);
     let mut tasks: Vec<Task> = writers.into_iter().map(|handle| Task { name: "writer", handle }).collect();
-    let sweeper = tokio::spawn(sweep(store.backend().clone(), config.sweep.clone()));
+    let sweeper = tokio::spawn(sweep(store.backend().clone(), config.sweep.clone(), metrics));
     tasks.push(Task { name: "sweeper", handle: sweeper });
     let monitor = tokio::spawn(monitor(store.clone(), shared.clone(), health.clone(), config.health.clone(), stopping));
     tasks.push(Task { name: "health monitor", handle: monitor });
@@ -532,22 +599,32 @@ async fn monitor(
 /// interval, and further passes at once while a pass comes back full. Each
 /// pass is one short transaction of at most `batch_max` rows, so the sweeper
 /// never holds the writer for long. After each interval's passes, the
-/// store's planner statistics are refreshed where it needs that.
-async fn sweep(store: Arc<dyn Store>, sweep: Sweep) {
+/// store's planner statistics are refreshed where it needs that. Each pass
+/// is counted in `metrics` by result, with the records it purged.
+async fn sweep(store: Arc<dyn Store>, sweep: Sweep, metrics: Arc<Metrics>) {
+    use crate::metrics::Sweep as Pass;
     let mut interval = tokio::time::interval(sweep.interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let now = || clock::system_now() as f64 / 1e9;
     loop {
         interval.tick().await;
         loop {
             match store.purge_expired(sweep.batch_max).await {
-                Ok(purged) if purged >= u64::from(sweep.batch_max) => tokio::task::yield_now().await,
+                Ok(purged) if purged >= u64::from(sweep.batch_max) => {
+                    metrics.records_purged.increment(purged);
+                    metrics.sweep(Pass::Full, now());
+                    tokio::task::yield_now().await;
+                }
                 Ok(purged) => {
+                    metrics.records_purged.increment(purged);
+                    metrics.sweep(Pass::Drained, now());
                     if purged > 0 {
                         tracing::debug!(purged, "purged idempotency records past their retention");
                     }
                     break;
                 }
                 Err(error) => {
+                    metrics.sweep(Pass::Failed, now());
                     tracing::warn!(%error, "sweeper pass failed; retrying next interval");
                     break;
                 }

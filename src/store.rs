@@ -253,6 +253,10 @@ pub trait Store: Send + Sync + 'static {
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;
 
+    /// The backend's own figures for a metrics scrape (file sizes, or the
+    /// connection pool's state), read at that moment.
+    async fn figures(&self) -> crate::metrics::StoreState;
+
     /// Finishes in-flight work and closes connections.
     async fn close(&self);
 }

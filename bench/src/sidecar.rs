@@ -39,6 +39,9 @@ impl Sidecar {
             .arg("serve")
             .args(["--listen", &addr.to_string(), "--database-url", database_url])
             .env("STEPWELL_LOG", std::env::var("STEPWELL_LOG").unwrap_or_else(|_| "warn".into()))
+            // Metrics on, as a user gets them, on a port of its own; the
+            // caller's STEPWELL_ADMIN_LISTEN (off, say) goes first.
+            .env("STEPWELL_ADMIN_LISTEN", admin_listen()?)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
             .stderr(log_file)
@@ -123,4 +126,13 @@ impl Sidecar {
 /// A loopback port nothing listens on right now.
 fn free_port() -> std::io::Result<SocketAddr> {
     TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+/// Where the sidecar serves its metrics: the caller's `STEPWELL_ADMIN_LISTEN`
+/// if set, or a free loopback port.
+fn admin_listen() -> Result<String, String> {
+    match std::env::var("STEPWELL_ADMIN_LISTEN") {
+        Ok(address) => Ok(address),
+        Err(_) => free_port().map(|a| a.to_string()).map_err(|e| format!("no free port for the admin listener: {e}")),
+    }
 }

@@ -59,6 +59,8 @@ func startSidecar(listen, dial, db string) (*exec.Cmd, error) {
 func startSidecarWith(listen, dial, db string, extra []string, probeOpts []stepwell.Option) (*exec.Cmd, error) {
 	args := append([]string{"serve", "--listen", listen, "--database-url", "sqlite://" + db}, extra...)
 	cmd := exec.Command(binPath, args...)
+	// No admin listener: sidecars side by side would contend for its port.
+	cmd.Env = append(os.Environ(), "STEPWELL_ADMIN_LISTEN=off")
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
 	if os.Getenv("STEPWELL_TEST_VERBOSE") == "" {

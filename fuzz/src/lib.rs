@@ -95,7 +95,7 @@ impl Harness {
         let store = Handle::new(store);
         let (writer, _tasks) = {
             let _entered = runtime.enter();
-            Writer::start(store.clone(), &config.writes)
+            Writer::start(store.clone(), &config.writes, stepwell::metrics::Metrics::off(), None)
         };
         let shared = Shared::new(config.limits.clone());
         shared.set_store(store, writer);

@@ -25,11 +25,16 @@
 //! replacement cannot hide one.
 //!
 //! Health and reflection are not wrapped: probes keep answering under load.
+//!
+//! Admission also observes every request it wraps, from its first byte to
+//! its answer: the duration histogram by method and status code (and, for
+//! a refusal, its reason), and, when tracing is on, the server span the
+//! request runs in (`traces::in_request`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use http_body_util::{BodyExt, StreamBody};
@@ -39,8 +44,12 @@ use tonic::server::NamedService;
 use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
+use crate::api::status;
+use crate::auth::Rpc;
 use crate::config::Connections;
 use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::traces::{self, RequestScope, Traces};
 
 type Request = tonic::codegen::http::Request<Body>;
 type Response = tonic::codegen::http::Response<Body>;
@@ -57,11 +66,21 @@ pub struct Admission {
     message_bytes_max: usize,
     body_read_timeout: Duration,
     request_timeout: Duration,
+    metrics: Arc<Metrics>,
+    traces: Option<Arc<Traces>>,
 }
 
 impl Admission {
-    pub fn new(max_concurrent_requests: usize, message_bytes_max: usize, connections: &Connections) -> Admission {
+    pub fn new(
+        max_concurrent_requests: usize,
+        message_bytes_max: usize,
+        connections: &Connections,
+        metrics: Arc<Metrics>,
+        traces: Option<Arc<Traces>>,
+    ) -> Admission {
         Admission {
+            metrics,
+            traces,
             permits: Arc::new(Semaphore::new(max_concurrent_requests)),
             body_bytes: Arc::new(Semaphore::new(connections.body_buffer_bytes_max.min(Semaphore::MAX_PERMITS))),
             message_bytes_max,
@@ -104,16 +123,45 @@ where
     fn call(&mut self, request: Request) -> Self::Future {
         let (inner, admission) = (self.inner.clone(), self.admission.clone());
         Box::pin(async move {
+            let started = admission.metrics.enabled().then(Instant::now);
+            let rpc = Rpc::from_path(request.uri().path());
+            let context = match (&admission.traces, rpc) {
+                (Some(traces), Some(rpc)) => Some(traces.server_span(rpc, request.headers())),
+                _ => None,
+            };
+            let keep_namespace = admission.metrics.namespace_labels();
+            let scoped = context.is_some() || keep_namespace;
             let after = admission.request_timeout;
-            let answer = tokio::time::timeout(after, admission.admit(request, inner)).await;
-            Ok(answer.unwrap_or_else(|_| refusal(Error::RequestTimeout { after })))
+            let admit = tokio::time::timeout(after, admission.clone().admit(request, inner));
+            let (answer, scope) = if scoped {
+                let scope = RequestScope { context, namespace: Default::default(), keep_namespace };
+                traces::in_request(scope, admit).await
+            } else {
+                (admit.await, None)
+            };
+            let (response, refused) = answer.unwrap_or_else(|_| refusal(Error::RequestTimeout { after }));
+            let code = response.extensions().get::<Status>().map_or(Code::Ok, Status::code);
+            if let Some(rpc) = rpc {
+                let namespace = scope.as_ref().and_then(|scope| scope.namespace.borrow_mut().take());
+                if let Some(started) = started {
+                    let histogram = admission.metrics.rpc_duration(rpc, code, refused, namespace.as_deref());
+                    histogram.record(started.elapsed().as_secs_f64());
+                }
+                if let Some(context) = scope.and_then(|scope| scope.context) {
+                    Traces::end_server_span(&context, code, refused);
+                }
+            }
+            Ok(response)
         })
     }
 }
 
+/// An answer, and why admission refused the request if it did.
+type Answer = (Response, Option<&'static str>);
+
 impl Admission {
     /// Reads the body, takes a place, and runs `inner` in it.
-    async fn admit<S>(self, request: Request, inner: S) -> Response
+    async fn admit<S>(self, request: Request, inner: S) -> Answer
     where
         S: Service<Request, Response = Response, Error = Infallible>,
     {
@@ -163,15 +211,16 @@ impl Admission {
     }
 }
 
-fn refusal(error: Error) -> Response {
-    Status::from(error).into_http()
+fn refusal(error: Error) -> Answer {
+    let reason = status::reason_of(&error);
+    (Status::from(error).into_http(), Some(reason))
 }
 
 /// tonic's OUT_OF_RANGE for an oversized request, answered as the contract's
 /// RESOURCE_EXHAUSTED; every other response passes unchanged.
-fn refused_as_too_large(response: Response, limit: usize) -> Response {
+fn refused_as_too_large(response: Response, limit: usize) -> Answer {
     match response.extensions().get::<Status>() {
-        Some(status) if status.code() == Code::OutOfRange => Status::from(Error::MessageTooLarge { limit }).into_http(),
-        _ => response,
+        Some(status) if status.code() == Code::OutOfRange => refusal(Error::MessageTooLarge { limit }),
+        _ => (response, None),
     }
 }

@@ -44,9 +44,16 @@ impl CheckpointApi {
                 false,
             )?,
         };
+        let metrics = self.shared.metrics();
         let (inserted, stored) = match self.shared.writer()?.append(checkpoint).await? {
-            Appended::Inserted(stored) => (true, stored),
-            Appended::Duplicate(stored) => (false, stored),
+            Appended::Inserted(stored) => {
+                metrics.checkpoints_appended.increment(1);
+                (true, stored)
+            }
+            Appended::Duplicate(stored) => {
+                metrics.checkpoints_duplicate.increment(1);
+                (false, stored)
+            }
             Appended::Conflict => return Err(Error::CheckpointConflict),
         };
         Ok(CheckpointResponse { inserted, checkpoint: Some(to_pb(stored)) })
@@ -146,6 +153,10 @@ impl CheckpointApi {
         let namespace = validate::namespace(req.namespace)?;
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?;
         let deleted = self.shared.writer()?.delete_turn(namespace, turn_id).await?;
+        if deleted > 0 {
+            self.shared.metrics().turns_deleted.increment(1);
+            self.shared.metrics().checkpoints_deleted.increment(deleted);
+        }
         Ok(DeleteTurnResponse { deleted })
     }
 }

@@ -14,6 +14,7 @@ use crate::auth::Rpc;
 use crate::config::limits;
 use crate::error::{Error, Result};
 use crate::idempotency::{self as rules, BeginArgs, Fence, RecordState};
+use crate::metrics::BeginOutcome as Outcome;
 use crate::store::Fenced;
 
 /// The IdempotencyService implementation.
@@ -48,8 +49,13 @@ impl IdempotencyApi {
             Some(answer) => answer?,
             None => self.shared.writer()?.begin(args).await??,
         };
+        let metrics = self.shared.metrics();
         let response = match outcome {
             rules::BeginOutcome::Acquired { lease_token, attempt, lease_expires_at, previous_lease_expired } => {
+                metrics.begin(Outcome::Acquired);
+                if previous_lease_expired {
+                    metrics.takeovers.increment(1);
+                }
                 BeginResponse {
                     outcome: BeginOutcome::Acquired.into(),
                     lease_token,
@@ -60,15 +66,20 @@ impl IdempotencyApi {
                 }
             }
             rules::BeginOutcome::Completed { attempt, result } => {
+                metrics.begin(Outcome::Completed);
                 BeginResponse { outcome: BeginOutcome::Completed.into(), attempt, result, ..BeginResponse::default() }
             }
-            rules::BeginOutcome::InProgress { attempt, lease_expires_at } => BeginResponse {
-                outcome: BeginOutcome::InProgress.into(),
-                attempt,
-                lease_expires_at: Some(timestamp(lease_expires_at)),
-                ..BeginResponse::default()
-            },
+            rules::BeginOutcome::InProgress { attempt, lease_expires_at } => {
+                metrics.begin(Outcome::InProgress);
+                BeginResponse {
+                    outcome: BeginOutcome::InProgress.into(),
+                    attempt,
+                    lease_expires_at: Some(timestamp(lease_expires_at)),
+                    ..BeginResponse::default()
+                }
+            }
             rules::BeginOutcome::Failed { attempt, error } => {
+                metrics.begin(Outcome::Failed);
                 BeginResponse { outcome: BeginOutcome::Failed.into(), attempt, error, ..BeginResponse::default() }
             }
         };

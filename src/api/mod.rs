@@ -25,9 +25,11 @@ use tonic::{Request, Response, Status};
 use crate::auth::{self, AUDIT_TARGET, Authenticator, Credentials, PeerIdentity, Principal, Rpc};
 use crate::config::Limits;
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::model::UnixNanos;
 use crate::store::writer::Writer;
 use crate::store::{Handle, Store};
+use crate::traces;
 
 /// The generated protobuf types, servers and clients of `stepwell.v1`.
 pub mod pb {
@@ -52,6 +54,7 @@ pub struct Shared {
     limits: Limits,
     authenticator: Option<Arc<Authenticator>>,
     store_trouble: Notify,
+    metrics: Arc<Metrics>,
 }
 
 /// What a call's audit event names besides its namespace.
@@ -110,12 +113,17 @@ impl Call {
 impl Shared {
     /// Services start before the store is open; they answer UNAVAILABLE until then.
     pub fn new(limits: Limits) -> Arc<Shared> {
-        Shared::with_authenticator(limits, None)
+        Shared::with_authenticator(limits, None, Metrics::off())
     }
 
-    /// Services that admit only the principals of `authenticator`, if given.
-    pub fn with_authenticator(limits: Limits, authenticator: Option<Arc<Authenticator>>) -> Arc<Shared> {
-        Arc::new(Shared { opened: OnceLock::new(), limits, authenticator, store_trouble: Notify::new() })
+    /// Services that admit only the principals of `authenticator`, if
+    /// given, and count what they answer in `metrics`.
+    pub fn with_authenticator(
+        limits: Limits,
+        authenticator: Option<Arc<Authenticator>>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Shared> {
+        Arc::new(Shared { opened: OnceLock::new(), limits, authenticator, store_trouble: Notify::new(), metrics })
     }
 
     /// Completes when a request has found the store unavailable since the last call.
@@ -139,6 +147,12 @@ impl Shared {
         {
             self.store_trouble.notify_one();
         }
+        match &result {
+            Err(Error::CheckpointConflict) => self.metrics.checkpoint_conflicts.increment(1),
+            Err(Error::LeaseLost) => self.metrics.lease_lost.increment(1),
+            _ => {}
+        }
+        traces::annotate(&call.namespace, result.as_ref().err().map_or("ok", status::reason_of));
         let denied = matches!(result, Err(Error::Unauthenticated { .. } | Error::PermissionDenied { .. }));
         if denied || call.audited {
             audit(&call, principal.as_deref(), result.as_ref().err(), denied);
@@ -186,6 +200,29 @@ impl Shared {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// What a scrape reports of the queue and the store, read now.
+    pub async fn metrics_state(&self) -> crate::metrics::State {
+        let Some(opened) = self.opened.get() else { return crate::metrics::State::default() };
+        let (queue_depth, queue_bytes) = opened.writer.queued();
+        let breaker_open = opened.store.check_up().is_err();
+        crate::metrics::State {
+            queue_depth,
+            queue_bytes,
+            store_up: !breaker_open,
+            breaker_open,
+            store: opened.store.backend().figures().await,
+        }
+    }
+
+    /// Whether the store is open and answering: what /readyz reports.
+    pub fn ready(&self) -> bool {
+        self.opened.get().is_some_and(|opened| opened.store.check_up().is_ok())
     }
 }
 

@@ -27,6 +27,7 @@ use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
 use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
 use super::{Error, Options};
 use crate::idempotency::Record;
+use crate::metrics::StoreState;
 use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -428,6 +429,14 @@ impl Backend for PostgresStore {
     /// An idle pooled connection answers, or else a connection of its own
     /// does: a server that refuses connections fails the check at once,
     /// where the pool would retry until its acquire timeout.
+    /// The pool's connections in use and idle, and its most.
+    async fn figures(&self) -> StoreState {
+        let pool = &self.pools.writer;
+        let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
+        let max = pool.options().get_max_connections();
+        StoreState::Postgres { in_use: pool.size().saturating_sub(idle), idle, max }
+    }
+
     async fn ping(&self) -> Result<(), Error> {
         use sqlx::Connection;
         let mark_failed = || self.failed_at.store(self.opened.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -20,6 +20,7 @@ use super::rows::{self, PageRow, TurnRow};
 use super::{Deleted, Error, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
+use crate::metrics::StoreState;
 use crate::model::{
     Cursor, ListTurnsQuery, RESTORE_OVERHEAD_BYTES, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
@@ -187,6 +188,9 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;
+
+    /// Its own figures for a metrics scrape: file sizes, or the pool's state.
+    async fn figures(&self) -> StoreState;
 
     /// Finishes in-flight work and closes connections.
     async fn close(&self);
@@ -431,6 +435,10 @@ impl<B: Backend> Store for B {
 
     async fn ping(&self) -> Result<(), Error> {
         Backend::ping(self).await
+    }
+
+    async fn figures(&self) -> StoreState {
+        Backend::figures(self).await
     }
 
     async fn close(&self) {

@@ -22,6 +22,7 @@ use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
 use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
 use super::{Error, Options};
 use crate::idempotency::Record;
+use crate::metrics::StoreState;
 use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -37,6 +38,8 @@ const PAGE_BYTES: u64 = 4096;
 pub struct SqliteStore {
     /// The store clock for leases is the sidecar's, as the file is local.
     pools: Pools<Sqlite>,
+    /// The database file, whose size and its write-ahead log's a scrape reports.
+    path: PathBuf,
 }
 
 impl SqliteStore {
@@ -87,7 +90,7 @@ impl SqliteStore {
             .acquire_timeout(store.acquire_timeout)
             .connect_with(options.row_buffer_size(1024))
             .await?;
-        Ok(SqliteStore { pools: Pools { writer, reader, clock: store.clock.clone() } })
+        Ok(SqliteStore { pools: Pools { writer, reader, clock: store.clock.clone() }, path: path.to_owned() })
     }
 }
 
@@ -296,6 +299,15 @@ impl Backend for SqliteStore {
     async fn ping(&self) -> Result<(), Error> {
         sqlx::query("SELECT 1").execute(&self.pools.reader).await?;
         Ok(())
+    }
+
+    /// The sizes of the database file and of its write-ahead log (0 when
+    /// absent, as between checkpoints that truncate it).
+    async fn figures(&self) -> StoreState {
+        let size = |path: PathBuf| async move { tokio::fs::metadata(path).await.map_or(0, |m| m.len()) };
+        let mut wal = self.path.as_os_str().to_owned();
+        wal.push("-wal");
+        StoreState::Sqlite { database_bytes: size(self.path.clone()).await, wal_bytes: size(wal.into()).await }
     }
 
     async fn close(&self) {

@@ -24,15 +24,25 @@
 //! queued meanwhile are committed between two chunks, so deleting a huge turn
 //! never holds the (single SQLite) writer for long, and a delete never shares
 //! a transaction, or its locks, with appends.
+//!
+//! Each batch is observed after it ends: its size, each write's wait in the
+//! queue and the commit's duration go to the metrics, and, for the writes
+//! whose requests are traced, a queue-wait and a commit span each, and one
+//! batch span linked to them all (`Traces::batch`). A write notes when it
+//! was queued only while metrics or its trace want it.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use opentelemetry::trace::SpanContext;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{Deleted, Error, Fenced, Handle, Write, Written};
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
+use crate::metrics::Metrics;
 use crate::model::{Appended, NewCheckpoint, UnixNanos};
+use crate::traces::{self, Traces};
 
 /// How the writer batches.
 #[derive(Debug, Clone)]
@@ -82,6 +92,10 @@ struct Request {
     reply: Pending,
     /// The request's share of the queue's bytes, given back when dropped.
     bytes: OwnedSemaphorePermit,
+    /// When it was queued, if metrics or a trace want its wait.
+    queued: Option<Instant>,
+    /// Its request's span, if that is traced.
+    trace: Option<SpanContext>,
 }
 
 /// What every write counts beyond its variable-length fields: its place in
@@ -119,20 +133,45 @@ pub struct Writer {
     queue: mpsc::Sender<Request>,
     /// The queue's byte budget: one permit per byte.
     bytes: Arc<Semaphore>,
+    bytes_max: usize,
     store: Handle,
     delete_chunk_rows: u32,
+    /// Whether a write notes when it was queued.
+    timed: bool,
+}
+
+/// What the writer tasks share: the store and where batches are observed.
+struct Committer {
+    store: Handle,
+    metrics: Arc<Metrics>,
+    traces: Option<Arc<Traces>>,
 }
 
 impl Writer {
     /// Starts the writer tasks; they stop when every handle is dropped.
-    pub fn start(store: Handle, config: &WriterConfig) -> (Writer, Vec<JoinHandle<()>>) {
+    /// Batches are observed in `metrics` and, when tracing is on, `traces`.
+    pub fn start(
+        store: Handle,
+        config: &WriterConfig,
+        metrics: Arc<Metrics>,
+        traces: Option<Arc<Traces>>,
+    ) -> (Writer, Vec<JoinHandle<()>>) {
         let (queue, receiver) = mpsc::channel(config.queue_max);
         let receiver = Arc::new(Mutex::new(receiver));
+        let timed = metrics.enabled();
+        let committer = Arc::new(Committer { store: store.clone(), metrics, traces });
         let tasks = (0..config.concurrency.max(1))
-            .map(|_| tokio::spawn(commit_batches(store.clone(), receiver.clone(), config.batch_max)))
+            .map(|_| tokio::spawn(commit_batches(committer.clone(), receiver.clone(), config.batch_max)))
             .collect();
-        let bytes = Arc::new(Semaphore::new(config.queue_bytes_max.min(Semaphore::MAX_PERMITS)));
-        (Writer { queue, bytes, store, delete_chunk_rows: config.delete_chunk_rows.max(1) }, tasks)
+        let bytes_max = config.queue_bytes_max.min(Semaphore::MAX_PERMITS);
+        let bytes = Arc::new(Semaphore::new(bytes_max));
+        (Writer { queue, bytes, bytes_max, store, delete_chunk_rows: config.delete_chunk_rows.max(1), timed }, tasks)
+    }
+
+    /// The writes waiting for or in a batch, and the bytes they hold.
+    pub fn queued(&self) -> (usize, usize) {
+        let depth = self.queue.max_capacity() - self.queue.capacity();
+        (depth, self.bytes_max.saturating_sub(self.bytes.available_permits()))
     }
 
     /// Queues one write and waits for its batch to commit. Refused at once
@@ -143,10 +182,14 @@ impl Writer {
         let size = u32::try_from(write.bytes()).unwrap_or(u32::MAX);
         let bytes = self.bytes.clone().try_acquire_many_owned(size).map_err(|_| Error::QueueBytesFull)?;
         let (reply, answer) = oneshot::channel();
-        self.queue.try_send(Request { write, reply: pending(reply), bytes }).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(_) => Error::QueueFull,
-            mpsc::error::TrySendError::Closed(_) => Error::WriterStopped,
-        })?;
+        let trace = traces::current();
+        let queued = (self.timed || trace.is_some()).then(Instant::now);
+        self.queue.try_send(Request { write, reply: pending(reply), bytes, queued, trace }).map_err(
+            |error| match error {
+                mpsc::error::TrySendError::Full(_) => Error::QueueFull,
+                mpsc::error::TrySendError::Closed(_) => Error::WriterStopped,
+            },
+        )?;
         match answer.await {
             Ok(result) => result.map_err(Error::Batch),
             Err(_) => Err(Error::WriterStopped),
@@ -198,7 +241,7 @@ impl Writer {
 }
 
 /// One writer task: take what is waiting, commit it, answer, repeat.
-async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
+async fn commit_batches(committer: Arc<Committer>, receiver: Arc<Mutex<mpsc::Receiver<Request>>>, batch_max: usize) {
     let mut requests = Vec::with_capacity(batch_max);
     loop {
         {
@@ -214,41 +257,66 @@ async fn commit_batches(store: Handle, receiver: Arc<Mutex<mpsc::Receiver<Reques
         let (chunks, batch): (Vec<Request>, Vec<Request>) =
             requests.drain(..).partition(|request| matches!(request.write, Write::DeleteTurn { .. }));
         if !batch.is_empty() {
-            commit(&store, batch).await;
+            committer.commit(batch).await;
         }
         for chunk in chunks {
-            commit(&store, vec![chunk]).await;
+            committer.commit(vec![chunk]).await;
         }
     }
 }
 
-/// Commits one batch and answers each of its callers.
-async fn commit(store: &Handle, requests: Vec<Request>) {
-    let mut replies = Replies::default();
-    let mut held = Vec::with_capacity(requests.len());
-    let writes: Vec<Write> = requests
-        .into_iter()
-        .map(|request| {
-            replies.push(request.reply);
-            held.push(request.bytes);
-            request.write
-        })
-        .collect();
-    #[cfg(feature = "fault-injection")]
-    panic_if_asked(&writes);
-    tracing::trace!(size = writes.len(), "committing a batch");
-    let written = match store.check_up() {
-        Ok(()) => store.backend().write(writes).await,
-        Err(down) => Err(down),
-    };
-    // The batch's writes are gone with its transaction: their bytes go back
-    // before the callers hear, so none of them finds them still held.
-    drop(held);
-    match written {
-        Ok(written) => replies.answer(written),
-        Err(error) => {
-            tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
-            replies.fail(Arc::new(error));
+impl Committer {
+    /// Commits one batch and answers each of its callers.
+    async fn commit(&self, requests: Vec<Request>) {
+        let size = requests.len();
+        let began = Instant::now();
+        let mut replies = Replies::default();
+        let mut held = Vec::with_capacity(size);
+        let mut traced = Vec::new();
+        let writes: Vec<Write> = requests
+            .into_iter()
+            .map(|request| {
+                replies.push(request.reply);
+                held.push(request.bytes);
+                if let Some(queued) = request.queued {
+                    self.metrics.queue_wait.record(began.saturating_duration_since(queued).as_secs_f64());
+                    if let Some(trace) = request.trace {
+                        traced.push((trace, queued));
+                    }
+                }
+                request.write
+            })
+            .collect();
+        #[cfg(feature = "fault-injection")]
+        panic_if_asked(&writes);
+        tracing::trace!(size, "committing a batch");
+        let written = match self.store.check_up() {
+            Ok(()) => self.store.backend().write(writes).await,
+            Err(down) => Err(down),
+        };
+        // The batch's writes are gone with its transaction: their bytes go back
+        // before the callers hear, so none of them finds them still held.
+        drop(held);
+        let ended = Instant::now();
+        self.observe(&traced, size, began, ended, written.is_err());
+        match written {
+            Ok(written) => replies.answer(written),
+            Err(error) => {
+                tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
+                replies.fail(Arc::new(error));
+            }
+        }
+    }
+
+    /// Records a batch in the metrics and, for its traced writes, in traces.
+    fn observe(&self, traced: &[(SpanContext, Instant)], size: usize, began: Instant, ended: Instant, failed: bool) {
+        self.metrics.batch_writes.record(size as f64);
+        self.metrics.commit_duration.record(ended.duration_since(began).as_secs_f64());
+        if failed {
+            self.metrics.batches_failed.increment(1);
+        }
+        if let Some(traces) = &self.traces {
+            traces.batch(traced, size, began, ended, failed);
         }
     }
 }

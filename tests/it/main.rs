@@ -18,6 +18,7 @@ mod group_commit;
 mod idempotency;
 mod idempotency_model;
 mod lifecycle;
+mod metrics;
 mod namespace;
 mod postgres_only;
 mod postgres_tls;

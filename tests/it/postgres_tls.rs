@@ -165,6 +165,7 @@ async fn serve_once(dir: &Path, name: &str, url: &str) -> String {
         .arg("--database-url")
         .arg(url)
         .env("STEPWELL_LOG", "debug")
+        .env("STEPWELL_ADMIN_LISTEN", "off")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)

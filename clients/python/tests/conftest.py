@@ -108,7 +108,13 @@ class Sidecar:
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "STEPWELL_LOG": os.environ.get("STEPWELL_LOG", "warn"), **(extra_env or {})},
+            # No admin listener unless a test asks: sidecars side by side would contend for its port.
+            env={
+                **os.environ,
+                "STEPWELL_LOG": os.environ.get("STEPWELL_LOG", "warn"),
+                "STEPWELL_ADMIN_LISTEN": "off",
+                **(extra_env or {}),
+            },
         )
         self._wait_ready()
 

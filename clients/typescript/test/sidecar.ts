@@ -93,7 +93,7 @@ export async function startSidecar(
       ...(security?.serveArgs() ?? []),
       ...(opts.extraArgs ?? []),
     ],
-    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, STEPWELL_LOG: process.env.STEPWELL_LOG ?? "warn" } },
+    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, STEPWELL_LOG: process.env.STEPWELL_LOG ?? "warn", STEPWELL_ADMIN_LISTEN: "off" } },
   );
   let stderr = "";
   proc.stderr!.on("data", (d: Buffer) => {

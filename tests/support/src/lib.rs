@@ -6,12 +6,13 @@
 //! their health (`channel`, `health`), the request builders and readers
 //! (`requests`) and the checks of rich error details (`errors`), and the
 //! one seeded random generator (`rng`); certificates made in the test and
-//! the client side of TLS (`tls`).
+//! the client side of TLS (`tls`); scraping the admin listener (`admin`).
 //!
 //! The real binary's path is the test binary's to give (cargo tells only
 //! the stepwell package's own tests where it is), so `SidecarProcess`
 //! takes it as an argument.
 
+pub mod admin;
 pub mod backend;
 pub mod channel;
 pub mod errors;

@@ -12,6 +12,10 @@
 //!   picks the socket, so several can share a store, `.flags(..)` and
 //!   `.env(..)` reach the process, and `.stderr_to(..)` keeps its log.
 //!
+//! Neither serves the admin listener unless asked (`.admin_listen(..)`, or
+//! the configuration), so sidecars side by side never contend for its port;
+//! nor does either export traces unless its flags say where.
+//!
 //! Either dials over TLS when given `.client_tls(..)` (the sidecar's own TLS
 //! comes from its configuration or flags).
 //!
@@ -164,6 +168,8 @@ impl<'a> SidecarBuilder<'a> {
             None => TestStore::new().await,
         };
         let mut config = Config::for_database(store.database());
+        config.observability.admin_listen = None;
+        config.observability.otlp_endpoint = None;
         for configure in self.configure {
             configure(&mut config);
         }
@@ -199,6 +205,7 @@ pub struct SidecarProcessBuilder {
     env: Vec<(OsString, OsString)>,
     tls: Option<ClientTls>,
     listen: Option<String>,
+    admin_listen: String,
     stderr: Option<PathBuf>,
 }
 
@@ -228,6 +235,7 @@ impl SidecarProcess {
             env: Vec::new(),
             tls: None,
             listen: None,
+            admin_listen: "off".to_owned(),
             stderr: None,
         }
     }
@@ -296,6 +304,12 @@ impl SidecarProcessBuilder {
         self
     }
 
+    /// Serves the admin listener (/metrics, /healthz, /readyz) on `address`.
+    pub fn admin_listen(mut self, address: &str) -> Self {
+        self.admin_listen = address.to_owned();
+        self
+    }
+
     /// Dials the process over TLS (give it `--tls-cert` and `--tls-key` too).
     pub fn client_tls(mut self, tls: ClientTls) -> Self {
         self.tls = Some(tls);
@@ -320,6 +334,10 @@ impl SidecarProcessBuilder {
             .arg("--database-url")
             .arg(self.store.url())
             .args(&self.flags)
+            // Below flags, so `.flags(..)` may still name an admin address.
+            .env("STEPWELL_ADMIN_LISTEN", &self.admin_listen)
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::null());

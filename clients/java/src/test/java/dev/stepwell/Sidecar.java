@@ -57,6 +57,8 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
     }
     ProcessBuilder pb = new ProcessBuilder(args);
     pb.environment().putIfAbsent("STEPWELL_LOG", "warn");
+    // No admin listener: sidecars side by side would contend for its port.
+    pb.environment().put("STEPWELL_ADMIN_LISTEN", "off");
     pb.redirectErrorStream(true).redirectOutput(log.toFile());
     this.process = pb.start();
     waitReady(Duration.ofSeconds(60));

@@ -1,0 +1,119 @@
+//! The admin listener as a scraper meets it: a free loopback address to
+//! serve it on, a plain HTTP/1.1 GET, and a parsed `/metrics` scrape whose
+//! series a test reads by name and labels.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+
+use prometheus_parse::{Sample, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A loopback address no one listens on now, for `--admin-listen`.
+pub fn free_local_address() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("a bound port").to_string()
+}
+
+/// GETs `path` from the admin listener at `address`: its status code,
+/// content type and body.
+pub async fn get(address: &str, path: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(address).await.expect("connect to the admin listener");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response has a head and a body");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|code| code.parse().ok());
+    let content_type = lines
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+        .map(|(_, value)| value.trim().to_owned())
+        .unwrap_or_default();
+    (status.expect("a status line"), content_type, body.to_owned())
+}
+
+/// One `/metrics` scrape, parsed.
+pub struct Scrape {
+    pub text: String,
+    samples: Vec<Sample>,
+    /// Each family's `# TYPE`.
+    pub types: HashMap<String, String>,
+}
+
+impl Scrape {
+    /// Scrapes `/metrics` at `address`; fails unless it answers 200 in the
+    /// Prometheus text format.
+    pub async fn of(address: &str) -> Scrape {
+        let (status, content_type, text) = get(address, "/metrics").await;
+        assert_eq!(status, 200, "/metrics answers 200: {text}");
+        assert!(content_type.starts_with("text/plain"), "the Prometheus text format: {content_type}");
+        Scrape::parse(text)
+    }
+
+    pub fn parse(text: String) -> Scrape {
+        let lines = text.lines().map(|line| Ok(line.to_owned()));
+        let scrape = prometheus_parse::Scrape::parse(lines).expect("the scrape parses as the Prometheus text format");
+        let types = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("# TYPE "))
+            .filter_map(|line| line.split_once(' '))
+            .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
+            .collect();
+        Scrape { text, samples: scrape.samples, types }
+    }
+
+    /// The samples of `name` whose labels include every one of `labels`.
+    pub fn matching<'a>(&'a self, name: &'a str, labels: &'a [(&str, &str)]) -> impl Iterator<Item = &'a Sample> {
+        self.samples.iter().filter(move |sample| {
+            sample.metric == name && labels.iter().all(|(key, value)| sample.labels.get(key) == Some(*value))
+        })
+    }
+
+    /// The value of the one counter or gauge `name` with `labels`; fails if
+    /// there is none or more than one.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let found: Vec<f64> = self
+            .matching(name, labels)
+            .map(|sample| match sample.value {
+                Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+                _ => panic!("{name} is not a counter or a gauge"),
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "one series {name}{labels:?}, found {found:?} in\n{}", self.text);
+        found[0]
+    }
+
+    /// The sample count of the histogram `name` with `labels`, summed over
+    /// the series that match (0 if none does).
+    pub fn count(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.matching(name, labels)
+            .map(|sample| match &sample.value {
+                Value::Histogram(buckets) => buckets.iter().map(|b| b.count).fold(0.0, f64::max) as u64,
+                _ => panic!("{name} is not a histogram"),
+            })
+            .sum()
+    }
+
+    /// The sum of the histogram `name` with `labels`, over the matching series.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let name_sum = format!("{name}_sum");
+        self.samples
+            .iter()
+            .filter(|s| s.metric == name_sum && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                Value::Untyped(v) | Value::Counter(v) | Value::Gauge(v) => v,
+                _ => 0.0,
+            })
+            .sum()
+    }
+
+    /// Every label name used by any sample.
+    pub fn label_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.samples.iter().flat_map(|s| s.labels.keys().cloned()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
