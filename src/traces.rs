@@ -250,15 +250,17 @@ pub fn current() -> Option<SpanContext> {
 
 /// Names the request's namespace and outcome on its span, and keeps the
 /// namespace for its metrics.
-pub fn annotate(namespace: &str, outcome: &'static str) {
+/// `namespace` is called only inside a request's scope.
+pub fn annotate(namespace: impl FnOnce() -> String, outcome: &'static str) {
     let _ = REQUEST.try_with(|scope| {
+        let namespace = namespace();
         if let Some(context) = &scope.context {
             let span = context.span();
-            span.set_attribute(KeyValue::new("stepwell.namespace", namespace.to_owned()));
+            span.set_attribute(KeyValue::new("stepwell.namespace", namespace.clone()));
             span.set_attribute(KeyValue::new("stepwell.outcome", outcome));
         }
         if scope.keep_namespace {
-            *scope.namespace.borrow_mut() = Some(namespace.to_owned());
+            *scope.namespace.borrow_mut() = Some(namespace);
         }
     });
 }

@@ -57,6 +57,9 @@ pub struct Shared {
     metrics: Arc<Metrics>,
 }
 
+/// How metrics and spans name a namespace that is not valid.
+const INVALID_NAMESPACE: &str = "(invalid)";
+
 /// What a call's audit event names besides its namespace.
 enum Subject {
     None,
@@ -152,7 +155,10 @@ impl Shared {
             Err(Error::LeaseLost) => self.metrics.lease_lost.increment(1),
             _ => {}
         }
-        traces::annotate(&call.namespace, result.as_ref().err().map_or("ok", status::reason_of));
+        // A namespace that is not valid is named as such: a label or an
+        // attribute never carries an arbitrary value.
+        let namespace = || validate::namespace(call.namespace.clone()).unwrap_or_else(|_| INVALID_NAMESPACE.to_owned());
+        traces::annotate(namespace, result.as_ref().err().map_or("ok", status::reason_of));
         let denied = matches!(result, Err(Error::Unauthenticated { .. } | Error::PermissionDenied { .. }));
         if denied || call.audited {
             audit(&call, principal.as_deref(), result.as_ref().err(), denied);

@@ -26,6 +26,7 @@ mod response_size;
 mod restore;
 mod security;
 mod shared_store;
+mod tracing;
 mod turns;
 mod validation;
 mod write_queue;
