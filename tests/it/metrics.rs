@@ -313,3 +313,46 @@ async fn admin_listen_off_serves_no_admin_listener() {
     let log = SidecarProcess::builder(STEPWELL, &store).admin_listen("off").run_until_logged("serving");
     assert!(!log.contains("admin listening"), "{log}");
 }
+
+/// The metric families named in `text`: words that start like stepwell's
+/// metrics, without a histogram's series suffix.
+fn families_named(text: &str) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| ["stepwell_", "rpc_server_", "process_"].iter().any(|prefix| word.starts_with(prefix)))
+        .map(|word| {
+            let family = ["_bucket", "_sum", "_count"].iter().find_map(|suffix| word.strip_suffix(suffix));
+            family.unwrap_or(word).to_owned()
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test]
+async fn the_dashboard_and_the_alerts_name_only_metrics_a_sidecar_serves() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let _server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).spawn().await;
+    let scrape = Scrape::of(&admin).await;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The other backend's own families are checked in its pass.
+    let other_backend = match backend() {
+        Backend::Sqlite => "stepwell_postgres_",
+        Backend::Postgres => "stepwell_sqlite_",
+    };
+    for file in ["deploy/grafana/stepwell.json", "deploy/prometheus/stepwell-alerts.yml"] {
+        let text = std::fs::read_to_string(root.join(file)).expect("the file is in the repository");
+        let named = families_named(&text);
+        assert!(named.len() >= 5, "{file} names metrics: {named:?}");
+        for family in named.into_iter().filter(|family| !family.starts_with(other_backend)) {
+            assert!(scrape.types.contains_key(&family), "{file} names {family}, which /metrics does not serve");
+        }
+    }
+    // The README lists every family a sidecar serves.
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("the README");
+    for family in scrape.types.keys() {
+        assert!(readme.contains(&format!("`{family}`")), "the README lists `{family}`");
+    }
+}
