@@ -44,6 +44,7 @@ import {
   toStepwellError,
 } from "./errors.js";
 import { msToDuration, toTimestamp, type TimeLike } from "./time.js";
+import { traceContextAvailable, traceContextInterceptor } from "./tracing.js";
 
 export interface StepwellClientOptions {
   /** "host:port", "unix:/path/to.sock", or an "http://host:port" URL. Default "127.0.0.1:50051". */
@@ -68,6 +69,16 @@ export interface StepwellClientOptions {
   token?: string;
   /** TLS to the sidecar: options, or true for the system's roots. Default: plaintext. */
   tls?: TlsOptions | boolean;
+  /**
+   * Send the active span's trace context (W3C `traceparent`, and
+   * `tracestate` when there is one) on every call, so the sidecar's span of
+   * the call is a child of the caller's span. It takes effect only when
+   * `@opentelemetry/api` is installed and an OpenTelemetry SDK has registered
+   * a propagator; a header the call already has is kept. It is added after
+   * the `interceptors` have run, before the token. Default true; false sends
+   * no trace context.
+   */
+  traceContext?: boolean;
 }
 
 /**
@@ -246,6 +257,8 @@ export interface TransportOptions {
   interceptors?: Interceptor[];
   token?: string;
   tls?: TlsOptions | boolean;
+  /** Add the active trace context to every call (see StepwellClientOptions.traceContext). Default true. */
+  traceContext?: boolean;
 }
 
 /** Builds a gRPC (HTTP/2) transport and its session manager for a target. */
@@ -279,8 +292,13 @@ export function createStepwellTransport(
   } else {
     baseUrl = `${scheme}://${target}`;
   }
-  // The token's interceptor runs last, so the caller's interceptors never see the header.
-  const interceptors = [...(o.interceptors ?? []), ...(o.token === undefined ? [] : [bearerTokenInterceptor(o.token)])];
+  // The caller's interceptors run first, so a trace header they set is kept;
+  // the token's interceptor runs last, so they never see the token.
+  const interceptors = [
+    ...(o.interceptors ?? []),
+    ...(traceContextAvailable && o.traceContext !== false ? [traceContextInterceptor] : []),
+    ...(o.token === undefined ? [] : [bearerTokenInterceptor(o.token)]),
+  ];
   const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
   const transport = createGrpcTransport({ baseUrl, sessionManager, interceptors });
   return { transport, sessionManager };
@@ -310,6 +328,7 @@ export class StepwellClient {
       interceptors: o.interceptors,
       token: o.token,
       tls: o.tls,
+      traceContext: o.traceContext,
     });
     this.#sessionManager = sessionManager;
     this.raw = {

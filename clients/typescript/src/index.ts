@@ -2,6 +2,7 @@ export * from "./errors.js";
 export * from "./time.js";
 export * from "./client.js";
 export * from "./executor.js";
+export { activeTraceHeaders, traceContextAvailable, traceContextInterceptor } from "./tracing.js";
 export * as checkpointPb from "./gen/stepwell/v1/checkpoint_pb.js";
 export * as idempotencyPb from "./gen/stepwell/v1/idempotency_pb.js";
 export { BeginOutcome, RecordState } from "./gen/stepwell/v1/idempotency_pb.js";

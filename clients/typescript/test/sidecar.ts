@@ -72,9 +72,10 @@ export interface Sidecar {
 /**
  * Starts a sidecar; with `security` (by default the second pass's, from the
  * environment) it serves TLS, requires client certificates and checks tokens.
+ * `env` adds to (or overrides) its environment.
  */
 export async function startSidecar(
-  opts: { unix?: boolean; extraArgs?: string[]; security?: Security } = {},
+  opts: { unix?: boolean; extraArgs?: string[]; security?: Security; env?: Record<string, string> } = {},
 ): Promise<Sidecar> {
   const security = "security" in opts ? opts.security : securityFromEnv();
   const connect: Sidecar["connect"] = security ? { token: security.token, tls: security.tls() } : {};
@@ -93,7 +94,7 @@ export async function startSidecar(
       ...(security?.serveArgs() ?? []),
       ...(opts.extraArgs ?? []),
     ],
-    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, STEPWELL_LOG: process.env.STEPWELL_LOG ?? "warn", STEPWELL_ADMIN_LISTEN: "off" } },
+    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, STEPWELL_LOG: process.env.STEPWELL_LOG ?? "warn", STEPWELL_ADMIN_LISTEN: "off", ...opts.env } },
   );
   let stderr = "";
   proc.stderr!.on("data", (d: Buffer) => {
