@@ -93,8 +93,8 @@ impl Rpc {
 
     /// The RPC a request path names (`/stepwell.v1.CheckpointService/Checkpoint`).
     pub fn from_path(path: &str) -> Option<Rpc> {
-        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
-        Rpc::ALL.into_iter().find(|rpc| rpc.service() == service && rpc.as_str() == method)
+        let name = path.strip_prefix('/')?;
+        Rpc::ALL.into_iter().find(|rpc| rpc.full_name() == name)
     }
 
     /// The full name of the service the RPC belongs to.
@@ -102,6 +102,21 @@ impl Rpc {
         match self {
             Rpc::Checkpoint | Rpc::Restore | Rpc::ListTurns | Rpc::DeleteTurn => "stepwell.v1.CheckpointService",
             Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend | Rpc::Get => "stepwell.v1.IdempotencyService",
+        }
+    }
+
+    /// The RPC's full name, `service/method`: its server span's name.
+    pub fn full_name(self) -> &'static str {
+        match self {
+            Rpc::Checkpoint => "stepwell.v1.CheckpointService/Checkpoint",
+            Rpc::Restore => "stepwell.v1.CheckpointService/Restore",
+            Rpc::ListTurns => "stepwell.v1.CheckpointService/ListTurns",
+            Rpc::DeleteTurn => "stepwell.v1.CheckpointService/DeleteTurn",
+            Rpc::Begin => "stepwell.v1.IdempotencyService/Begin",
+            Rpc::Complete => "stepwell.v1.IdempotencyService/Complete",
+            Rpc::Release => "stepwell.v1.IdempotencyService/Release",
+            Rpc::Extend => "stepwell.v1.IdempotencyService/Extend",
+            Rpc::Get => "stepwell.v1.IdempotencyService/Get",
         }
     }
 
@@ -454,6 +469,16 @@ mod tests {
 
     fn parse_err(text: &str) -> String {
         Principals::parse(text).expect_err("refused")
+    }
+
+    #[test]
+    fn each_rpc_is_found_by_its_path_and_named_by_its_service_and_method() {
+        for rpc in Rpc::ALL {
+            assert_eq!(rpc.full_name(), format!("{}/{}", rpc.service(), rpc.as_str()));
+            assert_eq!(Rpc::from_path(&format!("/{}", rpc.full_name())), Some(rpc));
+        }
+        assert_eq!(Rpc::from_path("/stepwell.v1.CheckpointService/Nothing"), None);
+        assert_eq!(Rpc::from_path("/grpc.health.v1.Health/Check"), None);
     }
 
     #[test]

@@ -1190,14 +1190,20 @@ mod tests {
     fn the_admin_listener_and_tracing_follow_their_flags_and_variables() {
         let defaults = Config::from_args(&ServeArgs::defaults()).unwrap().observability;
         assert_eq!(defaults.admin_listen, Some("127.0.0.1:9464".parse().unwrap()));
-        assert_eq!((defaults.namespace_labels, defaults.otlp_endpoint, defaults.service_name.as_str()), (false, None, "stepwell"));
+        assert_eq!(
+            (defaults.namespace_labels, defaults.otlp_endpoint, defaults.service_name.as_str()),
+            (false, None, "stepwell")
+        );
         let off = serve(&["--admin-listen", "off"], &Env::default()).unwrap();
         assert_eq!(Config::from_args(&off).unwrap().observability.admin_listen, None);
 
         // Beyond loopback only on the operator's word.
         let wide = serve(&["--admin-listen", "0.0.0.0:9464"], &Env::default()).unwrap();
         let lines = Config::from_args(&wide).unwrap_err().0;
-        assert!(lines.iter().any(|l| l.contains("--admin-listen") && l.contains("--insecure-allow-network")), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.contains("--admin-listen") && l.contains("--insecure-allow-network")),
+            "{lines:?}"
+        );
         let allowed = serve(&["--admin-listen", "0.0.0.0:9464", "--insecure-allow-network"], &Env::default()).unwrap();
         assert!(Config::from_args(&allowed).is_ok());
         let bad = serve(&["--admin-listen", "nowhere"], &Env::default()).unwrap_err();
@@ -1215,8 +1221,9 @@ mod tests {
         let traced = Config::from_args(&serve(&[], &env).unwrap()).unwrap().observability;
         assert_eq!(traced.otlp_endpoint.as_deref(), Some("http://traces:4317"));
         assert_eq!(traced.service_name, "checkout-sidecar");
-        let env: Env =
-            [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"), ("OTEL_TRACES_EXPORTER", "none")].into_iter().collect();
+        let env: Env = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"), ("OTEL_TRACES_EXPORTER", "none")]
+            .into_iter()
+            .collect();
         assert_eq!(Config::from_args(&serve(&[], &env).unwrap()).unwrap().observability.otlp_endpoint, None);
         let env: Env = [("OTEL_TRACES_EXPORTER", "zipkin")].into_iter().collect();
         assert!(Config::from_args(&serve(&[], &env).unwrap()).is_err(), "an exporter stepwell has not is refused");

@@ -72,6 +72,7 @@ pub enum StoreState {
     Postgres {
         in_use: u32,
         idle: u32,
+        waiting: u32,
         max: u32,
     },
 }
@@ -152,6 +153,7 @@ impl Metrics {
             "postgres" => vec![
                 r.gauge("stepwell_postgres_pool_connections", &[("state", "in_use")]),
                 r.gauge("stepwell_postgres_pool_connections", &[("state", "idle")]),
+                r.gauge("stepwell_postgres_pool_waiting_requests", &[]),
                 r.gauge("stepwell_postgres_pool_max_connections", &[]),
             ],
             _ => Vec::new(),
@@ -245,7 +247,9 @@ impl Metrics {
         self.breaker_open.set(f64::from(u8::from(state.breaker_open)));
         let figures: Vec<f64> = match state.store {
             StoreState::Sqlite { database_bytes, wal_bytes } => vec![database_bytes as f64, wal_bytes as f64],
-            StoreState::Postgres { in_use, idle, max } => vec![in_use.into(), idle.into(), max.into()],
+            StoreState::Postgres { in_use, idle, waiting, max } => {
+                vec![in_use.into(), idle.into(), waiting.into(), max.into()]
+            }
             StoreState::Unknown => Vec::new(),
         };
         for (gauge, figure) in self.store.iter().zip(figures) {
@@ -367,6 +371,11 @@ impl Registrar<'_> {
                 "stepwell_postgres_pool_connections",
                 Some(Unit::Count),
                 "Connections of the Postgres pool, by state (in_use, idle).",
+            ),
+            (
+                "stepwell_postgres_pool_waiting_requests",
+                Some(Unit::Count),
+                "Requests waiting for a connection of the Postgres pool, none being idle.",
             ),
             (
                 "stepwell_postgres_pool_max_connections",

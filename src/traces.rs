@@ -101,7 +101,7 @@ impl Traces {
         let parent = self.propagator.extract(&Headers(headers));
         let span = self
             .tracer
-            .span_builder(format!("{}/{}", rpc.service(), rpc.as_str()))
+            .span_builder(rpc.full_name())
             .with_kind(SpanKind::Server)
             .with_attributes([
                 KeyValue::new("rpc.system", "grpc"),
@@ -144,39 +144,37 @@ impl Traces {
         let mut links = Vec::with_capacity(writes.len());
         for (request, queued) in writes {
             let parent = Context::new().with_remote_span_context(request.clone());
-            let mut wait = self
-                .tracer
-                .span_builder("stepwell.queue_wait")
-                .with_kind(SpanKind::Internal)
-                .with_start_time(self.wall(*queued))
-                .with_attributes(attributes())
-                .start_with_context(&self.tracer, &parent);
-            wait.end_with_timestamp(began_at);
-            let mut commit = self
-                .tracer
-                .span_builder("stepwell.commit")
-                .with_kind(SpanKind::Internal)
-                .with_start_time(began_at)
-                .with_attributes(attributes())
-                .start_with_context(&self.tracer, &parent);
-            if failed {
-                commit.set_status(SpanStatus::error("the batch was not committed"));
-            }
-            commit.end_with_timestamp(ended_at);
+            let waited = (self.wall(*queued), began_at);
+            self.internal("stepwell.queue_wait", waited, &parent, attributes(), Vec::new(), false);
+            self.internal("stepwell.commit", (began_at, ended_at), &parent, attributes(), Vec::new(), failed);
             links.push(Link::with_context(request.clone()));
         }
-        let mut batch = self
+        self.internal("stepwell.batch", (began_at, ended_at), &Context::new(), attributes(), links, failed);
+    }
+
+    /// Records one internal span that ran from `start` to `end`, marked as
+    /// an error if its batch `failed`.
+    fn internal(
+        &self,
+        name: &'static str,
+        (start, end): (SystemTime, SystemTime),
+        parent: &Context,
+        attributes: Vec<KeyValue>,
+        links: Vec<Link>,
+        failed: bool,
+    ) {
+        let mut span = self
             .tracer
-            .span_builder("stepwell.batch")
+            .span_builder(name)
             .with_kind(SpanKind::Internal)
-            .with_start_time(began_at)
-            .with_attributes(attributes())
+            .with_start_time(start)
+            .with_attributes(attributes)
             .with_links(links)
-            .start_with_context(&self.tracer, &Context::new());
+            .start_with_context(&self.tracer, parent);
         if failed {
-            batch.set_status(SpanStatus::error("the batch was not committed"));
+            span.set_status(SpanStatus::error("the batch was not committed"));
         }
-        batch.end_with_timestamp(ended_at);
+        span.end_with_timestamp(end);
     }
 
     fn wall(&self, instant: Instant) -> SystemTime {

@@ -92,7 +92,7 @@ impl PostgresStore {
             .acquire_timeout(store.acquire_timeout)
             .connect_with(options.clone())
             .await?;
-        let pools = Pools { writer: pool.clone(), reader: pool, clock: store.clock.clone() };
+        let pools = Pools::new(pool.clone(), pool, store.clock.clone());
         Ok(PostgresStore { pools, options, failed_at, opened })
     }
 }
@@ -407,7 +407,7 @@ impl Backend for PostgresStore {
         .bind(namespace)
         .bind(key)
         .bind(self.pools.clock.offset())
-        .fetch_optional(&self.pools.reader)
+        .fetch_optional(&mut *self.pools.acquire(&self.pools.reader).await?)
         .await?;
         let Some(row) = row else { return Ok(None) };
         let now: i64 = row.try_get("now_ns")?;
@@ -429,12 +429,13 @@ impl Backend for PostgresStore {
     /// An idle pooled connection answers, or else a connection of its own
     /// does: a server that refuses connections fails the check at once,
     /// where the pool would retry until its acquire timeout.
-    /// The pool's connections in use and idle, and its most.
+    /// The pool's connections in use and idle, the requests waiting for
+    /// one, and its most.
     async fn figures(&self) -> StoreState {
         let pool = &self.pools.writer;
         let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX);
         let max = pool.options().get_max_connections();
-        StoreState::Postgres { in_use: pool.size().saturating_sub(idle), idle, max }
+        StoreState::Postgres { in_use: pool.size().saturating_sub(idle), idle, waiting: self.pools.waiting(), max }
     }
 
     async fn ping(&self) -> Result<(), Error> {

@@ -7,13 +7,15 @@
 //! (SQLite binds `$N` to the Nth argument as Postgres does) and `CAST`
 //! rather than Postgres's `::`.
 
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use sqlx::Sqlite;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgQueryResult;
 use sqlx::sqlite::SqliteQueryResult;
-use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, SqlStr, Type};
+use sqlx::{Connection, Database, Encode, Executor, FromRow, IntoArguments, Pool, SqlStr, Type};
 
 use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
@@ -155,6 +157,46 @@ pub struct Pools<DB: Database> {
     pub reader: Pool<DB>,
     /// The clock leases are computed on.
     pub clock: Clock,
+    /// Requests waiting for a connection, none being idle: a metric.
+    waiting: Arc<AtomicU32>,
+}
+
+impl<DB: Database> Pools<DB> {
+    pub fn new(writer: Pool<DB>, reader: Pool<DB>, clock: Clock) -> Pools<DB> {
+        Pools { writer, reader, clock, waiting: Arc::default() }
+    }
+
+    /// A connection of `pool` (the writer or the reader); while none is
+    /// idle, the wait for one is counted in `waiting`.
+    pub async fn acquire(&self, pool: &Pool<DB>) -> Result<PoolConnection<DB>, sqlx::Error> {
+        if let Some(conn) = pool.try_acquire() {
+            return Ok(conn);
+        }
+        let _waiting = Waiting::enter(&self.waiting);
+        pool.acquire().await
+    }
+
+    /// Requests waiting for a connection now.
+    pub fn waiting(&self) -> u32 {
+        self.waiting.load(Ordering::Relaxed)
+    }
+}
+
+/// One request counted as waiting for a connection until dropped, however
+/// its wait ends (a connection, an error, or the request given up).
+struct Waiting<'a>(&'a AtomicU32);
+
+impl<'a> Waiting<'a> {
+    fn enter(count: &'a AtomicU32) -> Waiting<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The connection a batch runs on, with the store's clock; each backend
@@ -222,13 +264,13 @@ pub trait Dialect: Database {
     async fn write(pools: &Pools<Self>, begin: Option<&'static str>, batch: Vec<Write>) -> Result<Written, Error>;
 
     /// One page of a turn's checkpoints in restore order, and whether more follow.
-    async fn restore(pool: &Pool<Self>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error>;
+    async fn restore(pools: &Pools<Self>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error>;
 
     /// The summary of one turn, if it has checkpoints.
-    async fn turn(pool: &Pool<Self>, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, sqlx::Error>;
+    async fn turn(pools: &Pools<Self>, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, sqlx::Error>;
 
     /// One page of turn summaries ordered by turn id, and whether more follow.
-    async fn list_turns(pool: &Pool<Self>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error>;
+    async fn list_turns(pools: &Pools<Self>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error>;
 
     /// Runs a backend's purge statement, whose `$1` is `now` and `$2` the most
     /// records to delete; answers how many went.
@@ -256,19 +298,20 @@ where
         if !batch::needs_transaction(&batch) {
             // One statement, atomic and durable by itself (on SQLite a
             // trigger keeps the turns), in one round trip.
-            let mut conn = pools.writer.acquire().await?;
+            let mut conn = pools.acquire(&pools.writer).await?;
             return batch::run(&mut Conn { conn: &mut *conn, clock: &pools.clock }, batch, recorded_at).await;
         }
+        let mut conn = pools.acquire(&pools.writer).await?;
         let mut tx = match begin {
-            Some(statement) => pools.writer.begin_with(statement).await?,
-            None => pools.writer.begin().await?,
+            Some(statement) => conn.begin_with(statement).await?,
+            None => conn.begin().await?,
         };
         let answers = batch::run(&mut Conn { conn: &mut *tx, clock: &pools.clock }, batch, recorded_at).await?;
         tx.commit().await?;
         Ok(answers)
     }
 
-    async fn restore(pool: &Pool<DB>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error> {
+    async fn restore(pools: &Pools<DB>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error> {
         let start = match (q.after, q.newest_first) {
             (Some(cursor), _) => cursor,
             (None, false) => Cursor { timestamp: i64::MIN, seq: i64::MIN },
@@ -285,18 +328,20 @@ where
             .bind(i64::from(q.limit) + 1)
             .bind(i64::try_from(q.bytes_max).unwrap_or(i64::MAX))
             .bind(i64::try_from(overhead).unwrap_or(i64::MAX))
-            .fetch_all(pool)
+            .fetch_all(&mut *pools.acquire(&pools.reader).await?)
             .await?;
         let more = rows.first().is_some_and(|first| usize::try_from(first.rows_read).unwrap_or(0) > rows.len());
         Ok((rows.into_iter().map(|row| row.into_checkpoint(q)).collect(), more))
     }
 
-    async fn turn(pool: &Pool<DB>, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, sqlx::Error> {
-        let row: Option<TurnRow> = sqlx::query_as(TURN).bind(namespace).bind(turn_id).fetch_optional(pool).await?;
+    async fn turn(pools: &Pools<DB>, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, sqlx::Error> {
+        let mut conn = pools.acquire(&pools.reader).await?;
+        let row: Option<TurnRow> =
+            sqlx::query_as(TURN).bind(namespace).bind(turn_id).fetch_optional(&mut *conn).await?;
         row.map(TurnSummary::try_from).transpose()
     }
 
-    async fn list_turns(pool: &Pool<DB>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error> {
+    async fn list_turns(pools: &Pools<DB>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error> {
         let mut query = sqlx::query_as(list_turns_sql(DB::NAME == Sqlite::NAME, q))
             .bind(q.namespace.as_str())
             .bind(q.after_turn_id.as_deref().unwrap_or(""));
@@ -311,7 +356,8 @@ where
         if let Some(updated_before) = q.updated_before {
             query = query.bind(updated_before);
         }
-        let rows: Vec<TurnRow> = query.bind(i64::from(q.limit) + 1).fetch_all(pool).await?;
+        let mut conn = pools.acquire(&pools.reader).await?;
+        let rows: Vec<TurnRow> = query.bind(i64::from(q.limit) + 1).fetch_all(&mut *conn).await?;
         let turns = rows.into_iter().map(TurnSummary::try_from).collect::<Result<Vec<_>, _>>()?;
         Ok(rows::page(turns, q.limit))
     }
@@ -410,15 +456,15 @@ impl<B: Backend> Store for B {
     }
 
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
-        Ok(<B::Database as Dialect>::restore(&self.pools().reader, q).await?)
+        Ok(<B::Database as Dialect>::restore(self.pools(), q).await?)
     }
 
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {
-        Ok(<B::Database as Dialect>::turn(&self.pools().reader, namespace, turn_id).await?)
+        Ok(<B::Database as Dialect>::turn(self.pools(), namespace, turn_id).await?)
     }
 
     async fn list_turns(&self, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error> {
-        Ok(<B::Database as Dialect>::list_turns(&self.pools().reader, q).await?)
+        Ok(<B::Database as Dialect>::list_turns(self.pools(), q).await?)
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {

@@ -90,7 +90,7 @@ impl SqliteStore {
             .acquire_timeout(store.acquire_timeout)
             .connect_with(options.row_buffer_size(1024))
             .await?;
-        Ok(SqliteStore { pools: Pools { writer, reader, clock: store.clock.clone() }, path: path.to_owned() })
+        Ok(SqliteStore { pools: Pools::new(writer, reader, store.clock.clone()), path: path.to_owned() })
     }
 }
 
@@ -271,7 +271,7 @@ impl Backend for SqliteStore {
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {
-        let mut conn = self.pools.reader.acquire().await?;
+        let mut conn = self.pools.acquire(&self.pools.reader).await?;
         let now = self.pools.clock.now();
         let row: Option<RecordRow> = sqlx::query_as("SELECT * FROM idempotency WHERE namespace = ?1 AND key = ?2")
             .bind(namespace)

@@ -133,6 +133,7 @@ async fn metrics_count_every_request_by_method_and_code_and_every_outcome() {
             let max = scrape.value("stepwell_postgres_pool_max_connections", &[]);
             let in_use = scrape.value("stepwell_postgres_pool_connections", &[("state", "in_use")]);
             let idle = scrape.value("stepwell_postgres_pool_connections", &[("state", "idle")]);
+            assert_eq!(scrape.value("stepwell_postgres_pool_waiting_requests", &[]), 0.0, "none waits when idle");
             assert!(max >= 1.0 && idle >= 1.0 && in_use + idle <= max, "in use {in_use}, idle {idle}, max {max}");
         }
     }
