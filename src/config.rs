@@ -78,6 +78,203 @@ pub enum Command {
     /// Manage the credentials of --auth-file.
     #[command(subcommand)]
     Auth(AuthCommand),
+    /// List, show and delete the turns of a running sidecar.
+    #[command(subcommand)]
+    Turns(TurnsCommand),
+    /// Read and release the idempotency keys of a running sidecar.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// Copy every checkpoint, turn and idempotency record from one store to
+    /// another (SQLite to Postgres or back), with the sidecars stopped.
+    Migrate(MigrateArgs),
+    /// Write every record of a store as NDJSON, for backups and moves.
+    Export(ExportArgs),
+    /// Load records written by `stepwell export` into a store.
+    Import(ImportArgs),
+    /// Write the contract's .proto files and a buf.yaml to a directory.
+    Proto(ProtoArgs),
+}
+
+/// Where an operator command reaches a running sidecar, and as whom.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct Remote {
+    /// Sidecar to talk to: HOST:PORT, or unix:/path/to.sock.
+    #[arg(long, env = "STEPWELL_TARGET", default_value = "127.0.0.1:50051")]
+    pub target: Listen,
+
+    /// Bearer token, when the sidecar runs with --auth-file.
+    #[arg(long = "auth-token", env = "STEPWELL_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+
+    /// Namespace to act in [default: the default namespace].
+    #[arg(long, env = "STEPWELL_NAMESPACE", default_value = "")]
+    pub namespace: String,
+
+    /// CAs (PEM) to trust for the sidecar's certificate; dials over TLS.
+    #[arg(long = "tls-ca", env = "STEPWELL_CLI_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name to verify in the sidecar's certificate [default: localhost].
+    #[arg(long = "tls-server-name", env = "STEPWELL_CLI_TLS_SERVER_NAME", value_name = "NAME", value_parser = server_name)]
+    pub tls_server_name: Option<ServerName<'static>>,
+
+    /// A client certificate chain (PEM) for mutual TLS; needs --tls-key.
+    #[arg(long = "tls-cert", env = "STEPWELL_CLI_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long = "tls-key", env = "STEPWELL_CLI_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+
+    /// How long one call may take, in milliseconds.
+    #[arg(long = "timeout-ms", value_name = "MS", default_value = "10000", value_parser = millis(1, 600_000))]
+    pub timeout: Duration,
+
+    /// Print NDJSON (one JSON object per line) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `stepwell turns` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum TurnsCommand {
+    /// List turns: open ones by default.
+    Ls(TurnsLs),
+    /// Show one turn's checkpoints as a timeline, states summarised.
+    Show(TurnArgs),
+    /// Delete one turn and all its checkpoints (needs the admin role).
+    Rm(TurnArgs),
+}
+
+/// Which turns a list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TurnsFilter {
+    /// No terminal checkpoint yet.
+    Open,
+    /// Ended with a terminal checkpoint.
+    Terminal,
+    /// Open and not updated for --older-than (1h unless given).
+    Stalled,
+    /// Every turn.
+    Any,
+}
+
+/// Flags of `stepwell turns ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct TurnsLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Which turns.
+    #[arg(long, value_enum, default_value = "open")]
+    pub status: TurnsFilter,
+    /// Only turns not updated for this long: 90s, 30m, 1h, 2d.
+    #[arg(long = "older-than", value_name = "AGE", value_parser = age)]
+    pub older_than: Option<Duration>,
+    /// Most turns to list.
+    #[arg(long, default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+}
+
+/// A turn of a running sidecar.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct TurnArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turn's id.
+    pub turn: String,
+}
+
+/// What `stepwell keys` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum KeysCommand {
+    /// Show an idempotency key's record.
+    Get(KeyArgs),
+    /// Release a key held under lease token N, for a new attempt or
+    /// (--permanent) for good.
+    Release(KeyRelease),
+}
+
+/// An idempotency key of a running sidecar.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct KeyArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The key.
+    pub key: String,
+}
+
+/// Flags of `stepwell keys release`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct KeyRelease {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The key.
+    pub key: String,
+    /// The lease token the key is held under (from `keys get`).
+    #[arg(long)]
+    pub token: u64,
+    /// Fail the key for good: later Begins answer FAILED.
+    #[arg(long)]
+    pub permanent: bool,
+    /// The error recorded with a permanent release.
+    #[arg(long, default_value = "released by an operator")]
+    pub error: String,
+}
+
+/// Flags of `stepwell migrate`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct MigrateArgs {
+    /// The store to copy from: sqlite://PATH or postgres://…
+    #[arg(long, value_name = "URL")]
+    pub from: Database,
+    /// The store to copy to (created and migrated if need be).
+    #[arg(long, value_name = "URL")]
+    pub to: Database,
+}
+
+/// Flags of `stepwell export`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ExportArgs {
+    /// The store to read: sqlite://PATH or postgres://…
+    #[arg(long, value_name = "URL")]
+    pub from: Database,
+    /// Where to write the NDJSON; - for standard output.
+    #[arg(long, value_name = "PATH", default_value = "-")]
+    pub out: PathBuf,
+}
+
+/// Flags of `stepwell import`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ImportArgs {
+    /// The store to load into (created and migrated if need be).
+    #[arg(long, value_name = "URL")]
+    pub to: Database,
+    /// The NDJSON to read; - for standard input.
+    #[arg(long = "in", value_name = "PATH", default_value = "-")]
+    pub input: PathBuf,
+}
+
+/// Flags of `stepwell proto`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ProtoArgs {
+    /// The directory to write into (created if missing).
+    pub dir: PathBuf,
+}
+
+/// An age such as 90s, 30m, 1h or 2d.
+fn age(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not an age such as 90s, 30m, 1h or 2d"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?} is not an age such as 90s, 30m, 1h or 2d")),
+    };
+    number.checked_mul(seconds).map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
 }
 
 /// What `stepwell auth` does.

@@ -11,6 +11,9 @@
 //! - `store`: the one `Store` trait and its backends, the only code with SQL;
 //! - `config`: every flag, environment variable and limit;
 //! - `probe`: the health client behind `stepwell healthcheck`;
+//! - `cli`: the operator commands on a running sidecar (`turns`, `keys`);
+//! - `moving`: copying a store to another (`migrate`, `export`, `import`);
+//! - `contract`: the .proto files the binary carries (`stepwell proto`);
 //! - `telemetry`: logging;
 //! - `metrics`: the Prometheus metrics, and `traces`: OpenTelemetry spans;
 //! - `admin`: the admin HTTP listener (/metrics, /healthz, /readyz);
@@ -24,13 +27,16 @@
 pub mod admin;
 pub mod api;
 pub mod auth;
+pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod contract;
 pub mod error;
 pub mod idempotency;
 pub mod listener;
 pub mod metrics;
 pub mod model;
+pub mod moving;
 pub mod probe;
 pub mod store;
 pub mod telemetry;

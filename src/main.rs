@@ -1,7 +1,9 @@
 //! The `stepwell` binary: parses the command line, starts logging, and calls
 //! `serve` until SIGTERM or SIGINT; or, as `stepwell healthcheck`, asks a
 //! running sidecar whether it serves (exit 0) or not (exit 1); or, as
-//! `stepwell auth new-token`, prints a fresh token and its auth-file lines.
+//! `stepwell auth new-token`, prints a fresh token and its auth-file lines;
+//! or runs an operator command (`turns`, `keys`: `cli`; `migrate`,
+//! `export`, `import`: `moving`; `proto`: `contract`).
 //! Configuration errors, a bad auth file among them, exit with code 64; a
 //! task the sidecar cannot serve without (a writer, the sweeper, the health
 //! monitor) that panics or stops exits 70, so the orchestrator restarts it;
@@ -14,7 +16,7 @@ use std::process::ExitCode;
 
 use stepwell::config::{self, AuthCommand, Command, Config, Env, Healthcheck, NewToken, ServeArgs};
 use stepwell::probe::{self, ServingStatus};
-use stepwell::{Listener, ServeError, auth, serve, telemetry};
+use stepwell::{Listener, ServeError, auth, cli, contract, moving, serve, telemetry};
 
 /// EX_USAGE from sysexits.h: the configuration is wrong.
 const EXIT_CONFIG: u8 = 64;
@@ -34,6 +36,12 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_server(&args),
         Command::Healthcheck(check) => run_healthcheck(&check),
         Command::Auth(AuthCommand::NewToken(new)) => run_new_token(&new),
+        Command::Turns(turns) => cli::turns(&turns),
+        Command::Keys(keys) => cli::keys(&keys),
+        Command::Migrate(args) => moving::migrate(&args),
+        Command::Export(args) => moving::export(&args),
+        Command::Import(args) => moving::import(&args),
+        Command::Proto(args) => contract::write(&args),
     }
 }
 
