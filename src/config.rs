@@ -261,6 +261,25 @@ pub struct ProtoArgs {
     pub dir: PathBuf,
 }
 
+/// How long something is kept: `None` for forever (`off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention(pub Option<Duration>);
+
+fn retention(text: &str) -> Result<Retention, String> {
+    age_or_off(text).map(Retention)
+}
+
+/// An age, or `off` for none.
+fn age_or_off(text: &str) -> Result<Option<Duration>, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    match age(text)? {
+        Duration::ZERO => Err(format!("{text:?}: an age of 0 would delete at once; use off to keep forever")),
+        age => Ok(Some(age)),
+    }
+}
+
 /// An age such as 90s, 30m, 1h or 2d.
 fn age(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -447,6 +466,24 @@ pub struct ServeArgs {
     /// Most records one sweeper pass deletes (one short transaction each).
     #[arg(long, env = "STEPWELL_SWEEP_BATCH_MAX", default_value = "1000", value_parser = count(1, 1_000_000))]
     pub sweep_batch_max: u32,
+
+    /// Delete terminal turns whose newest checkpoint is older than this
+    /// (90s, 30m, 12h, 30d), or off to keep them forever.
+    #[arg(long = "turn-retention", env = "STEPWELL_TURN_RETENTION", value_name = "AGE|off", default_value = "off",
+          value_parser = retention)]
+    pub turn_retention: Retention,
+
+    /// DANGEROUS: also delete OPEN turns not written for this long, runs a
+    /// worker may still resume; off (the default) keeps them.
+    #[arg(long = "open-turn-retention", env = "STEPWELL_OPEN_TURN_RETENTION", value_name = "AGE|off",
+          default_value = "off", value_parser = retention)]
+    pub open_turn_retention: Retention,
+
+    /// A TOML file of per-namespace turn retention that overrides the two
+    /// flags above ([namespaces.NAME] turn_retention = "90d",
+    /// open_turn_retention = "off").
+    #[arg(long = "retention-file", env = "STEPWELL_RETENTION_FILE", value_name = "PATH")]
+    pub retention_file: Option<PathBuf>,
 
     /// Most bytes of checkpoints (or turn summaries) one Restore (or
     /// ListTurns) page holds; the rest follows through next_page_token. A
@@ -952,6 +989,80 @@ pub use crate::store::writer::WriterConfig as Writes;
 pub struct Sweep {
     pub interval: Duration,
     pub batch_max: u32,
+    /// Which turns the sweeper deletes.
+    pub turns: TurnRetention,
+}
+
+/// How long turns are kept: terminal turns and open ones, each `None` for
+/// forever, and the namespaces with rules of their own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnRetention {
+    pub terminal: Option<Duration>,
+    pub open: Option<Duration>,
+    pub namespaces: std::collections::BTreeMap<String, NamespaceRetention>,
+}
+
+/// One namespace's turn retention, in place of the flags'.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NamespaceRetention {
+    pub terminal: Option<Duration>,
+    pub open: Option<Duration>,
+}
+
+impl TurnRetention {
+    /// Whether any turn can ever be deleted.
+    pub fn is_on(&self) -> bool {
+        self.terminal.is_some()
+            || self.open.is_some()
+            || self.namespaces.values().any(|rule| rule.terminal.is_some() || rule.open.is_some())
+    }
+}
+
+/// The retention file: `[namespaces.NAME]` tables of ages or "off"; a key
+/// left out keeps the flag's value for that namespace.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionFile {
+    #[serde(default)]
+    namespaces: std::collections::BTreeMap<String, RetentionEntry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionEntry {
+    turn_retention: Option<String>,
+    open_turn_retention: Option<String>,
+}
+
+/// The turn retention of the flags and, if named, the file.
+fn turn_retention(args: &ServeArgs, errors: &mut ConfigErrors) -> TurnRetention {
+    let mut retention = TurnRetention {
+        terminal: args.turn_retention.0,
+        open: args.open_turn_retention.0,
+        namespaces: Default::default(),
+    };
+    let Some(path) = &args.retention_file else { return retention };
+    let mut fail = |message: String| errors.add("retention-file", format!("{}: {message}", path.display()));
+    let file: RetentionFile = match std::fs::read_to_string(path) {
+        Err(error) => return { fail(format!("cannot be read: {error}")); retention },
+        Ok(text) => match toml::from_str(&text) {
+            Ok(file) => file,
+            Err(error) => return { fail(format!("is not valid: {error}")); retention },
+        },
+    };
+    for (namespace, entry) in file.namespaces {
+        let rule = |value: &Option<String>, default: Option<Duration>| match value {
+            None => Ok(default),
+            Some(text) => age_or_off(text).map_err(|why| format!("[namespaces.{namespace}]: {why}")),
+        };
+        match (rule(&entry.turn_retention, retention.terminal), rule(&entry.open_turn_retention, retention.open)) {
+            (Ok(terminal), Ok(open)) => {
+                retention.namespaces.insert(namespace, NamespaceRetention { terminal, open });
+            }
+            (Err(why), _) | (_, Err(why)) => fail(why),
+        }
+    }
+    retention
 }
 
 /// How the sidecar keeps its health true to the store.
@@ -1038,7 +1149,11 @@ impl Config {
             store: store_options(args, &mut errors),
             limits: limits(args, &mut errors),
             writes: writes(args, &mut errors),
-            sweep: Sweep { interval: args.sweep_interval, batch_max: args.sweep_batch_max },
+            sweep: Sweep {
+                interval: args.sweep_interval,
+                batch_max: args.sweep_batch_max,
+                turns: turn_retention(args, &mut errors),
+            },
             health: Health {
                 check_interval: args.health_check_interval,
                 check_timeout: args.health_check_timeout,
@@ -1424,6 +1539,35 @@ mod tests {
         assert_eq!(Config::from_args(&serve(&[], &env).unwrap()).unwrap().observability.otlp_endpoint, None);
         let env: Env = [("OTEL_TRACES_EXPORTER", "zipkin")].into_iter().collect();
         assert!(Config::from_args(&serve(&[], &env).unwrap()).is_err(), "an exporter stepwell has not is refused");
+    }
+
+    #[test]
+    fn turn_retention_follows_its_flags_and_its_file() {
+        let off = Config::from_args(&ServeArgs::defaults()).unwrap().sweep.turns;
+        assert_eq!(off, TurnRetention::default());
+        assert!(!off.is_on());
+        let env: Env = [("STEPWELL_OPEN_TURN_RETENTION", "2d")].into_iter().collect();
+        let on = Config::from_args(&serve(&["--turn-retention", "30d"], &env).unwrap()).unwrap().sweep.turns;
+        assert_eq!((on.terminal, on.open), (Some(Duration::from_secs(30 * 86_400)), Some(Duration::from_secs(2 * 86_400))));
+        assert!(mistakes(&serve(&["--turn-retention", "0s"], &Env::default()).unwrap_err())[0].contains("--turn-retention"));
+        assert!(serve(&["--turn-retention", "soon"], &Env::default()).is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("retention.toml");
+        std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"90d\"\n[namespaces.audit]\nturn_retention = \"off\"\nopen_turn_retention = \"1h\"\n").unwrap();
+        let path = file.to_str().unwrap();
+        let args = serve(&["--turn-retention", "1d", "--retention-file", path], &Env::default()).unwrap();
+        let rules = Config::from_args(&args).unwrap().sweep.turns;
+        let day = Duration::from_secs(86_400);
+        assert_eq!(rules.namespaces["billing"], NamespaceRetention { terminal: Some(day * 90), open: None });
+        assert_eq!(rules.namespaces["audit"], NamespaceRetention { terminal: None, open: Some(Duration::from_secs(3600)) });
+        assert_eq!(rules.terminal, Some(day));
+
+        std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"later\"\n").unwrap();
+        let errors = Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).unwrap_err().0;
+        assert!(errors[0].contains("--retention-file") && errors[0].contains("[namespaces.billing]"), "{errors:?}");
+        std::fs::write(&file, "[namespaces.billing]\nretention = \"1d\"\n").unwrap();
+        assert!(Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).is_err(), "unknown keys");
     }
 
     #[test]

@@ -179,7 +179,8 @@ pub enum Write {
     /// after `after` (from the start if `None`), keeping its summary true to
     /// what is left (or deleting it with the last). Always committed alone,
     /// never in a batch with other writes.
-    DeleteTurn { namespace: String, turn_id: String, rows: u32, after: Option<Cursor> },
+    /// With `only_if`, a chunk deletes only while the turn still meets it.
+    DeleteTurn { namespace: String, turn_id: String, rows: u32, after: Option<Cursor>, only_if: Option<Expired> },
     /// Acquire a key's lease, or say why not.
     Begin(BeginArgs),
     /// Record the result under a lease.
@@ -206,6 +207,26 @@ pub struct Written {
     pub extended: Vec<Fenced<UnixNanos>>,
 }
 
+/// What a turn must still be for retention to delete it, checked by each
+/// chunk under the turn's lock: not written at or after `last_before` (its
+/// newest checkpoint older), and still terminal (or still open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    pub last_before: UnixNanos,
+    pub terminal: bool,
+}
+
+/// Which turns retention looks for: the terminal (or open) turns whose
+/// newest checkpoint is older than `last_before`, in `namespace` or, without
+/// one, in every namespace but those in `except` (which have rules of their own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredQuery {
+    pub namespace: Option<String>,
+    pub except: Vec<String>,
+    pub expired: Expired,
+    pub limit: u32,
+}
+
 /// What one chunk of a DeleteTurn did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deleted {
@@ -217,6 +238,9 @@ pub struct Deleted {
     /// deleted, or from the start again (`None`) when checkpoints appended
     /// meanwhile with older timestamps are all that is left.
     pub next: Option<Cursor>,
+    /// The turn no longer met the chunk's `only_if` (it was written since,
+    /// or its status changed): nothing was deleted, and it is kept.
+    pub kept: bool,
 }
 
 /// A backend that stores checkpoint logs and idempotency records. The lease
@@ -237,6 +261,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// One page of turn summaries ordered by turn id, and whether more follow.
     async fn list_turns(&self, query: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error>;
+
+    /// Up to `query.limit` turns past a retention rule, oldest first, as
+    /// (namespace, turn id).
+    async fn expired_turns(&self, query: &ExpiredQuery) -> Result<Vec<(String, String)>, Error>;
 
     /// The key's record, unless absent or past its retention, with the store's time.
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::{Deleted, Error, Fenced, Write, Written};
+use super::{Deleted, Error, Expired, Fenced, Write, Written};
 use crate::idempotency::{self, BeginPlan, Plan, Record};
 use crate::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 
@@ -208,6 +208,7 @@ pub trait DeleteTurn: Send {
         turn_id: &str,
         rows: u32,
         after: Option<Cursor>,
+        only_if: Option<Expired>,
     ) -> Result<Deleted, sqlx::Error>;
 }
 
@@ -284,8 +285,8 @@ pub async fn run(
         statements.save_records(&changed).await?;
     }
     for write in &batch {
-        if let Write::DeleteTurn { namespace, turn_id, rows, after } = write {
-            written.deleted.push(statements.delete_turn(namespace, turn_id, *rows, *after).await?);
+        if let Write::DeleteTurn { namespace, turn_id, rows, after, only_if } = write {
+            written.deleted.push(statements.delete_turn(namespace, turn_id, *rows, *after, *only_if).await?);
         }
     }
     written.appended = appended(batch, sources, recorded_at);

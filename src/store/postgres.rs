@@ -261,7 +261,7 @@ const INSERT_CHECKPOINTS: &str = "WITH ins AS ( \
 /// the middle of a chunk, and none is counted by a summary the chunk deletes.
 impl LockTurn for Postgres {
     const LOCK_TURN: &'static str =
-        "SELECT checkpoint_count FROM turns WHERE namespace = $1 AND turn_id = $2 FOR UPDATE";
+        "SELECT checkpoint_count, last_ts_ns, terminal FROM turns WHERE namespace = $1 AND turn_id = $2 FOR UPDATE";
 }
 
 /// Postgres's batch statements: one round trip each, whatever the batch's

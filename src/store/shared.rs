@@ -19,7 +19,7 @@ use sqlx::{Connection, Database, Encode, Executor, FromRow, IntoArguments, Pool,
 
 use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
-use super::{Deleted, Error, Store, Write, Written};
+use super::{Deleted, Error, Expired, ExpiredQuery, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
@@ -142,9 +142,28 @@ const SHRINK_TURN: &str = "\
     WHERE namespace = $1 AND turn_id = $2";
 const DELETE_TURN: &str = "DELETE FROM turns WHERE namespace = $1 AND turn_id = $2";
 
-/// How a backend reads a turn's checkpoint count and locks its summary row
-/// until the transaction ends, so that no append to the turn commits while a
-/// deletion chunk runs: `$1` is the namespace, `$2` the turn.
+/// The statement that finds turns past a retention rule: `$1` terminal,
+/// `$2` the cutoff, then the namespace (`= $3`) or the namespaces with rules
+/// of their own (`NOT IN ($3, …)`), and the limit last.
+fn expired_turns_sql(q: &ExpiredQuery) -> String {
+    let mut sql = String::from("SELECT namespace, turn_id FROM turns WHERE terminal = $1 AND last_ts_ns < $2");
+    let mut next = 3;
+    if q.namespace.is_some() {
+        sql.push_str(" AND namespace = $3");
+        next = 4;
+    } else if !q.except.is_empty() {
+        let list: Vec<String> = (0..q.except.len()).map(|i| format!("${}", 3 + i)).collect();
+        sql.push_str(&format!(" AND namespace NOT IN ({})", list.join(", ")));
+        next = 3 + q.except.len();
+    }
+    sql.push_str(&format!(" LIMIT ${next}"));
+    sql
+}
+
+/// How a backend reads a turn's checkpoint count, newest timestamp and
+/// terminal flag, and locks its summary row until the transaction ends, so
+/// that no append to the turn commits while a deletion chunk runs: `$1` is
+/// the namespace, `$2` the turn.
 pub trait LockTurn {
     const LOCK_TURN: &'static str;
 }
@@ -272,6 +291,9 @@ pub trait Dialect: Database {
     /// One page of turn summaries ordered by turn id, and whether more follow.
     async fn list_turns(pools: &Pools<Self>, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), sqlx::Error>;
 
+    /// Turns past a retention rule.
+    async fn expired_turns(pools: &Pools<Self>, q: &ExpiredQuery) -> Result<Vec<(String, String)>, sqlx::Error>;
+
     /// Runs a backend's purge statement, whose `$1` is `now` and `$2` the most
     /// records to delete; answers how many went.
     async fn purge(pool: &Pool<Self>, purge: SqlStr, now: i64, limit: u32) -> Result<u64, sqlx::Error>;
@@ -292,6 +314,8 @@ where
     for<'q> bool: Encode<'q, DB> + Type<DB>,
     for<'r> PageRow: FromRow<'r, DB::Row>,
     for<'r> TurnRow: FromRow<'r, DB::Row>,
+    for<'r> (String, String): FromRow<'r, DB::Row>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
 {
     async fn write(pools: &Pools<DB>, begin: Option<&'static str>, batch: Vec<Write>) -> Result<Written, Error> {
         let recorded_at = system_now();
@@ -362,6 +386,20 @@ where
         Ok(rows::page(turns, q.limit))
     }
 
+    async fn expired_turns(pools: &Pools<DB>, q: &ExpiredQuery) -> Result<Vec<(String, String)>, sqlx::Error> {
+        let sql = expired_turns_sql(q);
+        let mut query = sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(q.expired.terminal).bind(q.expired.last_before);
+        if let Some(namespace) = q.namespace.as_deref() {
+            query = query.bind(namespace);
+        } else {
+            for namespace in &q.except {
+                query = query.bind(namespace.as_str());
+            }
+        }
+        let mut conn = pools.acquire(&pools.reader).await?;
+        query.bind(i64::from(q.limit)).fetch_all(&mut *conn).await
+    }
+
     async fn purge(pool: &Pool<DB>, purge: SqlStr, now: i64, limit: u32) -> Result<u64, sqlx::Error> {
         Ok(sqlx::query(purge).bind(now).bind(i64::from(limit)).execute(pool).await?.rows_affected())
     }
@@ -390,6 +428,7 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'r> (i64,): FromRow<'r, DB::Row>,
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
+    for<'r> (i64, i64, bool): FromRow<'r, DB::Row>,
 {
     async fn delete_turn(
         &mut self,
@@ -397,14 +436,21 @@ where
         turn_id: &str,
         rows: u32,
         after: Option<Cursor>,
+        only_if: Option<Expired>,
     ) -> Result<Deleted, sqlx::Error> {
-        let count: Option<i64> =
-            sqlx::query_scalar(DB::LOCK_TURN).bind(namespace).bind(turn_id).fetch_optional(&mut *self.conn).await?;
-        let Some(count) = count else {
+        let locked: Option<(i64, i64, bool)> =
+            sqlx::query_as(DB::LOCK_TURN).bind(namespace).bind(turn_id).fetch_optional(&mut *self.conn).await?;
+        let Some((count, last_ts_ns, terminal)) = locked else {
             // No summary: no checkpoints committed, and any being appended
             // commit after this delete.
-            return Ok(Deleted { checkpoints: 0, gone: true, next: None });
+            return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
         };
+        if let Some(expired) = only_if
+            && (last_ts_ns >= expired.last_before || terminal != expired.terminal)
+        {
+            // Written since retention chose it, or its status changed.
+            return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: true });
+        }
         let from = after.unwrap_or(Cursor { timestamp: i64::MIN, seq: i64::MIN });
         let gone: Vec<(i64, i64)> = sqlx::query_as(DELETE_CHUNK)
             .bind(namespace)
@@ -420,15 +466,15 @@ where
             if after.is_none() {
                 // Nothing at all is left: the summary goes with the turn.
                 sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
-                return Ok(Deleted { checkpoints: 0, gone: true, next: None });
+                return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
             }
             // Nothing after the cursor, but checkpoints appended meanwhile
             // with older timestamps: the next chunk starts from the start.
-            return Ok(Deleted { checkpoints: 0, gone: false, next: None });
+            return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: false });
         };
         if i64::try_from(deleted).unwrap_or(i64::MAX) >= count {
             sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
-            return Ok(Deleted { checkpoints: deleted, gone: true, next: None });
+            return Ok(Deleted { checkpoints: deleted, gone: true, next: None, kept: false });
         }
         let oldest_left: Option<i64> = sqlx::query_scalar(OLDEST_AFTER)
             .bind(namespace)
@@ -445,7 +491,7 @@ where
             .bind(oldest_left.unwrap_or(oldest_gone))
             .execute(&mut *self.conn)
             .await?;
-        Ok(Deleted { checkpoints: deleted, gone: false, next: Some(last) })
+        Ok(Deleted { checkpoints: deleted, gone: false, next: Some(last), kept: false })
     }
 }
 
@@ -465,6 +511,10 @@ impl<B: Backend> Store for B {
 
     async fn list_turns(&self, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error> {
         Ok(<B::Database as Dialect>::list_turns(self.pools(), q).await?)
+    }
+
+    async fn expired_turns(&self, q: &ExpiredQuery) -> Result<Vec<(String, String)>, Error> {
+        Ok(<B::Database as Dialect>::expired_turns(self.pools(), q).await?)
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {

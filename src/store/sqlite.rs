@@ -148,7 +148,8 @@ async fn create_private(path: &Path) -> std::io::Result<()> {
 /// A deletion chunk's transaction holds SQLite's write lock from its start
 /// (`BEGIN IMMEDIATE`), which keeps every other writer out already.
 impl LockTurn for Sqlite {
-    const LOCK_TURN: &'static str = "SELECT checkpoint_count FROM turns WHERE namespace = $1 AND turn_id = $2";
+    const LOCK_TURN: &'static str =
+        "SELECT checkpoint_count, last_ts_ns, terminal FROM turns WHERE namespace = $1 AND turn_id = $2";
 }
 
 /// SQLite's batch statements: multi-row `VALUES` lists built per batch.

@@ -38,7 +38,7 @@ use opentelemetry::trace::SpanContext;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Deleted, Error, Fenced, Handle, Write, Written};
+use super::{Deleted, Error, Expired, Fenced, Handle, Write, Written};
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
 use crate::metrics::Metrics;
 use crate::model::{Appended, NewCheckpoint, UnixNanos};
@@ -206,6 +206,24 @@ impl Writer {
     /// true summary, and a retry finishes it. Checkpoints appended to the
     /// turn while it is being deleted are deleted too.
     pub async fn delete_turn(&self, namespace: String, turn_id: String) -> Result<u64, Error> {
+        Ok(self.delete_chunks(namespace, turn_id, None).await?.0)
+    }
+
+    /// Deletes a turn retention chose, chunk by chunk, while it still is
+    /// `expired`: answers the checkpoints deleted and whether the turn is
+    /// gone. A turn written since it was chosen (or whose status changed) is
+    /// kept from the next chunk on; a turn within one chunk, as most are,
+    /// is deleted whole or not at all.
+    pub async fn expire_turn(&self, namespace: String, turn_id: String, expired: Expired) -> Result<(u64, bool), Error> {
+        self.delete_chunks(namespace, turn_id, Some(expired)).await
+    }
+
+    async fn delete_chunks(
+        &self,
+        namespace: String,
+        turn_id: String,
+        only_if: Option<Expired>,
+    ) -> Result<(u64, bool), Error> {
         let (mut total, mut after) = (0, None);
         loop {
             let chunk = Write::DeleteTurn {
@@ -213,11 +231,12 @@ impl Writer {
                 turn_id: turn_id.clone(),
                 rows: self.delete_chunk_rows,
                 after,
+                only_if,
             };
             let deleted = self.submit(chunk, Pending::Deleted).await?;
             total += deleted.checkpoints;
-            if deleted.gone {
-                return Ok(total);
+            if deleted.gone || deleted.kept {
+                return Ok((total, deleted.gone));
             }
             after = deleted.next;
         }
