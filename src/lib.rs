@@ -11,6 +11,7 @@
 //! - `store`: the one `Store` trait and its backends, the only code with SQL;
 //! - `config`: every flag, environment variable and limit;
 //! - `probe`: the health client behind `stepwell healthcheck`;
+//! - `retention`: turn retention, the sweeper's deletion of old turns;
 //! - `cli`: the operator commands on a running sidecar (`turns`, `keys`);
 //! - `moving`: copying a store to another (`migrate`, `export`, `import`);
 //! - `contract`: the .proto files the binary carries (`stepwell proto`);
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod model;
 pub mod moving;
 pub mod probe;
+pub mod retention;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

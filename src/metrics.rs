@@ -100,6 +100,9 @@ pub struct Metrics {
     pub checkpoint_conflicts: Counter,
     pub turns_deleted: Counter,
     pub checkpoints_deleted: Counter,
+    turns_expired: [Counter; 2],
+    pub checkpoints_expired: Counter,
+    pub retention_failures: Counter,
     queue_depth: Gauge,
     queue_bytes: Gauge,
     store_up: Gauge,
@@ -180,6 +183,9 @@ impl Metrics {
             checkpoint_conflicts: r.counter("stepwell_checkpoint_conflicts_total", &[]),
             turns_deleted: r.counter("stepwell_turns_deleted_total", &[]),
             checkpoints_deleted: r.counter("stepwell_checkpoints_deleted_total", &[]),
+            turns_expired: ["terminal", "open"].map(|status| r.counter("stepwell_turns_expired_total", &[("status", status)])),
+            checkpoints_expired: r.counter("stepwell_checkpoints_expired_total", &[]),
+            retention_failures: r.counter("stepwell_turn_retention_failures_total", &[]),
             queue_depth: r.gauge("stepwell_write_queue_depth", &[]),
             queue_bytes: r.gauge("stepwell_write_queue_bytes", &[]),
             store_up: r.gauge("stepwell_store_up", &[]),
@@ -224,6 +230,11 @@ impl Metrics {
                 .clone();
         }
         recorder.register_histogram(&rpc_key(rpc, code, refusal, namespace), &METADATA)
+    }
+
+    /// Turn retention deleted a terminal (or open) turn.
+    pub fn turns_expired(&self, terminal: bool) {
+        self.turns_expired[usize::from(!terminal)].increment(1);
     }
 
     pub fn begin(&self, outcome: BeginOutcome) {
@@ -355,6 +366,15 @@ impl Registrar<'_> {
             ("stepwell_checkpoint_conflicts_total", "Checkpoint requests refused with CHECKPOINT_CONFLICT."),
             ("stepwell_turns_deleted_total", "DeleteTurn requests that deleted a turn."),
             ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
+            (
+                "stepwell_turns_expired_total",
+                "Turns deleted by turn retention, by status (terminal, open).",
+            ),
+            ("stepwell_checkpoints_expired_total", "Checkpoints of the turns deleted by turn retention."),
+            (
+                "stepwell_turn_retention_failures_total",
+                "Turn retention passes that failed (the log says why); the next interval tries again.",
+            ),
         ] {
             r.describe_counter(name.into(), None, help(text));
         }

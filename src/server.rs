@@ -52,6 +52,7 @@ use crate::config::{self, Config, Database, Listen, Sweep};
 use crate::listener::{Listener, SocketFile};
 use crate::metrics::Metrics;
 use crate::preface;
+use crate::retention;
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 use crate::tls::{self, ServerTls, TlsError};
@@ -517,7 +518,8 @@ async fn start_store(
     let store = Handle::new(store);
     let (writer, writers) = Writer::start(store.clone(), &config.writes, metrics.clone(), traces);
     let mut tasks: Vec<Task> = writers.into_iter().map(|handle| Task { name: "writer", handle }).collect();
-    let sweeper = tokio::spawn(sweep(store.backend().clone(), config.sweep.clone(), metrics));
+    let turns = TurnSweep { store: store.clone(), writer: writer.clone(), clock: config.store.clock.clone() };
+    let sweeper = tokio::spawn(sweep(store.backend().clone(), config.sweep.clone(), metrics, turns));
     tasks.push(Task { name: "sweeper", handle: sweeper });
     let monitor = tokio::spawn(monitor(store.clone(), shared.clone(), health.clone(), config.health.clone(), stopping));
     tasks.push(Task { name: "health monitor", handle: monitor });
@@ -600,8 +602,10 @@ async fn monitor(
 /// pass is one short transaction of at most `batch_max` rows, so the sweeper
 /// never holds the writer for long. After each interval's passes, the
 /// store's planner statistics are refreshed where it needs that. Each pass
-/// is counted in `metrics` by result, with the records it purged.
-async fn sweep(store: Arc<dyn Store>, sweep: Sweep, metrics: Arc<Metrics>) {
+/// is counted in `metrics` by result, with the records it purged. With turn
+/// retention on, each interval then deletes the turns past it
+/// (`retention::purge_turns`), again at once while a batch comes back full.
+async fn sweep(store: Arc<dyn Store>, sweep: Sweep, metrics: Arc<Metrics>, turns: TurnSweep) {
     use crate::metrics::Sweep as Pass;
     let mut interval = tokio::time::interval(sweep.interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -630,8 +634,56 @@ async fn sweep(store: Arc<dyn Store>, sweep: Sweep, metrics: Arc<Metrics>) {
                 }
             }
         }
+        if sweep.turns.is_on() {
+            turns.pass(&sweep, &metrics).await;
+        }
         if let Err(error) = store.optimize().await {
             tracing::warn!(%error, "refreshing the query planner's statistics failed; retrying next interval");
+        }
+    }
+}
+
+/// What turn retention works through: the store, the writer its deletes
+/// queue in, and the store's clock.
+struct TurnSweep {
+    store: Handle,
+    writer: Writer,
+    clock: crate::clock::Clock,
+}
+
+impl TurnSweep {
+    /// Deletes the turns past retention, batch after batch while batches
+    /// come back full; logs what went.
+    async fn pass(&self, sweep: &Sweep, metrics: &Metrics) {
+        let mut total = retention::Purged::default();
+        loop {
+            let purged =
+                retention::purge_turns(&self.store, &self.writer, &sweep.turns, &self.clock, sweep.batch_max, metrics)
+                    .await;
+            match purged {
+                Ok(purged) => {
+                    total.turns += purged.turns;
+                    total.checkpoints += purged.checkpoints;
+                    total.kept += purged.kept;
+                    if !purged.more || purged.turns == 0 {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                Err(error) => {
+                    metrics.retention_failures.increment(1);
+                    tracing::warn!(%error, "turn retention failed; retrying next interval");
+                    break;
+                }
+            }
+        }
+        if total.turns > 0 || total.kept > 0 {
+            tracing::info!(
+                turns = total.turns,
+                checkpoints = total.checkpoints,
+                kept = total.kept,
+                "turn retention deleted turns past their retention"
+            );
         }
     }
 }

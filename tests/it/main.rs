@@ -25,6 +25,7 @@ mod postgres_only;
 mod postgres_tls;
 mod response_size;
 mod restore;
+mod retention;
 mod security;
 mod shared_store;
 mod tracing;

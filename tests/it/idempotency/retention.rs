@@ -57,7 +57,7 @@ async fn stored_keys(store: &Inspector) -> Vec<String> {
 
 #[tokio::test]
 async fn the_sweeper_deletes_records_past_their_retention_in_batches() {
-    let sweep = Sweep { interval: Duration::from_millis(10), batch_max: 2 };
+    let sweep = Sweep { interval: Duration::from_millis(10), batch_max: 2, turns: Default::default() };
     let (server, clock) = start_on_clock(|config| config.sweep = sweep).await;
     let mut client = server.idempotency();
     let short = |key: &str| BeginRequest { retention: Some(duration(secs(10))), ..begin(key) };
