@@ -374,7 +374,11 @@ mod tests {
         let refused = Status::with_error_details(
             Code::PermissionDenied,
             "role read may not\ncall DeleteTurn",
-            tonic_types::ErrorDetails::with_error_info("PERMISSION_DENIED", "stepwell.dev", Default::default()),
+            tonic_types::ErrorDetails::with_error_info(
+                "PERMISSION_DENIED",
+                "stepwell.dev",
+                std::collections::HashMap::new(),
+            ),
         );
         let failure = Failure::from_status(&refused);
         assert_eq!(failure.exit, EXIT_REFUSED);

@@ -12,6 +12,7 @@ use stepwell::auth::token_sha256;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{T0, begin, checkpoint, complete};
 use stepwell_test_support::sidecar::SidecarProcess;
+use stepwell_test_support::tls::{Authority, ClientTls};
 
 use crate::STEPWELL;
 
@@ -126,10 +127,10 @@ async fn turns_ls_lists_open_terminal_any_and_stalled_turns() {
 
     assert_eq!(rows(socket, &["turns", "ls", "--json"]), [a.clone(), c.clone()], "open by default");
     assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "open"]), [a.clone(), c.clone()]);
-    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "terminal"]), [b.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "terminal"]), vec![b.clone()]);
     assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "any"]), [a.clone(), b.clone(), c.clone()]);
-    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "stalled"]), [a.clone()]);
-    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "stalled", "--older-than", "2d"]), [a.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "stalled"]), vec![a.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "stalled", "--older-than", "2d"]), vec![a.clone()]);
     assert_eq!(
         rows(socket, &["turns", "ls", "--json", "--status", "any", "--older-than", "1h"]),
         [a.clone(), b.clone()],
@@ -318,4 +319,42 @@ async fn without_json_the_output_is_a_table_with_headers() {
     assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["TIMESTAMP", "PHASE", "END", "BYTES", "STATE"]);
     assert!(lines[1].starts_with(OLD) && lines[1].ends_with("{input, step}"), "{}", lines[1]);
     assert!(lines[2].ends_with("\"waiting for the tool\""), "{}", lines[2]);
+}
+
+#[tokio::test]
+async fn over_mutual_tls_the_cli_dials_with_its_certificate() {
+    let store = TestStore::new().await;
+    let dir = store.dir();
+    let ca = Authority::new("stepwell test CA");
+    let (cert, key) = ca.server().write(dir, "server");
+    let ca_path = ca.write(&dir.join("ca.pem"));
+    let client = ca.client("spiffe://example.org/operator", "operator.example.org");
+    let (client_cert, client_key) = client.write(dir, "operator");
+    let path = |p: &Path| p.to_str().expect("a UTF-8 path").to_owned();
+    let flags = ["--tls-cert", &path(&cert), "--tls-key", &path(&key), "--tls-client-ca", &path(&ca_path)];
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .flags(&flags)
+        .client_tls(ClientTls::new(&ca, Some(&client)))
+        .spawn()
+        .await;
+    seed_turns(&server).await;
+    let socket = server.socket_path();
+
+    let env = [
+        ("STEPWELL_CLI_TLS_CA", path(&ca_path)),
+        ("STEPWELL_CLI_TLS_CERT", path(&client_cert)),
+        ("STEPWELL_CLI_TLS_KEY", path(&client_key)),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let listed = cli_env(socket, &["turns", "ls", "--json", "--status", "terminal"], &env);
+    assert_eq!((listed.code, listed.stderr.as_str()), (0, ""));
+    assert_eq!(listed.rows().iter().map(|r| r["turn_id"].clone()).collect::<Vec<_>>(), [json!("b-done")]);
+
+    let anonymous = cli_env(socket, &["turns", "ls", "--json"], &env[..1]);
+    assert_eq!((anonymous.code, anonymous.stdout.as_str()), (1, ""), "without a client certificate: {anonymous:?}");
+    let plaintext = cli(socket, &["turns", "ls", "--json"]);
+    assert_eq!((plaintext.code, plaintext.stdout.as_str()), (1, ""), "plaintext to TLS: {plaintext:?}");
+    assert_eq!(plaintext.stderr.lines().count(), 1, "one line: {}", plaintext.stderr);
+    let half = cli_env(socket, &["turns", "ls"], &env[1..2]);
+    assert_eq!(half.code, 64, "a certificate without its key or a CA is a usage error: {half:?}");
 }
