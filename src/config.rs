@@ -353,8 +353,9 @@ pub struct Healthcheck {
     pub tls_key: Option<PathBuf>,
 }
 
-/// How `stepwell healthcheck` speaks TLS: the CAs it trusts, the name it
-/// verifies, and for mutual TLS its certificate chain and key.
+/// How `stepwell healthcheck` and the operator commands speak TLS: the CAs
+/// they trust, the name they verify, and for mutual TLS their certificate
+/// chain and key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeTls {
     pub ca: PathBuf,
@@ -367,37 +368,55 @@ impl Healthcheck {
     /// reported all at once: a certificate without its key or the other way
     /// round, and any TLS flag without `--tls-ca`, which is what turns TLS on.
     pub fn tls(&self) -> Result<Option<ProbeTls>, ConfigErrors> {
-        let mut errors = ConfigErrors(Vec::new());
-        let client = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
-            (None, None) => None,
-            (Some(_), None) => {
-                errors.add("tls-cert", "needs --tls-key, the client certificate's private key".to_owned());
-                None
-            }
-            (None, Some(_)) => {
-                errors.add("tls-key", "needs --tls-cert, the client certificate it belongs to".to_owned());
-                None
-            }
-        };
-        if self.tls_ca.is_none() {
-            let without = [("tls-server-name", self.tls_server_name.is_some()), ("tls-cert", self.tls_cert.is_some())];
-            for (flag, given) in without {
-                if given {
-                    errors.add(flag, "needs --tls-ca, the CAs that turn TLS on".to_owned());
-                }
-            }
-        }
-        if !errors.0.is_empty() {
-            return Err(errors);
-        }
-        let localhost = || ServerName::try_from("localhost").expect("localhost is a DNS name");
-        Ok(self.tls_ca.as_ref().map(|ca| ProbeTls {
-            ca: ca.clone(),
-            server_name: self.tls_server_name.clone().unwrap_or_else(localhost),
-            client,
-        }))
+        client_tls(&self.tls_ca, &self.tls_server_name, &self.tls_cert, &self.tls_key)
     }
+}
+
+impl Remote {
+    /// How an operator command dials the sidecar: `None` for plaintext,
+    /// the flags checked as for `stepwell healthcheck`.
+    pub fn tls(&self) -> Result<Option<ProbeTls>, ConfigErrors> {
+        client_tls(&self.tls_ca, &self.tls_server_name, &self.tls_cert, &self.tls_key)
+    }
+}
+
+/// The client side's TLS from its four flags, `None` without `--tls-ca`.
+fn client_tls(
+    tls_ca: &Option<PathBuf>,
+    tls_server_name: &Option<ServerName<'static>>,
+    tls_cert: &Option<PathBuf>,
+    tls_key: &Option<PathBuf>,
+) -> Result<Option<ProbeTls>, ConfigErrors> {
+    let mut errors = ConfigErrors(Vec::new());
+    let client = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (None, None) => None,
+        (Some(_), None) => {
+            errors.add("tls-cert", "needs --tls-key, the client certificate's private key".to_owned());
+            None
+        }
+        (None, Some(_)) => {
+            errors.add("tls-key", "needs --tls-cert, the client certificate it belongs to".to_owned());
+            None
+        }
+    };
+    if tls_ca.is_none() {
+        let without = [("tls-server-name", tls_server_name.is_some()), ("tls-cert", tls_cert.is_some())];
+        for (flag, given) in without {
+            if given {
+                errors.add(flag, "needs --tls-ca, the CAs that turn TLS on".to_owned());
+            }
+        }
+    }
+    if !errors.0.is_empty() {
+        return Err(errors);
+    }
+    let localhost = || ServerName::try_from("localhost").expect("localhost is a DNS name");
+    Ok(tls_ca.as_ref().map(|ca| ProbeTls {
+        ca: ca.clone(),
+        server_name: tls_server_name.clone().unwrap_or_else(localhost),
+        client,
+    }))
 }
 
 /// A DNS name or an IP address, as a certificate names a server.

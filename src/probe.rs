@@ -159,7 +159,7 @@ pub fn describe(target: &Listen) -> String {
 
 /// An error and its causes on one line: tonic's transport error alone says
 /// only "transport error".
-fn chain(error: &dyn StdError) -> String {
+pub(crate) fn chain(error: &dyn StdError) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -21,6 +21,7 @@ mod idempotency_model;
 mod lifecycle;
 mod metrics;
 mod namespace;
+mod operator_cli;
 mod postgres_only;
 mod postgres_tls;
 mod response_size;

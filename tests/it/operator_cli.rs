@@ -1,0 +1,358 @@
+//! The operator commands (`stepwell turns ls|show|rm`, `stepwell keys
+//! get|release`) run as the real binary against a real sidecar on a Unix
+//! socket: records are seeded through the gRPC API with fixed timestamps,
+//! each command's `--json` output is compared with the NDJSON it must print,
+//! and each exit code is checked, also for a caller the sidecar refuses.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+use stepwell::auth::token_sha256;
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::requests::{T0, begin, checkpoint, complete};
+use stepwell_test_support::sidecar::SidecarProcess;
+use stepwell_test_support::tls::{Authority, ClientTls};
+
+use crate::STEPWELL;
+
+/// 2023-11-14T22:13:20Z: old enough to count as stalled.
+const OLD: &str = "2023-11-14T22:13:20Z";
+/// 2100-01-01T00:00:00Z: a turn updated then is never stalled.
+const LATER: i64 = 4_102_444_800_000_000_000;
+const LATER_TEXT: &str = "2100-01-01T00:00:00Z";
+
+/// What one run of the CLI did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The NDJSON lines of stdout, each parsed.
+    fn rows(&self) -> Vec<Value> {
+        self.stdout.lines().map(|line| serde_json::from_str(line).expect("each line is one JSON object")).collect()
+    }
+}
+
+/// Runs `stepwell ARGS --target unix:SOCKET` with no STEPWELL_* variable
+/// but those in `env`.
+fn cli_env(socket: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let output = Command::new(STEPWELL)
+        .args(args)
+        .arg("--target")
+        .arg(format!("unix:{}", socket.display()))
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .expect("run stepwell");
+    Run {
+        code: output.status.code().expect("an exit code"),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+    }
+}
+
+fn cli(socket: &Path, args: &[&str]) -> Run {
+    cli_env(socket, args, &[])
+}
+
+/// Runs a command that must succeed, and returns its NDJSON rows.
+fn rows(socket: &Path, args: &[&str]) -> Vec<Value> {
+    let run = cli(socket, args);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{args:?}");
+    run.rows()
+}
+
+/// Replaces the fields a test cannot know (times the sidecar chose) by
+/// "*", after checking each is present and not null.
+fn normalise(mut row: Value, fields: &[&str]) -> Value {
+    for field in fields {
+        let text = row.to_string();
+        let value = row.get_mut(*field).unwrap_or_else(|| panic!("{field} in {text}"));
+        assert!(!value.is_null(), "{field} is set in {text}");
+        *value = json!("*");
+    }
+    row
+}
+
+/// Three turns: `a-stalled` (open since 2023), `b-done` (terminal in
+/// 2023), `c-recent` (open, updated in 2100).
+async fn seed_turns(server: &SidecarProcess) {
+    let mut client = server.client();
+    let mut started = checkpoint("a-stalled", "started", T0, r#"{"step": 1, "input": "hello"}"#);
+    started.session_id = "s1".to_owned();
+    started.workflow_version = "1.0.0".to_owned();
+    for request in [
+        started,
+        checkpoint("a-stalled", "tool-called", T0 + 1_500_000_000, r#""waiting for the tool""#),
+        checkpoint("b-done", "started", T0 + 2_000_000_000, r#"{"step": 1}"#),
+        checkpoint("b-done", "done", T0 + 3_000_000_000, r#"{"answer": 42}"#),
+        checkpoint("c-recent", "started", LATER, "[1, 2, 3]"),
+    ] {
+        let terminal = request.phase == "done";
+        client.checkpoint(stepwell::api::pb::CheckpointRequest { terminal, ..request }).await.expect("seeded");
+    }
+}
+
+fn summary(turn: &str, status: &str, count: u64, first: (&str, i64), last: (&str, i64), phase: &str) -> Value {
+    let (session, version) = if turn == "a-stalled" { ("s1", "1.0.0") } else { ("", "") };
+    json!({
+        "turn_id": turn, "status": status, "checkpoints": count,
+        "first_timestamp": first.0, "first_timestamp_ns": first.1,
+        "last_timestamp": last.0, "last_timestamp_ns": last.1,
+        "last_phase": phase, "session_id": session, "workflow_version": version,
+    })
+}
+
+#[tokio::test]
+async fn turns_ls_lists_open_terminal_any_and_stalled_turns() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_turns(&server).await;
+    let socket = server.socket_path();
+
+    let a = summary("a-stalled", "open", 2, (OLD, T0), ("2023-11-14T22:13:21.500Z", T0 + 1_500_000_000), "tool-called");
+    let b = summary(
+        "b-done",
+        "terminal",
+        2,
+        ("2023-11-14T22:13:22Z", T0 + 2_000_000_000),
+        ("2023-11-14T22:13:23Z", T0 + 3_000_000_000),
+        "done",
+    );
+    let c = summary("c-recent", "open", 1, (LATER_TEXT, LATER), (LATER_TEXT, LATER), "started");
+
+    assert_eq!(rows(socket, &["turns", "ls", "--json"]), [a.clone(), c.clone()], "open by default");
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "open"]), [a.clone(), c.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "terminal"]), vec![b.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "any"]), [a.clone(), b.clone(), c.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "stalled"]), vec![a.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "stalled", "--older-than", "2d"]), vec![a.clone()]);
+    assert_eq!(
+        rows(socket, &["turns", "ls", "--json", "--status", "any", "--older-than", "1h"]),
+        [a.clone(), b.clone()],
+        "--older-than narrows any status"
+    );
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "any", "--limit", "2"]), [a.clone(), b.clone()]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--namespace", "elsewhere"]), Vec::<Value>::new());
+    let env = [("STEPWELL_NAMESPACE", "elsewhere")];
+    let run = cli_env(socket, &["turns", "ls", "--json", "--status", "any"], &env);
+    assert_eq!((run.code, run.stdout.as_str()), (0, ""), "STEPWELL_NAMESPACE is the namespace");
+}
+
+#[tokio::test]
+async fn turns_show_prints_the_timeline_and_rm_deletes_the_turn() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_turns(&server).await;
+    let socket = server.socket_path();
+
+    let shown: Vec<Value> = rows(socket, &["turns", "show", "a-stalled", "--json"])
+        .into_iter()
+        .map(|r| normalise(r, &["recorded_at", "recorded_at_ns"]))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            json!({
+                "turn_id": "a-stalled", "phase": "started", "timestamp": OLD, "timestamp_ns": T0, "terminal": false,
+                "session_id": "s1", "workflow_version": "1.0.0", "recorded_at": "*", "recorded_at_ns": "*",
+                "state_bytes": 29, "state": {"step": 1, "input": "hello"},
+            }),
+            json!({
+                "turn_id": "a-stalled", "phase": "tool-called", "timestamp": "2023-11-14T22:13:21.500Z",
+                "timestamp_ns": T0 + 1_500_000_000, "terminal": false, "session_id": "", "workflow_version": "",
+                "recorded_at": "*", "recorded_at_ns": "*", "state_bytes": 22, "state": "waiting for the tool",
+            }),
+        ]
+    );
+    let done = rows(socket, &["turns", "show", "b-done", "--json"]);
+    assert_eq!(done.iter().map(|r| r["terminal"].clone()).collect::<Vec<_>>(), [json!(false), json!(true)]);
+
+    assert_eq!(rows(socket, &["turns", "rm", "b-done", "--json"]), [json!({"turn_id": "b-done", "deleted": 2})]);
+    let gone = cli(socket, &["turns", "show", "b-done", "--json"]);
+    assert_eq!(
+        (gone.code, gone.stdout.as_str(), gone.stderr.as_str()),
+        (2, "", "stepwell turns show: turn \"b-done\" has no checkpoints\n")
+    );
+    assert_eq!(rows(socket, &["turns", "rm", "b-done", "--json"]), [json!({"turn_id": "b-done", "deleted": 0})]);
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "terminal"]), Vec::<Value>::new());
+}
+
+#[tokio::test]
+async fn keys_get_shows_a_record_and_an_unknown_key_exits_2() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    let mut keys = server.idempotency();
+    keys.begin(begin("held")).await.expect("Begin");
+    let token = keys.begin(begin("done")).await.expect("Begin").into_inner().lease_token;
+    keys.complete(complete("done", token, br#"{"charged": 5}"#)).await.expect("Complete");
+    let socket = server.socket_path();
+
+    let times =
+        ["lease_expires_at", "lease_expires_at_ns", "created_at", "created_at_ns", "updated_at", "updated_at_ns"];
+    let held = rows(socket, &["keys", "get", "held", "--json"]);
+    assert_eq!(held.len(), 1);
+    assert_eq!(
+        normalise(held[0].clone(), &times),
+        json!({
+            "key": "held", "state": "in_progress", "attempt": 1, "result_bytes": 0, "result": null, "error": "",
+            "fingerprint": "", "lease_expires_at": "*", "lease_expires_at_ns": "*", "created_at": "*",
+            "created_at_ns": "*", "updated_at": "*", "updated_at_ns": "*", "retained_until": null,
+            "retained_until_ns": null,
+        })
+    );
+    let done = rows(socket, &["keys", "get", "done", "--json"]);
+    let unknown = ["created_at", "created_at_ns", "updated_at", "updated_at_ns", "retained_until", "retained_until_ns"];
+    assert_eq!(
+        normalise(done[0].clone(), &unknown),
+        json!({
+            "key": "done", "state": "completed", "attempt": 1, "result_bytes": 14, "result": {"charged": 5},
+            "error": "", "fingerprint": "", "lease_expires_at": null, "lease_expires_at_ns": null,
+            "created_at": "*", "created_at_ns": "*", "updated_at": "*", "updated_at_ns": "*",
+            "retained_until": "*", "retained_until_ns": "*",
+        })
+    );
+
+    let missing = cli(socket, &["keys", "get", "missing", "--json"]);
+    assert_eq!((missing.code, missing.stdout.as_str()), (2, ""));
+    assert_eq!(missing.stderr, "stepwell keys get: NOT_FOUND (KEY_NOT_FOUND): no idempotency record for this key\n");
+}
+
+#[tokio::test]
+async fn keys_release_frees_a_key_and_a_wrong_token_exits_4() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    let mut keys = server.idempotency();
+    let first = keys.begin(begin("retry")).await.expect("Begin").into_inner().lease_token;
+    let second = keys.begin(begin("give-up")).await.expect("Begin").into_inner().lease_token;
+    let socket = server.socket_path();
+
+    let wrong = (first + second + 1000).to_string();
+    let refused = cli(socket, &["keys", "release", "retry", "--token", &wrong, "--json"]);
+    assert_eq!((refused.code, refused.stdout.as_str()), (4, ""), "{refused:?}");
+    assert!(refused.stderr.starts_with("stepwell keys release: ABORTED (LEASE_LOST): "), "{}", refused.stderr);
+    assert_eq!(refused.stderr.lines().count(), 1, "one line");
+
+    let token = first.to_string();
+    assert_eq!(
+        rows(socket, &["keys", "release", "retry", "--token", &token, "--json"]),
+        [json!({"key": "retry", "state": "released"})]
+    );
+    let again = cli(socket, &["keys", "release", "retry", "--token", &token, "--json"]);
+    assert_eq!(again.code, 4, "a released key is held by no lease: {again:?}");
+
+    let token = second.to_string();
+    let permanent =
+        ["keys", "release", "give-up", "--token", &token, "--permanent", "--error", "card declined", "--json"];
+    assert_eq!(rows(socket, &permanent), [json!({"key": "give-up", "state": "failed"})]);
+    let failed = &rows(socket, &["keys", "get", "give-up", "--json"])[0];
+    assert_eq!((failed["state"].as_str(), failed["error"].as_str()), (Some("failed"), Some("card declined")));
+}
+
+#[tokio::test]
+async fn a_caller_without_the_admin_role_cannot_rm_and_exits_3() {
+    let store = TestStore::new().await;
+    let grant = |id: &str, token: &str, role: &str| {
+        format!(
+            "[[principals]]\nid = \"{id}\"\ntoken_sha256 = \"{}\"\ngrants = [{{ namespace = \"default\", role = \"{role}\" }}]\n\n",
+            token_sha256(token)
+        )
+    };
+    let path = store.dir().join("auth.toml");
+    std::fs::write(&path, [grant("reader", "swt_reader", "read"), grant("admin", "swt_admin", "admin")].concat())
+        .expect("write the auth file");
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .flags(&["--auth-file", path.to_str().expect("a UTF-8 path")])
+        .spawn()
+        .await;
+    let socket = server.socket_path();
+
+    let denied = cli(socket, &["turns", "rm", "t1", "--auth-token", "swt_reader"]);
+    assert_eq!((denied.code, denied.stdout.as_str()), (3, ""));
+    assert_eq!(
+        denied.stderr,
+        "stepwell turns rm: PERMISSION_DENIED (PERMISSION_DENIED): the caller has no admin grant for namespace \"default\"\n"
+    );
+
+    let anonymous = cli(socket, &["turns", "ls"]);
+    assert_eq!(anonymous.code, 3);
+    assert!(
+        anonymous.stderr.starts_with("stepwell turns ls: UNAUTHENTICATED (UNAUTHENTICATED): "),
+        "{}",
+        anonymous.stderr
+    );
+
+    assert_eq!(cli(socket, &["turns", "ls", "--auth-token", "swt_reader"]).code, 0, "reading needs the read role only");
+    let admin = cli_env(socket, &["turns", "rm", "t1", "--json"], &[("STEPWELL_TOKEN", "swt_admin")]);
+    assert_eq!((admin.code, admin.stdout.as_str()), (0, "{\"deleted\":0,\"turn_id\":\"t1\"}\n"), "{admin:?}");
+}
+
+#[tokio::test]
+async fn without_json_the_output_is_a_table_with_headers() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_turns(&server).await;
+    let socket = server.socket_path();
+
+    let listed = cli(socket, &["turns", "ls", "--status", "any"]);
+    assert_eq!(listed.code, 0);
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", listed.stdout);
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["TURN", "STATUS", "CHECKPOINTS", "FIRST", "LAST", "PHASE", "SESSION"]);
+    for (line, turn) in lines[1..].iter().zip(["a-stalled", "b-done", "c-recent"]) {
+        assert!(line.starts_with(turn), "{line}");
+    }
+    assert!(lines[1].contains(OLD) && lines[1].contains("tool-called") && lines[1].ends_with("s1"), "{}", lines[1]);
+    let status_column = lines[0].find("STATUS").expect("a STATUS column");
+    assert_eq!(&lines[2][status_column..status_column + 8], "terminal", "columns are aligned:\n{}", listed.stdout);
+
+    let shown = cli(socket, &["turns", "show", "a-stalled"]);
+    assert_eq!(shown.code, 0);
+    let lines: Vec<&str> = shown.stdout.lines().collect();
+    assert_eq!(lines[0].split_whitespace().collect::<Vec<_>>(), ["TIMESTAMP", "PHASE", "END", "BYTES", "STATE"]);
+    assert!(lines[1].starts_with(OLD) && lines[1].ends_with("{input, step}"), "{}", lines[1]);
+    assert!(lines[2].ends_with("\"waiting for the tool\""), "{}", lines[2]);
+}
+
+#[tokio::test]
+async fn over_mutual_tls_the_cli_dials_with_its_certificate() {
+    let store = TestStore::new().await;
+    let dir = store.dir();
+    let ca = Authority::new("stepwell test CA");
+    let (cert, key) = ca.server().write(dir, "server");
+    let ca_path = ca.write(&dir.join("ca.pem"));
+    let client = ca.client("spiffe://example.org/operator", "operator.example.org");
+    let (client_cert, client_key) = client.write(dir, "operator");
+    let path = |p: &Path| p.to_str().expect("a UTF-8 path").to_owned();
+    let flags = ["--tls-cert", &path(&cert), "--tls-key", &path(&key), "--tls-client-ca", &path(&ca_path)];
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .flags(&flags)
+        .client_tls(ClientTls::new(&ca, Some(&client)))
+        .spawn()
+        .await;
+    seed_turns(&server).await;
+    let socket = server.socket_path();
+
+    let env = [
+        ("STEPWELL_CLI_TLS_CA", path(&ca_path)),
+        ("STEPWELL_CLI_TLS_CERT", path(&client_cert)),
+        ("STEPWELL_CLI_TLS_KEY", path(&client_key)),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let listed = cli_env(socket, &["turns", "ls", "--json", "--status", "terminal"], &env);
+    assert_eq!((listed.code, listed.stderr.as_str()), (0, ""));
+    assert_eq!(listed.rows().iter().map(|r| r["turn_id"].clone()).collect::<Vec<_>>(), [json!("b-done")]);
+
+    let anonymous = cli_env(socket, &["turns", "ls", "--json"], &env[..1]);
+    assert_eq!((anonymous.code, anonymous.stdout.as_str()), (1, ""), "without a client certificate: {anonymous:?}");
+    let plaintext = cli(socket, &["turns", "ls", "--json"]);
+    assert_eq!((plaintext.code, plaintext.stdout.as_str()), (1, ""), "plaintext to TLS: {plaintext:?}");
+    assert_eq!(plaintext.stderr.lines().count(), 1, "one line: {}", plaintext.stderr);
+    let half = cli_env(socket, &["turns", "ls"], &env[1..2]);
+    assert_eq!(half.code, 64, "a certificate without its key or a CA is a usage error: {half:?}");
+}
