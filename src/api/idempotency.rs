@@ -140,6 +140,7 @@ impl IdempotencyApi {
             created_at: Some(timestamp(record.created_at)),
             updated_at: Some(timestamp(record.updated_at)),
             retained_until: (!leased).then(|| timestamp(record.purge_after)),
+            lease_token: if leased { record.lease_token } else { 0 },
         })
     }
 }

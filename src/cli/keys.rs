@@ -27,6 +27,7 @@ pub(super) async fn get(session: &Session, args: &KeyArgs) -> Result<(), Failure
         row.insert("key".to_owned(), args.key.clone().into());
         row.insert("state".to_owned(), state_name(record.state).into());
         row.insert("attempt".to_owned(), record.attempt.into());
+        row.insert("lease_token".to_owned(), record.lease_token.into());
         put_time(&mut row, "lease_expires_at", record.lease_expires_at.as_ref());
         row.insert("result_bytes".to_owned(), record.result.len().into());
         row.insert("result".to_owned(), json_or_null(&record.result));
@@ -41,6 +42,7 @@ pub(super) async fn get(session: &Session, args: &KeyArgs) -> Result<(), Failure
             ("key", one_line(&args.key)),
             ("state", state_name(record.state)),
             ("attempt", record.attempt.to_string()),
+            ("lease token", if record.lease_token == 0 { "-".to_owned() } else { record.lease_token.to_string() }),
             ("lease expires", time_cell(record.lease_expires_at.as_ref())),
             ("result", format!("{} bytes", record.result.len())),
             ("error", text_cell(&record.error)),

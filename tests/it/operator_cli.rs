@@ -187,7 +187,7 @@ async fn keys_get_shows_a_record_and_an_unknown_key_exits_2() {
     let store = TestStore::new().await;
     let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
     let mut keys = server.idempotency();
-    keys.begin(begin("held")).await.expect("Begin");
+    let held_token = keys.begin(begin("held")).await.expect("Begin").into_inner().lease_token;
     let token = keys.begin(begin("done")).await.expect("Begin").into_inner().lease_token;
     keys.complete(complete("done", token, br#"{"charged": 5}"#)).await.expect("Complete");
     let socket = server.socket_path();
@@ -199,7 +199,8 @@ async fn keys_get_shows_a_record_and_an_unknown_key_exits_2() {
     assert_eq!(
         normalise(held[0].clone(), &times),
         json!({
-            "key": "held", "state": "in_progress", "attempt": 1, "result_bytes": 0, "result": null, "error": "",
+            "key": "held", "state": "in_progress", "attempt": 1, "lease_token": held_token, "result_bytes": 0,
+            "result": null, "error": "",
             "fingerprint": "", "lease_expires_at": "*", "lease_expires_at_ns": "*", "created_at": "*",
             "created_at_ns": "*", "updated_at": "*", "updated_at_ns": "*", "retained_until": null,
             "retained_until_ns": null,
@@ -210,7 +211,8 @@ async fn keys_get_shows_a_record_and_an_unknown_key_exits_2() {
     assert_eq!(
         normalise(done[0].clone(), &unknown),
         json!({
-            "key": "done", "state": "completed", "attempt": 1, "result_bytes": 14, "result": {"charged": 5},
+            "key": "done", "state": "completed", "attempt": 1, "lease_token": 0, "result_bytes": 14,
+            "result": {"charged": 5},
             "error": "", "fingerprint": "", "lease_expires_at": null, "lease_expires_at_ns": null,
             "created_at": "*", "created_at_ns": "*", "updated_at": "*", "updated_at_ns": "*",
             "retained_until": "*", "retained_until_ns": "*",

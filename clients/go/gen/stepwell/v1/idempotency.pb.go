@@ -775,6 +775,10 @@ type GetResponse struct {
 	// When a completed, failed or released record will be purged; unset while
 	// a lease is held.
 	RetainedUntil *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=retained_until,json=retainedUntil,proto3" json:"retained_until,omitempty"`
+	// While a lease is held (or ran out with no one taking over): the fencing
+	// token the holder's Begin was given, which an operator passes to Release
+	// to free a key a crashed worker holds. 0 otherwise.
+	LeaseToken    uint64 `protobuf:"varint,10,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -872,6 +876,13 @@ func (x *GetResponse) GetRetainedUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetResponse) GetLeaseToken() uint64 {
+	if x != nil {
+		return x.LeaseToken
+	}
+	return 0
+}
+
 var File_stepwell_v1_idempotency_proto protoreflect.FileDescriptor
 
 const file_stepwell_v1_idempotency_proto_rawDesc = "" +
@@ -920,7 +931,7 @@ const file_stepwell_v1_idempotency_proto_rawDesc = "" +
 	"\n" +
 	"GetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key\"\xa6\x03\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"\xc7\x03\n" +
 	"\vGetResponse\x12.\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x18.stepwell.v1.RecordStateR\x05state\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12D\n" +
@@ -932,7 +943,10 @@ const file_stepwell_v1_idempotency_proto_rawDesc = "" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12A\n" +
-	"\x0eretained_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rretainedUntil*\x9f\x01\n" +
+	"\x0eretained_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rretainedUntil\x12\x1f\n" +
+	"\vlease_token\x18\n" +
+	" \x01(\x04R\n" +
+	"leaseToken*\x9f\x01\n" +
 	"\fBeginOutcome\x12\x1d\n" +
 	"\x19BEGIN_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16BEGIN_OUTCOME_ACQUIRED\x10\x01\x12\x1b\n" +

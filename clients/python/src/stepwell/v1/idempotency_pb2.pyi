@@ -410,11 +410,17 @@ class GetResponse(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     RETAINED_UNTIL_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     state: Global___RecordState.ValueType
     attempt: _builtins.int
     result: _builtins.bytes
     error: _builtins.str
     fingerprint: _builtins.bytes
+    lease_token: _builtins.int
+    """While a lease is held (or ran out with no one taking over): the fencing
+    token the holder's Begin was given, which an operator passes to Release
+    to free a key a crashed worker holds. 0 otherwise.
+    """
     @_builtins.property
     def lease_expires_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -443,10 +449,11 @@ class GetResponse(_message.Message):
         created_at: _timestamp_pb2.Timestamp | None = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
         retained_until: _timestamp_pb2.Timestamp | None = ...,
+        lease_token: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "lease_expires_at", b"lease_expires_at", "retained_until", b"retained_until", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at", b"created_at", "error", b"error", "fingerprint", b"fingerprint", "lease_expires_at", b"lease_expires_at", "result", b"result", "retained_until", b"retained_until", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "created_at", b"created_at", "error", b"error", "fingerprint", b"fingerprint", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "result", b"result", "retained_until", b"retained_until", "state", b"state", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
