@@ -19,6 +19,7 @@ mod idempotency;
 mod idempotency_model;
 mod lifecycle;
 mod metrics;
+mod moving;
 mod namespace;
 mod postgres_only;
 mod postgres_tls;
