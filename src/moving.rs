@@ -76,10 +76,7 @@ impl Copied {
     }
 
     fn print(&self) {
-        eprintln!(
-            "checkpoints: {} copied, {} already present",
-            self.checkpoints_copied, self.checkpoints_present
-        );
+        eprintln!("checkpoints: {} copied, {} already present", self.checkpoints_copied, self.checkpoints_present);
         eprintln!("idempotency records: {} copied, {} already present", self.records_copied, self.records_present);
         if self.fence_after > self.fence_before {
             eprintln!("fencing sequence: moved from {} to {}", self.fence_before, self.fence_after);
@@ -123,7 +120,11 @@ impl Progress {
 
 /// Copies everything from `from` to `to` (created and migrated if need be)
 /// and verifies both sides. Returns what was copied and the two tallies.
-pub async fn migrate_stores(from: &Database, to: &Database, plan: Plan) -> Result<(Copied, Tallies, Tallies), MoveError> {
+pub async fn migrate_stores(
+    from: &Database,
+    to: &Database,
+    plan: Plan,
+) -> Result<(Copied, Tallies, Tallies), MoveError> {
     let source = Side::open_source(from).await?;
     let target = Side::open_target(to).await?;
     let mut progress = Progress::new(plan);
@@ -193,7 +194,7 @@ pub fn migrate(args: &MigrateArgs) -> ExitCode {
         }
         Err(error) => {
             eprintln!("stepwell migrate: {error}");
-            eprintln!("nothing is lost: run the same command again to finish the copy");
+            eprintln!("a copy stopped part way is finished by running the same command again");
             ExitCode::from(1)
         }
     }

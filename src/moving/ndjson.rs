@@ -30,18 +30,11 @@ enum Out<'a> {
 #[derive(Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum In {
-    Header {
-        format: u32,
-        fence: i64,
-    },
+    Header { format: u32, fence: i64 },
     Checkpoint(CheckpointRow),
     Turn(TurnRow),
     Idempotency(RecordRow),
-    End {
-        checkpoints: u64,
-        turns: u64,
-        records: u64,
-    },
+    End { checkpoints: u64, turns: u64, records: u64 },
 }
 
 fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), MoveError> {
@@ -116,8 +109,8 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
         if end.is_some() {
             return Err(MoveError::Format(format!("line {}: data after the end line", number + 1)));
         }
-        let parsed: In = serde_json::from_str(&line)
-            .map_err(|error| MoveError::Format(format!("line {}: {error}", number + 1)))?;
+        let parsed: In =
+            serde_json::from_str(&line).map_err(|error| MoveError::Format(format!("line {}: {error}", number + 1)))?;
         match parsed {
             In::Header { format, fence } => {
                 if header {

@@ -149,10 +149,7 @@ impl Side {
                 if !path.exists() {
                     return Err(MoveError::Format(format!("no SQLite store at {}", path.display())));
                 }
-                let options = SqliteConnectOptions::new()
-                    .filename(path)
-                    .create_if_missing(false)
-                    .busy_timeout(WAIT);
+                let options = SqliteConnectOptions::new().filename(path).create_if_missing(false).busy_timeout(WAIT);
                 let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
                 Ok(Side::Sqlite(pool))
             }

@@ -168,17 +168,10 @@ pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies)
     let mut namespaces: Vec<&String> = expected.keys().chain(found.keys()).collect();
     namespaces.sort();
     namespaces.dedup();
+    eprintln!("src = the {left}, dst = the {right}; sum = SHA-256 of the namespace's rows (first 16 hex digits)");
     eprintln!(
         "{:<20} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:<16} {:<16} verdict",
-        "namespace",
-        format!("ckpt {left}"),
-        format!("ckpt {right}"),
-        "turns src",
-        "turns dst",
-        "keys src",
-        "keys dst",
-        format!("sum {left}"),
-        format!("sum {right}"),
+        "namespace", "ckpt src", "ckpt dst", "turns src", "turns dst", "keys src", "keys dst", "sum src", "sum dst",
     );
     let mut same = true;
     for namespace in namespaces {

@@ -53,10 +53,18 @@ async fn populate(sidecar: &Sidecar) -> u64 {
             // Equal timestamps: "z" then "m", which Restore returns in that order.
             append("tied", "z", base + 3, false),
             append("tied", "m", base + 3, false),
-            CheckpointRequest { session_id: "s1".into(), workflow_version: "v1".into(), ..append("versions", "a", base + 1, false) },
+            CheckpointRequest {
+                session_id: "s1".into(),
+                workflow_version: "v1".into(),
+                ..append("versions", "a", base + 1, false)
+            },
             CheckpointRequest { session_id: "s2".into(), ..append("versions", "b", base + 4, false) },
             // Late, with an older timestamp: it names neither session nor the latest phase.
-            CheckpointRequest { session_id: "s0".into(), workflow_version: "v0".into(), ..append("versions", "c", base, false) },
+            CheckpointRequest {
+                session_id: "s0".into(),
+                workflow_version: "v0".into(),
+                ..append("versions", "c", base, false)
+            },
         ];
         for request in requests {
             let response = client.checkpoint(request.clone()).await.expect("Checkpoint").into_inner();
@@ -65,10 +73,8 @@ async fn populate(sidecar: &Sidecar) -> u64 {
         let duplicate = client.checkpoint(append("open", "a", base + 1, false)).await.expect("Checkpoint");
         assert!(!duplicate.into_inner().inserted, "a duplicate is not inserted again");
 
-        let begin_in = |key: &str, lease: Duration| BeginRequest {
-            namespace: namespace.to_owned(),
-            ..begin_leased(key, lease)
-        };
+        let begin_in =
+            |key: &str, lease: Duration| BeginRequest { namespace: namespace.to_owned(), ..begin_leased(key, lease) };
         let hour = Duration::from_secs(3600);
         max_token = max_token.max(acquire(&mut keys, begin_in("held", hour)).await);
         let token = acquire(&mut keys, begin_in("completed", hour)).await;
@@ -76,10 +82,12 @@ async fn populate(sidecar: &Sidecar) -> u64 {
         done.namespace = namespace.to_owned();
         keys.complete(done).await.expect("Complete");
         let token = acquire(&mut keys, begin_in("failed", hour)).await;
-        let failure = ReleaseRequest { namespace: namespace.to_owned(), ..release_req("failed", token, true, "it broke") };
+        let failure =
+            ReleaseRequest { namespace: namespace.to_owned(), ..release_req("failed", token, true, "it broke") };
         keys.release(failure).await.expect("Release permanently");
         let token = acquire(&mut keys, begin_in("released", hour)).await;
-        let again = ReleaseRequest { namespace: namespace.to_owned(), ..release_req("released", token, false, "retry") };
+        let again =
+            ReleaseRequest { namespace: namespace.to_owned(), ..release_req("released", token, false, "retry") };
         keys.release(again).await.expect("Release");
         let fingerprinted = BeginRequest {
             fingerprint: b"fp".to_vec(),
@@ -143,8 +151,8 @@ async fn answers(sidecar: &Sidecar) -> String {
 }
 
 /// A new key's first token on the store: must be above every old one.
-async fn new_token(sidecar: &Sidecar) -> u64 {
-    let answer = sidecar.idempotency().begin(begin("brand-new")).await.expect("Begin").into_inner();
+async fn new_token(sidecar: &Sidecar, key: &str) -> u64 {
+    let answer = sidecar.idempotency().begin(begin(key)).await.expect("Begin").into_inner();
     assert_eq!(answer.outcome(), BeginOutcome::Acquired);
     answer.lease_token
 }
@@ -159,11 +167,11 @@ async fn populated(store: &TestStore) -> (String, u64) {
     (before, max_token)
 }
 
-/// What a sidecar on `store` answers, and the token of a new Begin.
-async fn answers_on(store: &TestStore) -> (String, u64) {
+/// What a sidecar on `store` answers, and the token of a new Begin of `key`.
+async fn answers_on(store: &TestStore, key: &str) -> (String, u64) {
     let sidecar = Sidecar::builder().store(store).start().await;
     let after = answers(&sidecar).await;
-    let token = new_token(&sidecar).await;
+    let token = new_token(&sidecar, key).await;
     sidecar.stop().await.expect("stop the sidecar");
     (after, token)
 }
@@ -215,7 +223,7 @@ async fn export_then_import_gives_a_store_that_answers_alike() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(portable_lines(&file), portable_lines(&again), "exporting the import gives the same records");
 
-    let (after, token) = answers_on(&target).await;
+    let (after, token) = answers_on(&target, "new").await;
     assert_eq!(before, after);
     assert!(token > max_token, "a new token {token} is above every old one ({max_token})");
 }
@@ -283,7 +291,7 @@ mod postgres_only {
         assert!(stderr.contains("checkpoints: 0 copied, 27 already present"), "{stderr}");
         assert!(stderr.contains("nothing to copy"), "a second run copies nothing: {stderr}");
 
-        let (after, token) = answers_on(&target).await;
+        let (after, token) = answers_on(&target, "new").await;
         assert_eq!(before, after, "Postgres answers as SQLite did");
         assert!(token > max_token, "a new token {token} is above every old one ({max_token})");
 
@@ -291,7 +299,7 @@ mod postgres_only {
         let (code, stderr) = run(&["migrate", "--from", &target.url(), "--to", &back.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
-        let (again, newer) = answers_on(&back).await;
+        let (again, newer) = answers_on(&back, "newer").await;
         assert_eq!(before, again, "back on SQLite, the same answers");
         assert!(newer > token, "the fence moved back with the store: {newer} > {token}");
     }
@@ -312,7 +320,7 @@ mod postgres_only {
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 15 copied, 12 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
-        let (after, token) = answers_on(&target).await;
+        let (after, token) = answers_on(&target, "new").await;
         assert_eq!(before, after);
         assert!(token > max_token, "a new token {token} is above every old one ({max_token})");
     }
