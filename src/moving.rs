@@ -89,31 +89,47 @@ impl Copied {
     }
 }
 
-/// Counts chunks against the plan's stop, and shows progress on a terminal.
+/// Counts chunks against the plan's stop, and shows progress on a terminal:
+/// one line per table, rewritten in place after each chunk.
 struct Progress {
     plan: Plan,
     chunks: usize,
     on_terminal: bool,
+    /// The table whose progress line is showing, if one is.
+    showing: Option<&'static str>,
 }
 
 impl Progress {
     fn new(plan: Plan) -> Progress {
-        Progress { plan, chunks: 0, on_terminal: std::io::stderr().is_terminal() }
+        Progress { plan, chunks: 0, on_terminal: std::io::stderr().is_terminal(), showing: None }
     }
 
     /// After a committed chunk: shows `what done/total`, then stops if the
     /// plan says so.
-    fn chunk_done(&mut self, what: &str, done: u64, total: Option<u64>) -> Result<(), MoveError> {
+    fn chunk_done(&mut self, what: &'static str, done: u64, total: Option<u64>) -> Result<(), MoveError> {
         self.chunks += 1;
         if self.on_terminal {
+            if self.showing.is_some_and(|showing| showing != what) {
+                eprintln!();
+            }
+            self.showing = Some(what);
             match total {
-                Some(total) => eprintln!("{what}: {done}/{total}"),
-                None => eprintln!("{what}: {done}"),
+                Some(total) => eprint!("\r\x1b[K{what}: {done}/{total}"),
+                None => eprint!("\r\x1b[K{what}: {done}"),
             }
         }
         match self.plan.stop_after_chunks {
             Some(stop) if self.chunks >= stop => Err(MoveError::Stopped(self.chunks)),
             _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Progress {
+    /// Ends the progress line, so the summary starts on a line of its own.
+    fn drop(&mut self) {
+        if self.showing.is_some() {
+            eprintln!();
         }
     }
 }
