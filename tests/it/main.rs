@@ -20,6 +20,7 @@ mod idempotency;
 mod idempotency_model;
 mod lifecycle;
 mod metrics;
+mod moving;
 mod namespace;
 mod operator_cli;
 mod postgres_only;

@@ -1,0 +1,246 @@
+//! The export format: NDJSON, one JSON object per line, each with a `kind`.
+//! A `header` line first (format version, the source's backend and its
+//! fencing sequence), then every `checkpoint` in the source's insertion
+//! order, every `turn` summary, every `idempotency` record, and an `end`
+//! line with the counts, so a truncated file is told from a whole one.
+//! Bytes are base64. Turn lines serve to verify an import: the target
+//! rebuilds its summaries from the checkpoints, and they must come out equal.
+
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+use super::side::{CheckpointRow, RecordRow, Side, TurnRow};
+use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, turn_digest};
+use super::{Copied, MoveError, Plan, Progress};
+
+/// The version of the format this stepwell writes and reads.
+pub const FORMAT: u32 = 1;
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Out<'a> {
+    Header { format: u32, backend: &'a str, fence: i64 },
+    Checkpoint(&'a CheckpointRow),
+    Turn(&'a TurnRow),
+    Idempotency(&'a RecordRow),
+    End { checkpoints: u64, turns: u64, records: u64 },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum In {
+    Header { format: u32, fence: i64 },
+    Checkpoint(CheckpointRow),
+    Turn(TurnRow),
+    Idempotency(RecordRow),
+    End { checkpoints: u64, turns: u64, records: u64 },
+}
+
+fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), MoveError> {
+    serde_json::to_writer(&mut *out, line).map_err(std::io::Error::from)?;
+    out.write_all(b"\n")?;
+    Ok(())
+}
+
+/// Writes every row of `source`; returns the counts (checkpoints, turns, records).
+pub async fn export(source: &Side, out: impl Write) -> Result<(u64, u64, u64), MoveError> {
+    let mut out = std::io::BufWriter::new(out);
+    let fence = source.fence().await?.max(source.max_token().await?);
+    write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
+    let (mut checkpoints, mut turns, mut records) = (0, 0, 0);
+    let mut after = i64::MIN;
+    loop {
+        let page = source.checkpoints_after(after, Plan::default().chunk_rows).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for row in &page {
+            write_line(&mut out, &Out::Checkpoint(row))?;
+        }
+        checkpoints += page.len() as u64;
+    }
+    let mut failed = None;
+    source
+        .for_each_turn(|row| {
+            if failed.is_none()
+                && let Err(error) = write_line(&mut out, &Out::Turn(&row))
+            {
+                failed = Some(error);
+            }
+            turns += 1;
+        })
+        .await?;
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let page = source.records_after(after.as_ref(), Plan::default().chunk_rows).await?;
+        let Some(last) = page.last() else { break };
+        after = Some((last.namespace.clone(), last.key.clone()));
+        for row in &page {
+            write_line(&mut out, &Out::Idempotency(row))?;
+        }
+        records += page.len() as u64;
+    }
+    write_line(&mut out, &Out::End { checkpoints, turns, records })?;
+    out.flush()?;
+    Ok((checkpoints, turns, records))
+}
+
+/// Loads an export into `target` in chunks, with the same idempotent
+/// inserts and fence rule as a migration; returns what was copied and the
+/// tally of the file's own rows.
+pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(Copied, Tallies), MoveError> {
+    let mut progress = Progress::new(plan);
+    let mut copied = Copied { fence_before: target.fence().await?, ..Copied::default() };
+    copied.fence_after = copied.fence_before;
+    let (mut checkpoints, mut records) = (Vec::new(), Vec::new());
+    // Canonical order keys and digests, sorted once the file is read.
+    let mut checkpoint_keys: Vec<(String, String, i64, usize, [u8; 32])> = Vec::new();
+    let mut turn_keys: Vec<(String, String, [u8; 32])> = Vec::new();
+    let mut record_keys: Vec<(String, String, [u8; 32])> = Vec::new();
+    let (mut header, mut end) = (false, None);
+    for (number, line) in input.lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if end.is_some() {
+            return Err(MoveError::Format(format!("line {}: data after the end line", number + 1)));
+        }
+        let parsed: In =
+            serde_json::from_str(&line).map_err(|error| MoveError::Format(format!("line {}: {error}", number + 1)))?;
+        match parsed {
+            In::Header { format, fence } => {
+                if header {
+                    return Err(MoveError::Format(format!("line {}: a second header", number + 1)));
+                }
+                if format != FORMAT {
+                    return Err(MoveError::Format(format!(
+                        "the file is in format {format}; this stepwell reads format {FORMAT}"
+                    )));
+                }
+                header = true;
+                target.advance_fence(fence).await?;
+                copied.fence_after = target.fence().await?;
+                continue;
+            }
+            _ if !header => {
+                return Err(MoveError::Format("the file does not start with a stepwell export header".into()));
+            }
+            In::Checkpoint(row) => {
+                let key = (row.namespace.clone(), row.turn_id.clone(), row.ts_ns, checkpoint_keys.len());
+                checkpoint_keys.push((key.0, key.1, key.2, key.3, checkpoint_digest(&row)));
+                checkpoints.push(row);
+                if checkpoints.len() >= plan.chunk_rows {
+                    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
+                }
+            }
+            In::Turn(row) => turn_keys.push((row.namespace.clone(), row.turn_id.clone(), turn_digest(&row))),
+            In::Idempotency(row) => {
+                let token = row.lease_token;
+                if token > copied.fence_after {
+                    // A record past the header's fence: still never reuse its token.
+                    target.advance_fence(token).await?;
+                    copied.fence_after = target.fence().await?;
+                }
+                record_keys.push((row.namespace.clone(), row.key.clone(), record_digest(&row)));
+                records.push(row);
+                if records.len() >= plan.chunk_rows {
+                    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
+                    flush_records(target, &mut records, &mut copied, &mut progress).await?;
+                }
+            }
+            In::End { checkpoints, turns, records } => end = Some((checkpoints, turns, records)),
+        }
+    }
+    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
+    flush_records(target, &mut records, &mut copied, &mut progress).await?;
+    let counted = (checkpoint_keys.len() as u64, turn_keys.len() as u64, record_keys.len() as u64);
+    match end {
+        None => return Err(MoveError::Format("the file has no end line: it was cut short".into())),
+        Some(end) if end != counted => {
+            return Err(MoveError::Format(format!(
+                "the end line counts {end:?} (checkpoints, turns, records) but the file holds {counted:?}"
+            )));
+        }
+        Some(_) => {}
+    }
+    let mut tallier = Tallier::default();
+    checkpoint_keys.sort_unstable_by(|a, b| (&a.0, &a.1, a.2, a.3).cmp(&(&b.0, &b.1, b.2, b.3)));
+    for (namespace, _, _, _, digest) in checkpoint_keys {
+        tallier.checkpoint(&namespace, digest);
+    }
+    turn_keys.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    for (namespace, _, digest) in turn_keys {
+        tallier.turn(&namespace, digest);
+    }
+    record_keys.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    for (namespace, _, digest) in record_keys {
+        tallier.record(&namespace, digest);
+    }
+    Ok((copied, tallier.finish()))
+}
+
+async fn flush_checkpoints(
+    target: &Side,
+    rows: &mut Vec<CheckpointRow>,
+    copied: &mut Copied,
+    progress: &mut Progress,
+) -> Result<(), MoveError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let inserted = target.insert_checkpoints(rows).await?;
+    copied.checkpoints_copied += inserted;
+    copied.checkpoints_present += rows.len() as u64 - inserted;
+    rows.clear();
+    progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, None)
+}
+
+async fn flush_records(
+    target: &Side,
+    rows: &mut Vec<RecordRow>,
+    copied: &mut Copied,
+    progress: &mut Progress,
+) -> Result<(), MoveError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let inserted = target.insert_records(rows).await?;
+    copied.records_copied += inserted;
+    copied.records_present += rows.len() as u64 - inserted;
+    rows.clear();
+    progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, None)
+}
+
+/// Bytes as a base64 string.
+pub mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// UTF-8 bytes as a JSON string.
+pub mod utf8_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        let text = std::str::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        Ok(String::deserialize(deserializer)?.into_bytes())
+    }
+}
