@@ -1062,12 +1062,19 @@ fn turn_retention(args: &ServeArgs, errors: &mut ConfigErrors) -> TurnRetention 
     };
     let Some(path) = &args.retention_file else { return retention };
     let mut fail = |message: String| errors.add("retention-file", format!("{}: {message}", path.display()));
-    let file: RetentionFile = match std::fs::read_to_string(path) {
-        Err(error) => return { fail(format!("cannot be read: {error}")); retention },
-        Ok(text) => match toml::from_str(&text) {
-            Ok(file) => file,
-            Err(error) => return { fail(format!("is not valid: {error}")); retention },
-        },
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            fail(format!("cannot be read: {error}"));
+            return retention;
+        }
+    };
+    let file: RetentionFile = match toml::from_str(&text) {
+        Ok(file) => file,
+        Err(error) => {
+            fail(format!("is not valid: {error}"));
+            return retention;
+        }
     };
     for (namespace, entry) in file.namespaces {
         let rule = |value: &Option<String>, default: Option<Duration>| match value {
@@ -1567,8 +1574,13 @@ mod tests {
         assert!(!off.is_on());
         let env: Env = [("STEPWELL_OPEN_TURN_RETENTION", "2d")].into_iter().collect();
         let on = Config::from_args(&serve(&["--turn-retention", "30d"], &env).unwrap()).unwrap().sweep.turns;
-        assert_eq!((on.terminal, on.open), (Some(Duration::from_secs(30 * 86_400)), Some(Duration::from_secs(2 * 86_400))));
-        assert!(mistakes(&serve(&["--turn-retention", "0s"], &Env::default()).unwrap_err())[0].contains("--turn-retention"));
+        assert_eq!(
+            (on.terminal, on.open),
+            (Some(Duration::from_secs(30 * 86_400)), Some(Duration::from_secs(2 * 86_400)))
+        );
+        assert!(
+            mistakes(&serve(&["--turn-retention", "0s"], &Env::default()).unwrap_err())[0].contains("--turn-retention")
+        );
         assert!(serve(&["--turn-retention", "soon"], &Env::default()).is_err());
 
         let dir = tempfile::tempdir().unwrap();
@@ -1579,14 +1591,20 @@ mod tests {
         let rules = Config::from_args(&args).unwrap().sweep.turns;
         let day = Duration::from_secs(86_400);
         assert_eq!(rules.namespaces["billing"], NamespaceRetention { terminal: Some(day * 90), open: None });
-        assert_eq!(rules.namespaces["audit"], NamespaceRetention { terminal: None, open: Some(Duration::from_secs(3600)) });
+        assert_eq!(
+            rules.namespaces["audit"],
+            NamespaceRetention { terminal: None, open: Some(Duration::from_secs(3600)) }
+        );
         assert_eq!(rules.terminal, Some(day));
 
         std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"later\"\n").unwrap();
         let errors = Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).unwrap_err().0;
         assert!(errors[0].contains("--retention-file") && errors[0].contains("[namespaces.billing]"), "{errors:?}");
         std::fs::write(&file, "[namespaces.billing]\nretention = \"1d\"\n").unwrap();
-        assert!(Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).is_err(), "unknown keys");
+        assert!(
+            Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).is_err(),
+            "unknown keys"
+        );
     }
 
     #[test]

@@ -183,7 +183,8 @@ impl Metrics {
             checkpoint_conflicts: r.counter("stepwell_checkpoint_conflicts_total", &[]),
             turns_deleted: r.counter("stepwell_turns_deleted_total", &[]),
             checkpoints_deleted: r.counter("stepwell_checkpoints_deleted_total", &[]),
-            turns_expired: ["terminal", "open"].map(|status| r.counter("stepwell_turns_expired_total", &[("status", status)])),
+            turns_expired: ["terminal", "open"]
+                .map(|status| r.counter("stepwell_turns_expired_total", &[("status", status)])),
             checkpoints_expired: r.counter("stepwell_checkpoints_expired_total", &[]),
             retention_failures: r.counter("stepwell_turn_retention_failures_total", &[]),
             queue_depth: r.gauge("stepwell_write_queue_depth", &[]),
@@ -366,10 +367,7 @@ impl Registrar<'_> {
             ("stepwell_checkpoint_conflicts_total", "Checkpoint requests refused with CHECKPOINT_CONFLICT."),
             ("stepwell_turns_deleted_total", "DeleteTurn requests that deleted a turn."),
             ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
-            (
-                "stepwell_turns_expired_total",
-                "Turns deleted by turn retention, by status (terminal, open).",
-            ),
+            ("stepwell_turns_expired_total", "Turns deleted by turn retention, by status (terminal, open)."),
             ("stepwell_checkpoints_expired_total", "Checkpoints of the turns deleted by turn retention."),
             (
                 "stepwell_turn_retention_failures_total",

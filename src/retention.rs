@@ -73,8 +73,7 @@ pub async fn purge_turns(
     for rule in rules(retention) {
         let age = i64::try_from(rule.age.as_nanos()).unwrap_or(i64::MAX);
         let expired = Expired { last_before: clock.now().saturating_sub(age), terminal: rule.terminal };
-        let query =
-            ExpiredQuery { namespace: rule.namespace, except: rule.except, expired, limit: batch_max };
+        let query = ExpiredQuery { namespace: rule.namespace, except: rule.except, expired, limit: batch_max };
         let turns = store.reads()?.expired_turns(&query).await?;
         purged.more |= turns.len() >= batch_max as usize;
         for (namespace, turn_id) in turns {

@@ -214,7 +214,12 @@ impl Writer {
     /// gone. A turn written since it was chosen (or whose status changed) is
     /// kept from the next chunk on; a turn within one chunk, as most are,
     /// is deleted whole or not at all.
-    pub async fn expire_turn(&self, namespace: String, turn_id: String, expired: Expired) -> Result<(u64, bool), Error> {
+    pub async fn expire_turn(
+        &self,
+        namespace: String,
+        turn_id: String,
+        expired: Expired,
+    ) -> Result<(u64, bool), Error> {
         self.delete_chunks(namespace, turn_id, Some(expired)).await
     }
 

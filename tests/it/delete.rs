@@ -324,7 +324,8 @@ async fn a_checkpoint_appended_mid_delete_with_an_older_timestamp_is_deleted_too
     fill(&test_store, "t", "step", 30).await;
     let inspector = test_store.inspect().await;
     let store = store::open(&Config::for_database(test_store.database()).store).await.expect("open the store");
-    let chunk = |after| Write::DeleteTurn { namespace: "default".into(), turn_id: "t".into(), rows: 10, after, only_if: None };
+    let chunk =
+        |after| Write::DeleteTurn { namespace: "default".into(), turn_id: "t".into(), rows: 10, after, only_if: None };
     let delete = async |after| store.write(vec![chunk(after)]).await.expect("a chunk commits").deleted[0];
     let first_ts = async || -> i64 {
         let sql = "SELECT first_ts_ns FROM turns WHERE turn_id = 't'";

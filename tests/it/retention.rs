@@ -45,7 +45,8 @@ async fn turn(client: &mut Client, namespace: &str, turn: &str, ts: i64, termina
 
 /// The turn ids of a namespace, any status.
 async fn turns_of(client: &mut Client, namespace: &str) -> Vec<String> {
-    let request = ListTurnsRequest { namespace: namespace.to_owned(), status: TurnStatus::Any.into(), ..Default::default() };
+    let request =
+        ListTurnsRequest { namespace: namespace.to_owned(), status: TurnStatus::Any.into(), ..Default::default() };
     let mut ids: Vec<String> = list_all(client, request).await.into_iter().map(|t| t.turn_id).collect();
     ids.sort();
     ids
