@@ -9,6 +9,12 @@
 //!
 //! The keys and payloads are those of W1's `Append`, so the two are compared
 //! on identical rows.
+//!
+//! For W2, `DirectRead` is the application reading a whole turn itself: one
+//! `SELECT … ORDER BY ts_ns, seq LIMIT 101` of the turn's checkpoints per
+//! call, every column decoded, through a pool of one connection per caller
+//! (SQLite opened read-only beside the file stepwell wrote), on the very
+//! store W2's sidecar filled and restored from.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -19,16 +25,18 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::SqlitePoolOptions;
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{PgPool, Row, SqlitePool};
 
 use crate::load::{CallResult, Failure, Workload};
 use crate::payload::Payloads;
 use crate::stores::sqlite_options;
-use crate::workloads::{NAMESPACE, checkpoint_key};
+use crate::workloads::{NAMESPACE, TURN_LENGTH, checkpoint_key, restored_turn};
 
 /// stepwell's checkpoint schema for each backend (the turns table comes along, unused).
 const SQLITE_SCHEMA: &str = include_str!("../../migrations/sqlite/0001_checkpoints.sql");
 pub const POSTGRES_SCHEMA: &str = include_str!("../../migrations/postgres/0001_checkpoints.sql");
+/// stepwell's idempotency table and lease-token sequence, for the W3 pgbench pair.
+pub const POSTGRES_IDEMPOTENCY_SCHEMA: &str = include_str!("../../migrations/postgres/0002_idempotency.sql");
 
 const SQLITE_INSERT: &str = "INSERT INTO checkpoints \
     (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
@@ -36,6 +44,12 @@ const SQLITE_INSERT: &str = "INSERT INTO checkpoints \
 const POSTGRES_INSERT: &str = "INSERT INTO checkpoints \
     (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) \
     VALUES ($1, $2, $3, $4, '', $5, false, '', $6) ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING";
+
+/// A whole turn's checkpoints in order, one more than a turn to see that no more follow.
+const SQLITE_READ_TURN: &str = "SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
+    FROM checkpoints WHERE namespace = ?1 AND turn_id = ?2 ORDER BY ts_ns, seq LIMIT ?3";
+const POSTGRES_READ_TURN: &str = "SELECT seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
+    FROM checkpoints WHERE namespace = $1 AND turn_id = $2 ORDER BY ts_ns, seq LIMIT $3";
 
 #[derive(Clone)]
 enum Pool {
@@ -130,6 +144,117 @@ impl Workload for DirectInsert {
                 return Err(Failure::Check(format!(
                     "inserting new checkpoint {turn_id}/{phase} affected {inserted} rows"
                 )));
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+}
+
+/// W2's direct baseline: reads whole turns of W2's populated store; each
+/// read must give exactly one turn of `TURN_LENGTH` checkpoints.
+pub struct DirectRead {
+    pool: Pool,
+    run: String,
+    /// The callers and turns per caller that populated the store.
+    populated: (usize, u64),
+}
+
+impl DirectRead {
+    /// The SQLite file at `path`, read through `connections` read-only connections.
+    pub async fn sqlite(
+        path: &Path,
+        connections: u32,
+        run: String,
+        populated: (usize, u64),
+    ) -> Result<DirectRead, String> {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(connections)
+            .min_connections(connections)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(sqlite_options(path).read_only(true))
+            .await
+            .map_err(|e| format!("open {}: {e}", path.display()))?;
+        Ok(DirectRead { pool: Pool::Sqlite(pool), run, populated })
+    }
+
+    /// The database at `url`, read through a pool of `connections`.
+    pub async fn postgres(
+        url: &str,
+        connections: u32,
+        run: String,
+        populated: (usize, u64),
+    ) -> Result<DirectRead, String> {
+        let options =
+            PgConnectOptions::from_str(url).map_err(|e| e.to_string())?.application_name("stepwell-bench-direct-read");
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .min_connections(connections)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_with(options)
+            .await
+            .map_err(|e| format!("connect to {url}: {e}"))?;
+        Ok(DirectRead { pool: Pool::Postgres(pool), run, populated })
+    }
+
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+    }
+}
+
+/// The bytes a read decoded: every column of every row.
+fn decoded<R: Row>(rows: &[R]) -> Result<usize, sqlx::Error>
+where
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    usize: sqlx::ColumnIndex<R>,
+{
+    let mut bytes = 0;
+    for row in rows {
+        let _seq: i64 = row.try_get(0)?;
+        let session: String = row.try_get(1)?;
+        let phase: String = row.try_get(2)?;
+        let _ts: i64 = row.try_get(3)?;
+        let state: Vec<u8> = row.try_get(4)?;
+        let _terminal: bool = row.try_get(5)?;
+        let version: String = row.try_get(6)?;
+        let _recorded: i64 = row.try_get(7)?;
+        bytes += session.len() + phase.len() + state.len() + version.len();
+    }
+    Ok(bytes)
+}
+
+impl Workload for DirectRead {
+    fn call(&self, caller: usize, k: u64) -> BoxFuture<'static, CallResult> {
+        let (callers, turns) = self.populated;
+        let turn_id = restored_turn(&self.run, callers, turns, caller, k);
+        let pool = self.pool.clone();
+        let limit = TURN_LENGTH as i64 + 1;
+        async move {
+            let read = match pool {
+                Pool::Sqlite(pool) => {
+                    let rows =
+                        sqlx::query(SQLITE_READ_TURN).bind(NAMESPACE).bind(&turn_id).bind(limit).fetch_all(&pool).await;
+                    rows.and_then(|rows| decoded(&rows).map(|_| rows.len()))
+                }
+                Pool::Postgres(pool) => {
+                    let rows = sqlx::query(POSTGRES_READ_TURN)
+                        .bind(NAMESPACE)
+                        .bind(&turn_id)
+                        .bind(limit)
+                        .fetch_all(&pool)
+                        .await;
+                    rows.and_then(|rows| decoded(&rows).map(|_| rows.len()))
+                }
+            }
+            .map_err(|e| Failure::Error(e.to_string()))?;
+            if read as u64 != TURN_LENGTH {
+                return Err(Failure::Check(format!("reading {turn_id} gave {read} checkpoints, not {TURN_LENGTH}")));
             }
             Ok(())
         }

@@ -4,6 +4,9 @@
 //! clients, runs the direct-SQL and pgbench baselines on the same stores and
 //! settings, and writes `results.json`, `results.md` and `throughput.svg`.
 //!
+//! `stepwell-bench floor-server --listen ADDR` serves the floor baseline
+//! instead (see `floor`); the harness starts it as a child of its own.
+//!
 //! It is normally run by `bench/run`, which builds it, starts a throwaway
 //! Postgres and passes its URL in `STEPWELL_TEST_POSTGRES_URL`. Exit status:
 //! 0 when every point ran without an error or a failed check, 1 otherwise,
@@ -11,6 +14,7 @@
 //! pgbench is killed and the temporary directory removed).
 
 mod direct;
+mod floor;
 mod load;
 mod machine;
 mod meter;
@@ -76,6 +80,14 @@ enum BackendArg {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(floor::SUBCOMMAND) {
+        let served = match floor::listen_address(&argv[2..]) {
+            Ok(listen) => floor::serve(listen).await,
+            Err(why) => Err(why),
+        };
+        return served.map_or_else(|why| fail(&why), |()| ExitCode::SUCCESS);
+    }
     let args = Args::parse();
     let interrupted = async {
         let mut term =

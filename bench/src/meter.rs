@@ -4,9 +4,16 @@
 //! busy the whole machine was. A snapshot is taken when a measurement window
 //! opens and another when it closes; their difference is the window's usage.
 //!
+//! Context switches of the sidecar are read from every thread's
+//! `/proc/PID/task/TID/status` (`voluntary_ctxt_switches` +
+//! `nonvoluntary_ctxt_switches`) and differenced thread by thread; a thread
+//! born in the window counts from zero, and a thread that exits within the
+//! window takes its switches with it: those are lost, and counted as such.
+//!
 //! Times are in clock ticks (`_SC_CLK_TCK`, normally 100 per second), so a
 //! figure per operation is only meaningful over windows of many ticks.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// User + system CPU of one process (all its threads), in ticks; with
@@ -48,6 +55,35 @@ fn process_tree_ticks(root: u32) -> Option<u64> {
     Some(total)
 }
 
+/// Voluntary plus involuntary context switches of one thread, from its `status` text.
+fn switches_in_status(status: &str) -> Option<u64> {
+    let field = |name: &str| status.lines().find_map(|line| line.strip_prefix(name)?.trim().parse::<u64>().ok());
+    Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
+}
+
+/// Context switches of every live thread of `pid`, by thread id.
+fn thread_switches(pid: u32) -> Option<BTreeMap<u32, u64>> {
+    let mut threads = BTreeMap::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let Some(tid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        // A thread that exits between the listing and the read is skipped.
+        if let Some(switches) =
+            std::fs::read_to_string(entry.path().join("status")).ok().as_deref().and_then(switches_in_status)
+        {
+            threads.insert(tid, switches);
+        }
+    }
+    Some(threads)
+}
+
+/// Switches from `before` to `after`, thread by thread: (switches, threads
+/// that were there before and gone after, whose switches are lost).
+fn switches_between(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> (u64, usize) {
+    let counted = after.iter().map(|(tid, now)| now.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum();
+    let exited = before.keys().filter(|tid| !after.contains_key(tid)).count();
+    (counted, exited)
+}
+
 /// (busy, total) ticks of all CPUs since boot, from `/proc/stat`.
 fn machine_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -81,6 +117,7 @@ pub struct Meters {
 pub struct Snapshot {
     at: Instant,
     sidecar: Option<u64>,
+    sidecar_switches: Option<BTreeMap<u32, u64>>,
     postgres: Option<u64>,
     load: u64,
     machine: Option<(u64, u64)>,
@@ -91,6 +128,10 @@ pub struct Snapshot {
 pub struct Usage {
     pub seconds: f64,
     pub sidecar_cpu: Option<f64>,
+    /// The sidecar's context switches (all its threads).
+    pub sidecar_switches: Option<u64>,
+    /// Sidecar threads that exited during the window (their switches are lost).
+    pub sidecar_threads_exited: usize,
     pub postgres_cpu: Option<f64>,
     pub load_cpu: f64,
     /// Busy share of all the machine's CPUs, in percent.
@@ -104,6 +145,7 @@ impl Meters {
         Snapshot {
             at: Instant::now(),
             sidecar: self.sidecar.and_then(|pid| process_ticks(pid, false)),
+            sidecar_switches: self.sidecar.and_then(thread_switches),
             postgres: self.postgres.and_then(process_tree_ticks),
             load: own + external,
             machine: machine_ticks(),
@@ -116,7 +158,13 @@ impl Snapshot {
     pub fn until(&self, later: &Snapshot) -> Usage {
         let hz = ticks_per_second();
         let cpu = |a: Option<u64>, b: Option<u64>| Some(b?.saturating_sub(a?) as f64 / hz);
+        let switches = match (&self.sidecar_switches, &later.sidecar_switches) {
+            (Some(before), Some(after)) => Some(switches_between(before, after)),
+            _ => None,
+        };
         Usage {
+            sidecar_switches: switches.map(|(n, _)| n),
+            sidecar_threads_exited: switches.map_or(0, |(_, exited)| exited),
             seconds: later.at.duration_since(self.at).as_secs_f64(),
             sidecar_cpu: cpu(self.sidecar, later.sidecar),
             postgres_cpu: cpu(self.postgres, later.postgres),
@@ -146,7 +194,25 @@ mod tests {
         std::hint::black_box(x);
         let usage = before.until(&meters.snapshot());
         assert!(usage.sidecar_cpu.unwrap() > 0.0, "{usage:?}");
+        assert!(usage.sidecar_switches.is_some(), "{usage:?}");
         assert!(usage.machine_busy_pct.is_some());
+    }
+
+    #[test]
+    fn counts_switches_thread_by_thread() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t3\n";
+        assert_eq!(switches_in_status(status), Some(10));
+        assert_eq!(switches_in_status("Name:\tx\n"), None);
+        // Thread 1 lives on (+5), thread 2 exits (lost), thread 3 is born (all 4 count).
+        let before = BTreeMap::from([(1, 10), (2, 100)]);
+        let after = BTreeMap::from([(1, 15), (3, 4)]);
+        assert_eq!(switches_between(&before, &after), (9, 1));
+    }
+
+    #[test]
+    fn reads_this_process_threads() {
+        let threads = thread_switches(std::process::id()).unwrap();
+        assert!(threads.contains_key(&std::process::id()), "{threads:?}");
     }
 
     #[test]

@@ -4,6 +4,13 @@
 //! W1), with the 1 KB JSON payload bound as a parameter on every
 //! transaction, run as `pgbench -n -M prepared -c C -j 2 -T secs`.
 //!
+//! For W3, the same pair of statements a Begin→Complete costs, against
+//! stepwell's idempotency table: an insert-or-select of a new key (taking
+//! its lease token from stepwell's sequence, kept with `\gset`), then an
+//! update recording its result under that token; each statement commits on
+//! its own, as Begin and Complete do, and one pgbench transaction is the
+//! pair.
+//!
 //! Figures come from its per-transaction log (`-l`): every transaction's
 //! latency and completion time, so the same warm-up is cut and the same
 //! percentiles (p50 to max) are read as for the other rows. Its own summary
@@ -28,6 +35,30 @@ INSERT INTO checkpoints
   ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING;
 ";
 
+/// One W3 pair: Begin's insert-or-select of a new key, then Complete's update.
+pub const PAIR_SCRIPT: &str = r"\set k random(1, 9000000000000000000)
+WITH inserted AS (
+  INSERT INTO idempotency
+    (namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns, result, error,
+     retention_ns, created_at_ns, updated_at_ns, purge_after_ns)
+    VALUES ('bench', 'pgbench-' || :client_id::text || '-' || :k::text, 1, '\x', 1, nextval('lease_tokens'),
+            0, '\x', '\x', 0, 0, 0, 0)
+    ON CONFLICT (namespace, key) DO NOTHING
+    RETURNING lease_token)
+SELECT lease_token FROM inserted
+UNION ALL
+SELECT lease_token FROM idempotency WHERE namespace = 'bench' AND key = 'pgbench-' || :client_id::text || '-' || :k::text
+LIMIT 1 \gset
+UPDATE idempotency SET held = 2, result = convert_to(:result, 'UTF8'), updated_at_ns = 1
+  WHERE namespace = 'bench' AND key = 'pgbench-' || :client_id::text || '-' || :k::text
+    AND lease_token = :lease_token;
+";
+
+/// The W1 insert script and its 1 KB payload, as `run` takes them.
+pub fn insert(payload: &str) -> (&'static str, Vec<(&'static str, String)>) {
+    (SCRIPT, vec![("payload", payload.to_owned())])
+}
+
 /// What pgbench printed about its run, beside what its log measured.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct Summary {
@@ -39,8 +70,9 @@ pub struct Summary {
 }
 
 /// Runs pgbench from `bindir` against the database at `url` with `clients`
-/// clients through `window`, in working directory `dir`; meters the
-/// Postgres server through `meters` and counts pgbench's CPU as load.
+/// clients through `window`, in working directory `dir`, running `script`
+/// with the variables `defines` (`-D name=value`); meters the Postgres
+/// server through `meters` and counts pgbench's CPU as load.
 pub async fn run(
     bindir: &Path,
     url: &str,
@@ -48,16 +80,15 @@ pub async fn run(
     window: Window,
     meters: Meters,
     dir: &Path,
-    payload: &[u8],
+    (script_text, defines): (&str, Vec<(&str, String)>),
 ) -> Result<(Measured, Summary), String> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let script = dir.join("insert.sql");
-    std::fs::write(&script, SCRIPT).map_err(|e| e.to_string())?;
-    let payload = std::str::from_utf8(payload).map_err(|e| e.to_string())?;
+    let script = dir.join("script.sql");
+    std::fs::write(&script, script_text).map_err(|e| e.to_string())?;
     // One more second than the window, so pgbench is still running when the window closes.
     let seconds = (window.warmup + window.measure).as_secs_f64().ceil() as u64 + 1;
     let threads = clients.min(2);
-    let args: Vec<String> = vec![
+    let mut args: Vec<String> = vec![
         "-n".into(),
         "-M".into(),
         "prepared".into(),
@@ -72,10 +103,11 @@ pub async fn run(
         "-l".into(),
         "--log-prefix".into(),
         dir.join("txn").display().to_string(),
-        "-D".into(),
-        format!("payload={payload}"),
-        url.into(),
     ];
+    for (name, value) in defines {
+        args.extend(["-D".into(), format!("{name}={value}")]);
+    }
+    args.push(url.into());
     let binary = bindir.join("pgbench");
     let output_path = dir.join("pgbench.out");
     let output = std::fs::File::create(&output_path).map_err(|e| e.to_string())?;

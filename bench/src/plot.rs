@@ -22,6 +22,7 @@ fn color(system: System) -> &'static str {
         System::Stepwell => "#1f6fb4",
         System::Direct => "#e8740c",
         System::Pgbench => "#2a9d3a",
+        System::Floor => "#8a8a8a",
     }
 }
 

@@ -33,8 +33,10 @@ pub enum System {
     Stepwell,
     /// Baseline (a): sqlx, one INSERT per transaction.
     Direct,
-    /// Baseline (b): pgbench with the same insert.
+    /// Baseline (b): pgbench with the same insert (or, for W3, the same pair of statements).
     Pgbench,
+    /// The floor: a tonic server answering the same services with fixed OK answers, no store.
+    Floor,
 }
 
 impl System {
@@ -43,6 +45,7 @@ impl System {
             System::Stepwell => "stepwell",
             System::Direct => "direct (a)",
             System::Pgbench => "pgbench (b)",
+            System::Floor => "floor (tonic no-op)",
         }
     }
 }
@@ -100,6 +103,10 @@ pub struct Row {
     /// The sidecar's CPU per op (for "direct" SQLite rows: this process's,
     /// where sqlx and SQLite run).
     pub server_cpu_us_per_op: Option<f64>,
+    /// The sidecar's context switches per op, all its threads (for floor rows: the no-op server's).
+    pub context_switches_per_op: Option<f64>,
+    /// Stepwell rows: throughput over the floor's at the same workload and callers.
+    pub floor_ratio: Option<f64>,
     /// The Postgres server processes' CPU per op.
     pub postgres_cpu_us_per_op: Option<f64>,
     /// The load generator's CPU (this process, plus pgbench), % of one core.
@@ -144,6 +151,9 @@ impl Point {
             |cpu: Option<f64>| cpu.filter(|_| measured.completed > 0).map(|s| s * 1e6 / measured.completed as f64);
         let load_pct = Some(100.0 * usage.load_cpu / usage.seconds.max(1e-9));
         let mut extra = Map::new();
+        if usage.sidecar_threads_exited > 0 {
+            extra.insert("sidecar_threads_exited_in_window".into(), usage.sidecar_threads_exited.into());
+        }
         if let Some(lag) = &measured.send_lag {
             extra.insert("send_lag_p99_ms".into(), (lag.value_at_quantile(0.99) as f64 / 1000.0).into());
             extra.insert("send_lag_max_ms".into(), (lag.max() as f64 / 1000.0).into());
@@ -168,11 +178,23 @@ impl Point {
             } else {
                 per_op(usage.sidecar_cpu)
             },
+            context_switches_per_op: usage
+                .sidecar_switches
+                .filter(|_| measured.completed > 0)
+                .map(|n| n as f64 / measured.completed as f64),
+            floor_ratio: None,
             postgres_cpu_us_per_op: per_op(usage.postgres_cpu),
             load_cpu_pct: load_pct,
             machine_busy_pct: usage.machine_busy_pct,
             disk_bytes_per_checkpoint: None,
-            notes: Vec::new(),
+            notes: if usage.sidecar_threads_exited > 0 {
+                vec![format!(
+                    "{} sidecar threads exited in the window; their context switches are not counted",
+                    usage.sidecar_threads_exited
+                )]
+            } else {
+                Vec::new()
+            },
             extra,
         }
     }
@@ -213,6 +235,28 @@ fn find<'a>(rows: &'a [Row], backend: Backend, system: System, series: &str, cal
     rows.iter().find(|r| {
         r.backend == backend && r.system == system && r.series == series && r.callers == callers && r.pace == "closed"
     })
+}
+
+/// The series of the floor row a stepwell series compares with: W1 over a
+/// Unix socket compares with the (TCP) floor of W1.
+fn floor_series(series: &str) -> &str {
+    series.strip_suffix("-unix").unwrap_or(series)
+}
+
+/// Sets each stepwell row's `floor_ratio` from the floor row of the same
+/// backend, workload series and callers, when the run measured one.
+pub fn relate_to_floor(rows: &mut [Row]) {
+    let floors: Vec<(Backend, String, usize, f64)> = rows
+        .iter()
+        .filter(|r| r.system == System::Floor && r.pace == "closed" && r.throughput_per_s > 0.0)
+        .map(|r| (r.backend, r.series.clone(), r.callers, r.throughput_per_s))
+        .collect();
+    for row in rows.iter_mut().filter(|r| r.system == System::Stepwell && r.pace == "closed") {
+        row.floor_ratio = floors
+            .iter()
+            .find(|(b, s, c, _)| *b == row.backend && s == floor_series(&row.series) && *c == row.callers)
+            .map(|(_, _, _, floor)| row.throughput_per_s / floor);
+    }
 }
 
 /// Checks the targets set for stepwell against the rows.
@@ -273,8 +317,50 @@ pub fn check_targets(rows: &[Row]) -> Vec<TargetCheck> {
             (format!("{:.2} ms vs {:.2} ms = {x:.2}×", ours.latency.p99_ms, theirs.latency.p99_ms), x <= 0.5)
         }),
     );
+    add(
+        "SQLite, W1 1 KB, 64 callers: throughput ≥ 0.4× the floor (tonic no-op)".into(),
+        w1(Sqlite, Stepwell, 64)
+            .and_then(|r| Some((r.throughput_per_s, r.floor_ratio?)))
+            .map(|(ours, x)| (format!("{ours:.0}/s = {x:.2}× the floor"), x >= 0.4)),
+    );
+    for (callers, most) in [(1, 4.0), (64, 0.5)] {
+        add(
+            format!("SQLite, W1 1 KB, {callers} callers: sidecar context switches ≤ {most} per checkpoint"),
+            w1(Sqlite, Stepwell, callers).and_then(|r| {
+                let switches = r.context_switches_per_op?;
+                Some((format!("{switches:.2} per checkpoint"), switches <= most))
+            }),
+        );
+    }
+    add(
+        "Postgres, W3 pairs, 64 callers: throughput ≥ 1.0× pgbench's pair script at 64 clients".into(),
+        find(rows, Postgres, Stepwell, "w3-pairs", 64).zip(find(rows, Postgres, Pgbench, "w3-pairs", 64)).map(
+            |(ours, theirs)| {
+                let x = ours.throughput_per_s / theirs.throughput_per_s;
+                (format!("{:.0}/s vs {:.0}/s = {x:.2}×", ours.throughput_per_s, theirs.throughput_per_s), x >= 1.0)
+            },
+        ),
+    );
     for backend in [Sqlite, Postgres] {
         let name = backend.name();
+        add(
+            format!("{name}, W2 restore, 16 callers: throughput ≥ 0.8× the direct read"),
+            find(rows, backend, Stepwell, "w2-restore", 16).zip(find(rows, backend, Direct, "w2-restore", 16)).map(
+                |(ours, theirs)| {
+                    let x = ours.throughput_per_s / theirs.throughput_per_s;
+                    (format!("{:.0}/s vs {:.0}/s = {x:.2}×", ours.throughput_per_s, theirs.throughput_per_s), x >= 0.8)
+                },
+            ),
+        );
+        add(
+            format!("{name}, W2 restore, 1 caller: p50 ≤ 1.5× the direct read's"),
+            find(rows, backend, Stepwell, "w2-restore", 1).zip(find(rows, backend, Direct, "w2-restore", 1)).map(
+                |(ours, theirs)| {
+                    let x = ours.latency.p50_ms / theirs.latency.p50_ms;
+                    (format!("{:.3} ms vs {:.3} ms = {x:.2}×", ours.latency.p50_ms, theirs.latency.p50_ms), x <= 1.5)
+                },
+            ),
+        );
         add(
             format!("{name}, W2 restore of 100 × 1 KB, 16 callers: p50 ≤ 1 ms"),
             find(rows, backend, Stepwell, "w2-restore", 16)
@@ -340,10 +426,11 @@ pub fn markdown(results: &Results) -> String {
         meta("machine_summary"),
     );
     out.push_str(
-        "| Workload | Store | System | Callers | Pace | ops/s | p50 ms | p99 ms | p99.9 ms | max ms \
-         | server CPU µs/op | Postgres CPU µs/op | disk B/ckpt | load-gen CPU % | machine busy % | problems |\n",
+        "| Workload | Store | System | Callers | Pace | ops/s | × floor | p50 ms | p99 ms | p99.9 ms | max ms \
+         | server CPU µs/op | server ctx sw/op | Postgres CPU µs/op | disk B/ckpt | load-gen CPU % | machine busy % \
+         | problems |\n",
     );
-    out.push_str("|---|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    out.push_str("|---|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     for r in &results.rows {
         let problems = match &r.first_problem {
             Some(first) => format!("{} errors, {} checks: {}", r.errors, r.check_failures, first.replace('|', "/")),
@@ -351,18 +438,20 @@ pub fn markdown(results: &Results) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.workload,
-            r.backend.name(),
+            if r.system == System::Floor { "none" } else { r.backend.name() },
             r.system.name(),
             r.callers,
             r.pace,
             r.throughput_per_s,
+            cell(r.floor_ratio, 2),
             ms(r.latency.p50_ms),
             ms(r.latency.p99_ms),
             ms(r.latency.p999_ms),
             ms(r.latency.max_ms),
             cell(r.server_cpu_us_per_op, 1),
+            cell(r.context_switches_per_op, 2),
             cell(r.postgres_cpu_us_per_op, 1),
             cell(r.disk_bytes_per_checkpoint, 0),
             cell(r.load_cpu_pct, 0),
@@ -425,6 +514,37 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc(1_700_000_000), "2023-11-14T22:13:20Z");
         assert_eq!(utc(951_825_600), "2000-02-29T12:00:00Z");
+    }
+
+    fn measured_row(system: System, series: &'static str, callers: usize, ops: u64) -> Row {
+        let point =
+            Point { series, workload: String::new(), backend: Backend::Sqlite, system, callers, pace: "closed".into() };
+        let mut measured = Measured::empty();
+        measured.completed = ops;
+        measured.usage.seconds = 1.0;
+        measured.usage.sidecar_switches = Some(ops * 3);
+        point.row(&measured, false)
+    }
+
+    #[test]
+    fn relates_stepwell_rows_to_the_floor() {
+        let mut rows = vec![
+            measured_row(System::Stepwell, "w1-1kb", 64, 4_000),
+            measured_row(System::Stepwell, "w1-1kb-unix", 64, 5_000),
+            measured_row(System::Stepwell, "w1-1kb", 1, 500),
+            measured_row(System::Direct, "w1-1kb", 64, 1_000),
+            measured_row(System::Floor, "w1-1kb", 64, 10_000),
+        ];
+        relate_to_floor(&mut rows);
+        let ratios: Vec<Option<f64>> = rows.iter().map(|r| r.floor_ratio).collect();
+        assert_eq!(ratios, [Some(0.4), Some(0.5), None, None, None]);
+        assert_eq!(rows[0].context_switches_per_op, Some(3.0));
+        let checks = check_targets(&rows);
+        let floor = checks.iter().find(|c| c.target.contains("the floor")).unwrap();
+        assert_eq!(floor.met, Some(true), "{floor:?}");
+        let table = markdown(&Results { meta: Map::new(), rows, targets: checks });
+        assert!(table.contains("| none | floor (tonic no-op) | 64 |"), "{table}");
+        assert!(table.contains("| 4000 | 0.40 |"), "{table}");
     }
 
     #[test]

@@ -3,6 +3,11 @@
 //! SERVING, and stopped with SIGTERM (or killed, if the harness is dropped
 //! mid-run). Its log goes to a file, shown when it fails to start.
 //!
+//! The same handling serves the floor baseline: the harness's own binary
+//! run as `stepwell-bench floor-server` (see `floor`). A sidecar may also
+//! listen on a Unix socket (`--listen unix:PATH`), reached through a
+//! connector that dials the path.
+//!
 //! `STEPWELL_*` variables in the harness's environment reach the sidecar, so
 //! a flag can be tried without editing the harness (e.g.
 //! `STEPWELL_WRITE_BATCH_MAX=512 bench/run --quick`); the report records them.
@@ -12,8 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use hyper_util::rt::TokioIo;
+use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, Endpoint, Uri};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -23,25 +30,63 @@ const READY_LIMIT: Duration = Duration::from_secs(60);
 /// How long a stopping sidecar may drain before it is killed.
 const STOP_LIMIT: Duration = Duration::from_secs(15);
 
+/// Where a server under test listens.
+#[derive(Debug, Clone)]
+pub enum Address {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Tcp(addr) => write!(f, "{addr}"),
+            Address::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 pub struct Sidecar {
     child: Child,
-    addr: SocketAddr,
+    addr: Address,
     log: PathBuf,
 }
 
 impl Sidecar {
-    /// Starts `binary` serving `database_url`, logging to `log`, and waits
-    /// until it is SERVING.
+    /// Starts `binary` serving `database_url` on a free loopback port,
+    /// logging to `log`, and waits until it is SERVING.
     pub async fn start(binary: &Path, database_url: &str, log: &Path) -> Result<Sidecar, String> {
-        let addr = free_port().map_err(|e| format!("no free port: {e}"))?;
-        let log_file = std::fs::File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
-        let child = Command::new(binary)
+        let addr = Address::Tcp(free_port().map_err(|e| format!("no free port: {e}"))?);
+        Sidecar::start_on(binary, database_url, log, addr).await
+    }
+
+    /// Starts `binary` serving `database_url` on `addr` (a TCP address or a
+    /// Unix socket path), logging to `log`, and waits until it is SERVING.
+    pub async fn start_on(binary: &Path, database_url: &str, log: &Path, addr: Address) -> Result<Sidecar, String> {
+        let mut command = Command::new(binary);
+        command
             .arg("serve")
             .args(["--listen", &addr.to_string(), "--database-url", database_url])
             .env("STEPWELL_LOG", std::env::var("STEPWELL_LOG").unwrap_or_else(|_| "warn".into()))
             // Metrics on, as a user gets them, on a port of its own; the
             // caller's STEPWELL_ADMIN_LISTEN (off, say) goes first.
-            .env("STEPWELL_ADMIN_LISTEN", admin_listen()?)
+            .env("STEPWELL_ADMIN_LISTEN", admin_listen()?);
+        Sidecar::spawn(command, binary, log, addr).await
+    }
+
+    /// Starts the floor baseline (this binary's `floor-server`) on a free
+    /// loopback port, logging to `log`, and waits until it is SERVING.
+    pub async fn start_floor(log: &Path) -> Result<Sidecar, String> {
+        let binary = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+        let addr = free_port().map_err(|e| format!("no free port: {e}"))?;
+        let mut command = Command::new(&binary);
+        command.args([crate::floor::SUBCOMMAND, "--listen", &addr.to_string()]);
+        Sidecar::spawn(command, &binary, log, Address::Tcp(addr)).await
+    }
+
+    async fn spawn(mut command: Command, binary: &Path, log: &Path, addr: Address) -> Result<Sidecar, String> {
+        let log_file = std::fs::File::create(log).map_err(|e| format!("create {}: {e}", log.display()))?;
+        let child = command
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().map_err(|e| e.to_string())?)
             .stderr(log_file)
@@ -69,7 +114,19 @@ impl Sidecar {
     }
 
     async fn connect_one(&self) -> Result<Channel, tonic::transport::Error> {
-        Endpoint::from_shared(format!("http://{}", self.addr))?.tcp_nodelay(true).connect().await
+        match &self.addr {
+            Address::Tcp(addr) => Endpoint::from_shared(format!("http://{addr}"))?.tcp_nodelay(true).connect().await,
+            Address::Unix(path) => {
+                let path = path.clone();
+                // A Unix-socket channel has no authority of its own; tonic wants one.
+                Endpoint::from_static("http://localhost")
+                    .connect_with_connector(tower::service_fn(move |_: Uri| {
+                        let path = path.clone();
+                        async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+                    }))
+                    .await
+            }
+        }
     }
 
     async fn wait_until_serving(&mut self) -> Result<(), String> {

@@ -329,6 +329,17 @@ pub async fn pg_footprint(url: &str) -> Result<(i64, i64), String> {
     Ok(row)
 }
 
+/// The idempotency records at `url`: (all, completed ones).
+pub async fn pg_idempotency_counts(url: &str) -> Result<(i64, i64), String> {
+    let mut conn = PgConnection::connect(url).await.map_err(|e| e.to_string())?;
+    let row: (i64, i64) = sqlx::query_as("SELECT count(*), count(*) FILTER (WHERE held = 2) FROM idempotency")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    conn.close().await.map_err(|e| e.to_string())?;
+    Ok(row)
+}
+
 /// Runs a statement on a database of its own connection (e.g. VACUUM, which
 /// cannot run inside a transaction).
 pub async fn pg_execute(url: &str, sql: &'static str) -> Result<(), String> {

@@ -20,18 +20,18 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
-use crate::direct::{DirectInsert, POSTGRES_SCHEMA};
+use crate::direct::{DirectInsert, DirectRead, POSTGRES_IDEMPOTENCY_SCHEMA, POSTGRES_SCHEMA};
 use crate::load::{Pace, Window, Workload, drive, run_all};
 use crate::meter::Meters;
 use crate::payload::Payloads;
 use crate::pgbench;
 use crate::report::{Backend, Point, Row, System};
-use crate::sidecar::Sidecar;
+use crate::sidecar::{Address, Sidecar};
 use crate::stores::{
-    Database, PgServer, SqliteFiles, lsn, pg_execute, pg_footprint, remove_sqlite, sqlite_footprint,
-    sqlite_truncate_wal,
+    Database, PgServer, SqliteFiles, lsn, pg_execute, pg_footprint, pg_idempotency_counts, remove_sqlite,
+    sqlite_footprint, sqlite_truncate_wal,
 };
-use crate::workloads::{Append, BeginComplete, FillTurn, NAMESPACE, Restore, TURN_LENGTH};
+use crate::workloads::{self, Append, BeginComplete, FillTurn, NAMESPACE, Restore, TURN_LENGTH};
 use stepwell::api::pb::DeleteTurnRequest;
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 
@@ -58,6 +58,10 @@ pub struct Plan {
     pub restore_turns_per_caller: u64,
     /// The delete point: checkpoints of the turn deleted.
     pub delete_turn_checkpoints: u64,
+    /// Concurrencies of W2 restore and its direct-read baseline.
+    pub restore_callers: Vec<usize>,
+    /// Concurrencies of W1 1 KB over a Unix socket.
+    pub unix_callers: Vec<usize>,
 }
 
 impl Mode {
@@ -69,6 +73,8 @@ impl Mode {
                 callers: vec![64],
                 restore_turns_per_caller: 1,
                 delete_turn_checkpoints: 5_000,
+                restore_callers: vec![RESTORE_CALLERS],
+                unix_callers: vec![WIDE],
             },
             Mode::Quick => Plan {
                 warmup_s: 1.0,
@@ -76,6 +82,8 @@ impl Mode {
                 callers: vec![1, 16, 64, 256],
                 restore_turns_per_caller: 2,
                 delete_turn_checkpoints: 100_000,
+                restore_callers: vec![RESTORE_CALLERS, 1],
+                unix_callers: vec![1, WIDE],
             },
             Mode::Full => Plan {
                 warmup_s: 3.0,
@@ -83,6 +91,8 @@ impl Mode {
                 callers: vec![1, 16, 64, 256],
                 restore_turns_per_caller: 8,
                 delete_turn_checkpoints: 100_000,
+                restore_callers: vec![RESTORE_CALLERS, 1],
+                unix_callers: vec![1, WIDE],
             },
         }
     }
@@ -96,8 +106,10 @@ impl Plan {
 
 /// Callers of the W1 variants and of W3.
 const WIDE: usize = 64;
-/// Callers of W2.
+/// Callers of W2 (and its 1-caller row).
 const RESTORE_CALLERS: usize = 16;
+/// The series of W1 1 KB appends over a Unix socket.
+const UNIX_SERIES: &str = "w1-1kb-unix";
 /// Callers that fill the store W2 restores from.
 const POPULATE_CALLERS: usize = 64;
 /// The fixed-rate point runs at this share of the 64-caller closed-loop throughput.
@@ -173,6 +185,10 @@ impl Suite {
                 if backend == Backend::Postgres {
                     self.pgbench(callers).await;
                 }
+                self.floor(backend, "w1-1kb", callers).await;
+            }
+            for callers in self.plan.unix_callers.clone() {
+                self.append(backend, UNIX_SERIES, 1024, callers, 0, None).await;
             }
             self.append(backend, "w1-200b", 200, WIDE, 0, None).await;
             self.append(backend, "w1-20kb", 20 * 1024, WIDE, 0, None).await;
@@ -184,8 +200,13 @@ impl Suite {
             self.append(backend, "w1-1kb", 1024, WIDE, 0, Some(rate)).await;
             self.restore(backend).await;
             self.idempotency(backend).await;
+            if backend == Backend::Postgres {
+                self.pgbench_pairs(WIDE).await;
+            }
+            self.floor(backend, "w3-pairs", WIDE).await;
             self.beside_delete(backend).await;
         }
+        crate::report::relate_to_floor(&mut self.rows);
     }
 
     fn selected(&self, point: &Point) -> bool {
@@ -258,6 +279,15 @@ impl Suite {
         Ok((sidecar, channels))
     }
 
+    /// A sidecar on `store` listening on a Unix socket, and connections to it for `callers` callers.
+    async fn unix_sidecar(&self, store: &Store, label: &str, callers: usize) -> Fallible<(Sidecar, Vec<Channel>)> {
+        let log = self.dir.join(format!("{}.log", file_name(label)));
+        let socket = Address::Unix(self.dir.join(format!("{}.sock", file_name(label))));
+        let sidecar = Sidecar::start_on(&self.settings.stepwell, &store.url(), &log, socket).await?;
+        let channels = sidecar.connect(callers.min(self.settings.channels)).await?;
+        Ok((sidecar, channels))
+    }
+
     /// W1: appends of `size`-byte states; `rate` makes it fixed-rate.
     async fn append(
         &mut self,
@@ -269,6 +299,9 @@ impl Suite {
         rate: Option<f64>,
     ) {
         let mut workload = format!("W1 append {}", human_size(size));
+        if series == UNIX_SERIES {
+            workload.push_str(" over a Unix socket");
+        }
         if duplicate_percent > 0 {
             workload.push_str(&format!(", {duplicate_percent}% duplicate retries"));
         }
@@ -296,7 +329,12 @@ impl Suite {
         duplicate_percent: u64,
         pace: Pace,
     ) -> Fallible<Row> {
-        let (sidecar, channels) = self.sidecar(store, &point.id(), point.callers).await?;
+        let unix = point.series == UNIX_SERIES;
+        let (sidecar, channels) = if unix {
+            self.unix_sidecar(store, &point.id(), point.callers).await?
+        } else {
+            self.sidecar(store, &point.id(), point.callers).await?
+        };
         let payloads = Arc::new(Payloads::new(size));
         let workload = Append { channels, run: "w1".into(), payloads, duplicate_percent };
         let measured =
@@ -304,6 +342,10 @@ impl Suite {
         let mut row = point.row(&measured, false);
         if duplicate_percent > 0 {
             row.extra.insert("duplicate_retry_percent".into(), duplicate_percent.into());
+        }
+        if unix {
+            row.notes
+                .push("the sidecar listens on a Unix socket (--listen unix:PATH); the client dials the path".into());
         }
         if let Pace::Fixed { rate, .. } = pace {
             row.extra.insert("target_rate_per_s".into(), rate.into());
@@ -395,6 +437,7 @@ impl Suite {
         let label = point.id();
         pg_execute(&store.url(), POSTGRES_SCHEMA).await?;
         let payload = Payloads::new(1024).get(0, 0).to_vec();
+        let payload = std::str::from_utf8(&payload).map_err(|e| e.to_string())?;
         let dir = self.dir.join(file_name(&label));
         let (measured, summary) = pgbench::run(
             bindir,
@@ -403,7 +446,7 @@ impl Suite {
             self.plan.window(),
             self.meters(Backend::Postgres, None),
             &dir,
-            &payload,
+            pgbench::insert(payload),
         )
         .await?;
         let mut row = point.row(&measured, false);
@@ -413,20 +456,32 @@ impl Suite {
         Ok(row)
     }
 
-    /// W2: fill a store with whole turns, then restore them.
+    /// W2: fill a store with whole turns, restore them through the sidecar
+    /// at each planned concurrency, then read the same turns directly.
     async fn restore(&mut self, backend: Backend) {
-        let point =
-            Self::point("w2-restore", "W2 restore 100 × 1 KB".into(), backend, System::Stepwell, RESTORE_CALLERS);
-        if !self.selected(&point) {
-            return;
+        let workload = "W2 restore 100 × 1 KB";
+        let mut points = Vec::new();
+        for system in [System::Stepwell, System::Direct] {
+            for &callers in &self.plan.restore_callers {
+                points.push(Self::point("w2-restore", workload.into(), backend, system, callers));
+            }
         }
-        let measure = async |store: &Store| self.measure_restore(&point, store).await;
-        let row = self.with_fresh_store(backend, &point.id(), measure).await;
-        self.record(row.unwrap_or_else(|why| point.failed(why)));
+        points.retain(|point| self.selected(point));
+        let Some(first) = points.first() else { return };
+        let label = first.id();
+        let measure = async |store: &Store| self.measure_restore(&points, store).await;
+        match self.with_fresh_store(backend, &label, measure).await {
+            Ok(rows) => rows.into_iter().for_each(|row| self.record(row)),
+            Err(why) => {
+                for point in &points {
+                    self.record(point.failed(why.clone()));
+                }
+            }
+        }
     }
 
-    async fn measure_restore(&self, point: &Point, store: &Store) -> Fallible<Row> {
-        let (sidecar, channels) = self.sidecar(store, &point.id(), POPULATE_CALLERS).await?;
+    async fn measure_restore(&self, points: &[Point], store: &Store) -> Fallible<Vec<Row>> {
+        let (sidecar, channels) = self.sidecar(store, &points[0].id(), POPULATE_CALLERS).await?;
         let turns = self.plan.restore_turns_per_caller;
         let fill = Append {
             channels: channels.clone(),
@@ -439,19 +494,148 @@ impl Suite {
             .await
             .map_err(|f| format!("populating: {f:?}"))?;
         let filled_in = filling.elapsed().as_secs_f64();
-        let restore = Restore { channels, run: "w2".into(), callers: POPULATE_CALLERS, turns_per_caller: turns };
-        let pace = Pace::Closed { callers: RESTORE_CALLERS };
-        let measured =
-            drive(Arc::new(restore), pace, self.plan.window(), self.meters(point.backend, sidecar.pid())).await;
-        let mut row = point.row(&measured, false);
         let populated = POPULATE_CALLERS as u64 * turns;
-        row.extra.insert("turns_populated".into(), populated.into());
-        row.extra.insert("populate_seconds".into(), filled_in.into());
-        row.notes.push(format!(
-            "{populated} turns of {TURN_LENGTH} × 1 KB written first ({} checkpoints in {filled_in:.1} s); each call restores a random whole turn as one page",
-            populated * TURN_LENGTH
-        ));
-        stop(sidecar, &mut row).await;
+        let note = |row: &mut Row| {
+            row.extra.insert("turns_populated".into(), populated.into());
+            row.extra.insert("populate_seconds".into(), filled_in.into());
+            row.notes.push(format!(
+                "{populated} turns of {TURN_LENGTH} × 1 KB written first through the sidecar ({} checkpoints in \
+                 {filled_in:.1} s); each call reads a random whole turn",
+                populated * TURN_LENGTH
+            ));
+        };
+        let mut rows = Vec::new();
+        for point in points.iter().filter(|p| p.system == System::Stepwell) {
+            let restore = Restore {
+                channels: channels.clone(),
+                run: "w2".into(),
+                callers: POPULATE_CALLERS,
+                turns_per_caller: turns,
+            };
+            let pace = Pace::Closed { callers: point.callers };
+            let measured =
+                drive(Arc::new(restore), pace, self.plan.window(), self.meters(point.backend, sidecar.pid())).await;
+            let mut row = point.row(&measured, false);
+            note(&mut row);
+            row.notes.push("one page of 100 (page_size 100) per Restore".into());
+            rows.push(row);
+        }
+        // The sidecar stops before the direct reads, which then have the store to themselves.
+        if let Err(why) = sidecar.stop().await {
+            match rows.last_mut() {
+                Some(row) => {
+                    row.errors += 1;
+                    row.first_problem.get_or_insert(why);
+                }
+                None => return Err(why),
+            }
+        }
+        for point in points.iter().filter(|p| p.system == System::Direct) {
+            let connections = point.callers as u32;
+            let direct = Arc::new(match store {
+                Store::Sqlite(path) => {
+                    DirectRead::sqlite(path, connections, "w2".into(), (POPULATE_CALLERS, turns)).await?
+                }
+                Store::Postgres(database) => {
+                    DirectRead::postgres(&database.url, connections, "w2".into(), (POPULATE_CALLERS, turns)).await?
+                }
+            });
+            let in_process = point.backend == Backend::Sqlite;
+            let workload: Arc<dyn Workload> = direct.clone();
+            let pace = Pace::Closed { callers: point.callers };
+            let measured = drive(workload, pace, self.plan.window(), self.meters(point.backend, None)).await;
+            let mut row = point.row(&measured, in_process);
+            note(&mut row);
+            row.notes.push(if in_process {
+                "sqlx reads in the load generator, one read-only connection per caller: SELECT … ORDER BY ts_ns, seq \
+                 LIMIT 101, every column decoded; server CPU is this process's"
+                    .into()
+            } else {
+                "sqlx pool of one connection per caller: SELECT … ORDER BY ts_ns, seq LIMIT 101, every column decoded"
+                    .into()
+            });
+            direct.close().await;
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    /// The floor: the same workload against a tonic server answering fixed
+    /// OK responses with no store (`floor::NoOp`), in a process of its own.
+    async fn floor(&mut self, backend: Backend, series: &'static str, callers: usize) {
+        let workload = if series == "w3-pairs" { "W3 Begin→Complete pair" } else { "W1 append 1 KB" };
+        let point = Self::point(series, workload.into(), backend, System::Floor, callers);
+        if !self.selected(&point) {
+            return;
+        }
+        let row = self.measure_floor(&point).await;
+        self.record(row.unwrap_or_else(|why| point.failed(why)));
+    }
+
+    async fn measure_floor(&self, point: &Point) -> Fallible<Row> {
+        let log = self.dir.join(format!("{}.log", file_name(&point.id())));
+        let server = Sidecar::start_floor(&log).await?;
+        let channels = server.connect(point.callers.min(self.settings.channels)).await?;
+        let workload: Arc<dyn Workload> = if point.series == "w3-pairs" {
+            Arc::new(BeginComplete::new(channels, "floor".into(), point.callers))
+        } else {
+            Arc::new(Append {
+                channels,
+                run: "floor".into(),
+                payloads: Arc::new(Payloads::new(1024)),
+                duplicate_percent: 0,
+            })
+        };
+        let meters = Meters { sidecar: server.pid(), ..Meters::default() };
+        let measured = drive(workload, Pace::Closed { callers: point.callers }, self.plan.window(), meters).await;
+        let mut row = point.row(&measured, false);
+        row.notes.push(
+            "no store: stepwell-bench floor-server, a tonic server answering the same services with fixed OK \
+             responses, in its own process, over the same TCP loopback and connections; server CPU and context \
+             switches are its own"
+                .into(),
+        );
+        stop(server, &mut row).await;
+        Ok(row)
+    }
+
+    /// Baseline (b) of W3: pgbench running Begin→Complete's pair of statements.
+    async fn pgbench_pairs(&mut self, clients: usize) {
+        let point =
+            Self::point("w3-pairs", "W3 Begin→Complete pair".into(), Backend::Postgres, System::Pgbench, clients);
+        if !self.selected(&point) {
+            return;
+        }
+        let measure = async |store: &Store| self.measure_pgbench_pairs(&point, store).await;
+        let row = self.with_fresh_store(Backend::Postgres, &point.id(), measure).await;
+        self.record(row.unwrap_or_else(|why| point.failed(why)));
+    }
+
+    async fn measure_pgbench_pairs(&self, point: &Point, store: &Store) -> Fallible<Row> {
+        let bindir = self.settings.pg_bindir.as_ref().ok_or("pgbench needs --pg-bindir")?;
+        pg_execute(&store.url(), POSTGRES_IDEMPOTENCY_SCHEMA).await?;
+        let dir = self.dir.join(file_name(&point.id()));
+        let result = String::from_utf8(workloads::receipt("pgbench")).map_err(|e| e.to_string())?;
+        let script = (pgbench::PAIR_SCRIPT, vec![("result", result)]);
+        let meters = self.meters(Backend::Postgres, None);
+        let (measured, summary) =
+            pgbench::run(bindir, &store.url(), point.callers, self.plan.window(), meters, &dir, script).await?;
+        let mut row = point.row(&measured, false);
+        row.notes.push(
+            "one op = an insert-or-select of a new key (lease token from stepwell's sequence) then an update of its \
+             result, each committed on its own; latency from pgbench's per-transaction log (-l)"
+                .into(),
+        );
+        row.extra.insert("pgbench".into(), json!(summary));
+        // Every pair must have completed its key; only pairs cut off when
+        // pgbench's time ran out may have left one begun.
+        let (keys, completed) = pg_idempotency_counts(&store.url()).await?;
+        row.extra.insert("keys".into(), keys.into());
+        row.extra.insert("keys_completed".into(), completed.into());
+        if completed == 0 || keys - completed > point.callers as i64 {
+            row.check_failures += 1;
+            row.first_problem.get_or_insert(format!("pgbench's pairs completed {completed} of {keys} keys"));
+        }
         Ok(row)
     }
 

@@ -142,6 +142,15 @@ impl Workload for FillTurn {
     }
 }
 
+/// The turn call `k` of `caller` restores, of those an `Append` of run
+/// `run` wrote with `callers` callers and `turns_per_caller` turns each:
+/// W2 and its direct baseline read the same sequence of turns.
+pub fn restored_turn(run: &str, callers: usize, turns_per_caller: u64, caller: usize, k: u64) -> String {
+    let owner = pick(caller, k, callers as u64) as usize;
+    let turn = pick(caller, !k, turns_per_caller);
+    checkpoint_key(run, owner, turn * TURN_LENGTH).0
+}
+
 /// W2: restore whole turns written by an `Append` of run `run` with
 /// `callers` callers and `turns_per_caller` turns each.
 pub struct Restore {
@@ -153,9 +162,7 @@ pub struct Restore {
 
 impl Workload for Restore {
     fn call(&self, caller: usize, k: u64) -> BoxFuture<'static, CallResult> {
-        let owner = pick(caller, k, self.callers as u64) as usize;
-        let turn = pick(caller, !k, self.turns_per_caller);
-        let (turn_id, _, _) = checkpoint_key(&self.run, owner, turn * TURN_LENGTH);
+        let turn_id = restored_turn(&self.run, self.callers, self.turns_per_caller, caller, k);
         let request = RestoreRequest {
             namespace: NAMESPACE.into(),
             turn_id,
@@ -184,7 +191,7 @@ fn idempotency_key(run: &str, caller: usize, k: u64) -> String {
 }
 
 /// The result recorded for `key`: a small receipt.
-fn receipt(key: &str) -> Vec<u8> {
+pub fn receipt(key: &str) -> Vec<u8> {
     format!(r#"{{"receipt":"{key}","amount":1299,"currency":"EUR"}}"#).into_bytes()
 }
 
