@@ -325,7 +325,10 @@ pub fn check_targets(rows: &[Row]) -> Vec<TargetCheck> {
     );
     for (callers, most) in [(1, 4.0), (64, 0.5)] {
         add(
-            format!("SQLite, W1 1 KB, {callers} callers: sidecar context switches ≤ {most} per checkpoint"),
+            format!(
+                "SQLite, W1 1 KB, {callers} caller{}: sidecar context switches ≤ {most} per checkpoint",
+                if callers == 1 { "" } else { "s" }
+            ),
             w1(Sqlite, Stepwell, callers).and_then(|r| {
                 let switches = r.context_switches_per_op?;
                 Some((format!("{switches:.2} per checkpoint"), switches <= most))
