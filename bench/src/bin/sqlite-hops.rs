@@ -21,7 +21,6 @@ fn ctx() -> u64 {
     total
 }
 
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = std::env::temp_dir().join(format!("hops-{}", std::process::id()));
@@ -31,18 +30,30 @@ async fn main() {
     let state = vec![b'x'; 1024];
     if mode == "sqlx" {
         use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-        let options = SqliteConnectOptions::new().filename(dir.join("a.db")).create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal).synchronous(SqliteSynchronous::Full);
+        let options = SqliteConnectOptions::new()
+            .filename(dir.join("a.db"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full);
         let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await.unwrap();
         sqlx::query("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)").execute(&pool).await.unwrap();
         let (c0, t0) = (ctx(), Instant::now());
         for k in 0..n {
             let mut tx = pool.begin().await.unwrap();
-            sqlx::query("INSERT INTO t (k, v) VALUES ($1, $2)").bind(k as i64).bind(&state).execute(&mut *tx).await.unwrap();
+            sqlx::query("INSERT INTO t (k, v) VALUES ($1, $2)")
+                .bind(k as i64)
+                .bind(&state)
+                .execute(&mut *tx)
+                .await
+                .unwrap();
             tx.commit().await.unwrap();
         }
         let (c1, t1) = (ctx(), t0.elapsed());
-        println!("sqlx worker:      {:.1} us/op, {:.1} ctx switches/op", t1.as_micros() as f64 / n as f64, (c1 - c0) as f64 / n as f64);
+        println!(
+            "sqlx worker:      {:.1} us/op, {:.1} ctx switches/op",
+            t1.as_micros() as f64 / n as f64,
+            (c1 - c0) as f64 / n as f64
+        );
     } else {
         let (tx, rx) = std::sync::mpsc::sync_channel::<(i64, Vec<u8>, tokio::sync::oneshot::Sender<()>)>(1024);
         let path = dir.join("b.db");
@@ -53,7 +64,10 @@ async fn main() {
             conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)", []).unwrap();
             while let Ok((k, v, reply)) = rx.recv() {
                 let t = conn.transaction().unwrap();
-                t.prepare_cached("INSERT INTO t (k, v) VALUES (?1, ?2)").unwrap().execute(rusqlite::params![k, v]).unwrap();
+                t.prepare_cached("INSERT INTO t (k, v) VALUES (?1, ?2)")
+                    .unwrap()
+                    .execute(rusqlite::params![k, v])
+                    .unwrap();
                 t.commit().unwrap();
                 let _ = reply.send(());
             }
@@ -65,7 +79,11 @@ async fn main() {
             answer.await.unwrap();
         }
         let (c1, t1) = (ctx(), t0.elapsed());
-        println!("rusqlite thread:  {:.1} us/op, {:.1} ctx switches/op", t1.as_micros() as f64 / n as f64, (c1 - c0) as f64 / n as f64);
+        println!(
+            "rusqlite thread:  {:.1} us/op, {:.1} ctx switches/op",
+            t1.as_micros() as f64 / n as f64,
+            (c1 - c0) as f64 / n as f64
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
