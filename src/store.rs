@@ -253,6 +253,14 @@ pub trait Store: Send + Sync + 'static {
     /// error means nothing of the batch was committed.
     async fn write(&self, batch: Vec<Write>) -> Result<Written, Error>;
 
+    /// Whether `write` does its work on the thread that polls it, blocking
+    /// that thread until the commit (SQLite's, whose connection is
+    /// synchronous): the writer then runs on a thread of its own, never on
+    /// the runtime's workers. A store that awaits its database says no.
+    fn writes_block(&self) -> bool {
+        false
+    }
+
     /// One page of a turn's checkpoints in restore order, and whether more follow.
     async fn restore(&self, query: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error>;
 

@@ -196,26 +196,100 @@ fn plan_acquire(
     }
 }
 
-/// The statements that read the same on every backend, so that they are
-/// implemented once for them all.
+/// The statements a DeleteTurn chunk runs, each backend's own; what a chunk
+/// does with them is `delete_chunk`'s, written once for all.
 #[async_trait]
-pub trait DeleteTurn: Send {
-    /// Deletes up to `rows` of a turn's oldest checkpoints and keeps its
-    /// summary true to the rest, or deletes it with the last one.
-    async fn delete_turn(
+pub trait TurnChunks: Send {
+    /// The turn's checkpoint count, newest timestamp and terminal flag, its
+    /// summary row locked until the transaction ends (no append to the turn
+    /// commits meanwhile); `None` when it has no summary.
+    async fn lock_turn(&mut self, namespace: &str, turn_id: &str) -> Result<Option<(i64, i64, bool)>, sqlx::Error>;
+    /// Deletes up to `rows` of the turn's checkpoints after `from`, oldest
+    /// first; answers the (timestamp, seq) of each it deleted.
+    async fn delete_oldest(
         &mut self,
         namespace: &str,
         turn_id: &str,
+        from: Cursor,
         rows: u32,
-        after: Option<Cursor>,
-        only_if: Option<Expired>,
-    ) -> Result<Deleted, sqlx::Error>;
+    ) -> Result<Vec<(i64, i64)>, sqlx::Error>;
+    /// The timestamp of the turn's oldest checkpoint after `after`.
+    async fn oldest_after(&mut self, namespace: &str, turn_id: &str, after: Cursor)
+    -> Result<Option<i64>, sqlx::Error>;
+    /// The summary less `deleted` checkpoints whose oldest was at
+    /// `oldest_gone`: its first timestamp stays if older (appended after the
+    /// delete began), else becomes `oldest_left`.
+    async fn shrink_turn(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        deleted: i64,
+        oldest_gone: i64,
+        oldest_left: i64,
+    ) -> Result<(), sqlx::Error>;
+    /// Deletes the turn's summary.
+    async fn delete_summary(&mut self, namespace: &str, turn_id: &str) -> Result<(), sqlx::Error>;
+}
+
+/// One chunk of a DeleteTurn, in its own transaction: lock the turn's
+/// summary (an append to the turn then waits for the chunk to commit, and
+/// checkpoints it inserted before are not yet visible to the chunk), delete
+/// up to `rows` of its oldest checkpoints, then either shrink the summary by
+/// as many or, if none are left, delete it. After any chunk, and so after a
+/// crash or a cancelled DeleteTurn, every turn with checkpoints has a summary
+/// that counts them. As the oldest go first, the summary's latest checkpoint
+/// (last timestamp, phase, terminal) stays true; `first_ts_ns` moves to the
+/// oldest left; session and workflow version stay as the turn named them.
+/// Each chunk starts after the last one's last checkpoint, so it never reads
+/// again what earlier chunks deleted (on Postgres, dead index entries that
+/// every chunk would otherwise walk past from the turn's start).
+pub async fn delete_chunk(
+    statements: &mut impl TurnChunks,
+    namespace: &str,
+    turn_id: &str,
+    rows: u32,
+    after: Option<Cursor>,
+    only_if: Option<Expired>,
+) -> Result<Deleted, sqlx::Error> {
+    let Some((count, last_ts_ns, terminal)) = statements.lock_turn(namespace, turn_id).await? else {
+        // No summary: no checkpoints committed, and any being appended
+        // commit after this delete.
+        return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
+    };
+    if let Some(expired) = only_if
+        && (last_ts_ns >= expired.last_before || terminal != expired.terminal)
+    {
+        // Written since retention chose it, or its status changed.
+        return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: true });
+    }
+    let from = after.unwrap_or(Cursor { timestamp: i64::MIN, seq: i64::MIN });
+    let gone = statements.delete_oldest(namespace, turn_id, from, rows).await?;
+    let deleted = gone.len() as u64;
+    let last = gone.iter().max().map(|&(timestamp, seq)| Cursor { timestamp, seq });
+    let (Some(last), Some(oldest_gone)) = (last, gone.iter().map(|&(ts, _)| ts).min()) else {
+        if after.is_none() {
+            // Nothing at all is left: the summary goes with the turn.
+            statements.delete_summary(namespace, turn_id).await?;
+            return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
+        }
+        // Nothing after the cursor, but checkpoints appended meanwhile
+        // with older timestamps: the next chunk starts from the start.
+        return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: false });
+    };
+    let deleted_rows = i64::try_from(deleted).unwrap_or(i64::MAX);
+    if deleted_rows >= count {
+        statements.delete_summary(namespace, turn_id).await?;
+        return Ok(Deleted { checkpoints: deleted, gone: true, next: None, kept: false });
+    }
+    let oldest_left = statements.oldest_after(namespace, turn_id, last).await?;
+    statements.shrink_turn(namespace, turn_id, deleted_rows, oldest_gone, oldest_left.unwrap_or(oldest_gone)).await?;
+    Ok(Deleted { checkpoints: deleted, gone: false, next: Some(last), kept: false })
 }
 
 /// The statements a backend runs for a batch, on one connection: its SQL,
 /// nothing of what the batch means.
 #[async_trait]
-pub trait Statements: DeleteTurn {
+pub trait Statements: TurnChunks {
     /// Serializes the batch's idempotency keys against every other writer
     /// (where the backend has more than one), then reads the store's clock.
     async fn lock_keys(&mut self, keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error>;
@@ -286,7 +360,7 @@ pub async fn run(
     }
     for write in &batch {
         if let Write::DeleteTurn { namespace, turn_id, rows, after, only_if } = write {
-            written.deleted.push(statements.delete_turn(namespace, turn_id, *rows, *after, *only_if).await?);
+            written.deleted.push(delete_chunk(statements, namespace, turn_id, *rows, *after, *only_if).await?);
         }
     }
     written.appended = appended(batch, sources, recorded_at);

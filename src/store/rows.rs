@@ -1,6 +1,7 @@
 //! The rows both backends read, and how each becomes a model value. The row
-//! types derive `sqlx::FromRow` for any `sqlx::Row`, so SQLite and Postgres
-//! decode a table the same way; whatever a row holds that the model cannot
+//! types derive `sqlx::FromRow` for Postgres's rows and are read from
+//! SQLite's by column name (`from_sqlite`), so both backends decode a table
+//! the same way; whatever a row holds that the model cannot
 //! (a negative count, an unknown state, an error that is not UTF-8) is a
 //! decode error, because only a corrupt row can hold it.
 
@@ -156,6 +157,90 @@ impl TryFrom<RecordRow> for Record {
             created_at: row.created_at_ns,
             updated_at: row.updated_at_ns,
             purge_after: row.purge_after_ns,
+        })
+    }
+}
+
+/// Reading the rows from SQLite (rusqlite), by column name.
+impl CheckpointRow {
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<CheckpointRow> {
+        Ok(CheckpointRow {
+            namespace: row.get("namespace")?,
+            turn_id: row.get("turn_id")?,
+            session_id: row.get("session_id")?,
+            phase: row.get("phase")?,
+            state: row.get("state")?,
+            ts_ns: row.get("ts_ns")?,
+            terminal: row.get("terminal")?,
+            workflow_version: row.get("workflow_version")?,
+            recorded_at_ns: row.get("recorded_at_ns")?,
+            seq: row.get("seq")?,
+        })
+    }
+}
+
+impl PageRow {
+    /// The restore page's columns, in the order its statement names them.
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<PageRow> {
+        Ok(PageRow {
+            seq: row.get(0)?,
+            session_id: row.get(1)?,
+            phase: row.get(2)?,
+            ts_ns: row.get(3)?,
+            state: row.get(4)?,
+            terminal: row.get(5)?,
+            workflow_version: row.get(6)?,
+            recorded_at_ns: row.get(7)?,
+            rows_read: row.get(8)?,
+        })
+    }
+}
+
+impl TurnRow {
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
+        Ok(TurnRow {
+            turn_id: row.get("turn_id")?,
+            session_id: row.get("session_id")?,
+            first_ts_ns: row.get("first_ts_ns")?,
+            last_ts_ns: row.get("last_ts_ns")?,
+            last_phase: row.get("last_phase")?,
+            checkpoint_count: row.get("checkpoint_count")?,
+            terminal: row.get("terminal")?,
+            workflow_version: row.get("workflow_version")?,
+        })
+    }
+}
+
+impl RecordRow {
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<RecordRow> {
+        Ok(RecordRow {
+            namespace: row.get("namespace")?,
+            key: row.get("key")?,
+            held: row.get("held")?,
+            fingerprint: row.get("fingerprint")?,
+            attempt: row.get("attempt")?,
+            lease_token: row.get("lease_token")?,
+            lease_expires_at_ns: row.get("lease_expires_at_ns")?,
+            result: row.get("result")?,
+            // SQLite keeps the error as text; its bytes are what Postgres keeps.
+            error: row.get::<_, String>("error")?.into_bytes(),
+            retention_ns: row.get("retention_ns")?,
+            created_at_ns: row.get("created_at_ns")?,
+            updated_at_ns: row.get("updated_at_ns")?,
+            purge_after_ns: row.get("purge_after_ns")?,
+        })
+    }
+}
+
+impl InsertedRow {
+    /// `RETURNING namespace, turn_id, phase, ts_ns, seq`, in that order.
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<InsertedRow> {
+        Ok(InsertedRow {
+            namespace: row.get(0)?,
+            turn_id: row.get(1)?,
+            phase: row.get(2)?,
+            ts_ns: row.get(3)?,
+            seq: row.get(4)?,
         })
     }
 }

@@ -1,11 +1,12 @@
-//! What the SQLite and Postgres backends do alike: a batch's transaction,
-//! the reads of the checkpoint log and the turns, and a turn's deletion
-//! chunk by chunk, written once over `sqlx::Database`; and `Store` for every `Backend`, so
-//! that a backend supplies only what is its own.
+//! What the SQLite and Postgres backends do alike: the reads of the
+//! checkpoint log and the turns, and a deletion chunk's statements, written
+//! once in SQL both dialects accept; and, for a backend on sqlx (Postgres),
+//! a batch's transaction, those statements run through sqlx, and `Store`
+//! for every `Backend`, so that such a backend supplies only what is its
+//! own. SQLite runs the same SQL through its own connections (`sqlite`).
 //!
-//! The statements here are in the SQL both dialects accept: `$N` parameters
-//! (SQLite binds `$N` to the Nth argument as Postgres does) and `CAST`
-//! rather than Postgres's `::`.
+//! The statements are written with `$N` parameters (SQLite binds `$N` by
+//! its name, Postgres by its number) and `CAST` rather than Postgres's `::`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -14,12 +15,11 @@ use async_trait::async_trait;
 use sqlx::Sqlite;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgQueryResult;
-use sqlx::sqlite::SqliteQueryResult;
 use sqlx::{Connection, Database, Encode, Executor, FromRow, IntoArguments, Pool, SqlStr, Type};
 
 use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
-use super::{Deleted, Error, Expired, ExpiredQuery, Store, Write, Written};
+use super::{Error, ExpiredQuery, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
@@ -70,10 +70,10 @@ macro_rules! restore_page {
     };
 }
 
-const RESTORE_OLDEST_FIRST: &str = restore_page!("", ">");
-const RESTORE_NEWEST_FIRST: &str = restore_page!(" DESC", "<");
+pub(super) const RESTORE_OLDEST_FIRST: &str = restore_page!("", ">");
+pub(super) const RESTORE_NEWEST_FIRST: &str = restore_page!(" DESC", "<");
 
-const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
+pub(super) const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
 
 /// A page of turns after `$2` in turn_id order, one statement for each set
 /// of filters, with only the filters asked for: a filter is never written as
@@ -124,28 +124,28 @@ pub fn list_turns_sql(on_sqlite: bool, q: &ListTurnsQuery) -> &'static str {
 /// first (restore order), so that the summary's latest checkpoint is the
 /// last to go. Starting after the previous chunk, an index seek passes over
 /// what earlier chunks deleted instead of reading it again.
-const DELETE_CHUNK: &str = "\
+pub(super) const DELETE_CHUNK: &str = "\
     DELETE FROM checkpoints WHERE seq IN (\
       SELECT seq FROM checkpoints WHERE namespace = $1 AND turn_id = $2 AND (ts_ns, seq) > ($3, $4) \
       ORDER BY ts_ns, seq LIMIT $5) \
     RETURNING ts_ns, seq";
 /// The timestamp of the turn's oldest checkpoint after the cursor `($3, $4)`.
-const OLDEST_AFTER: &str = "\
+pub(super) const OLDEST_AFTER: &str = "\
     SELECT ts_ns FROM checkpoints WHERE namespace = $1 AND turn_id = $2 AND (ts_ns, seq) > ($3, $4) \
     ORDER BY ts_ns, seq LIMIT 1";
 /// The summary less `$3` checkpoints whose oldest was at `$4`: if the turn
 /// held an older one (appended after the delete began), its first timestamp
 /// stays; otherwise it is `$5`, the oldest after the chunk.
-const SHRINK_TURN: &str = "\
+pub(super) const SHRINK_TURN: &str = "\
     UPDATE turns SET checkpoint_count = checkpoint_count - $3, \
       first_ts_ns = CASE WHEN first_ts_ns < $4 THEN first_ts_ns ELSE $5 END \
     WHERE namespace = $1 AND turn_id = $2";
-const DELETE_TURN: &str = "DELETE FROM turns WHERE namespace = $1 AND turn_id = $2";
+pub(super) const DELETE_TURN: &str = "DELETE FROM turns WHERE namespace = $1 AND turn_id = $2";
 
 /// The statement that finds turns past a retention rule: `$1` terminal,
 /// `$2` the cutoff, then the namespace (`= $3`) or the namespaces with rules
 /// of their own (`NOT IN ($3, …)`), and the limit last.
-fn expired_turns_sql(q: &ExpiredQuery) -> String {
+pub(super) fn expired_turns_sql(q: &ExpiredQuery) -> String {
     let mut sql = String::from("SELECT namespace, turn_id FROM turns WHERE terminal = $1 AND last_ts_ns < $2");
     let mut next = 3;
     if q.namespace.is_some() {
@@ -220,7 +220,7 @@ impl Drop for Waiting<'_> {
 
 /// The connection a batch runs on, with the store's clock; each backend
 /// implements `batch::Statements` on it for its own database, and
-/// `batch::DeleteTurn` is implemented here for both.
+/// `batch::TurnChunks` is implemented here for both.
 pub struct Conn<'c, DB: Database> {
     pub conn: &'c mut DB::Connection,
     pub clock: &'c Clock,
@@ -260,12 +260,6 @@ pub trait Backend: Send + Sync + 'static {
 /// How many rows a statement changed, which `sqlx` answers per database.
 pub trait RowsAffected {
     fn rows_affected(&self) -> u64;
-}
-
-impl RowsAffected for SqliteQueryResult {
-    fn rows_affected(&self) -> u64 {
-        SqliteQueryResult::rows_affected(self)
-    }
 }
 
 impl RowsAffected for PgQueryResult {
@@ -405,20 +399,10 @@ where
     }
 }
 
-/// One chunk of a DeleteTurn, in its own transaction: lock the turn's
-/// summary (an append to the turn then waits for the chunk to commit, and
-/// checkpoints it inserted before are not yet visible to the chunk), delete
-/// up to `rows` of its oldest checkpoints, then either shrink the summary by
-/// as many or, if none are left, delete it. After any chunk, and so after a
-/// crash or a cancelled DeleteTurn, every turn with checkpoints has a summary
-/// that counts them. As the oldest go first, the summary's latest checkpoint
-/// (last timestamp, phase, terminal) stays true; `first_ts_ns` moves to the
-/// oldest left; session and workflow version stay as the turn named them.
-/// Each chunk starts after the last one's last checkpoint, so it never reads
-/// again what earlier chunks deleted (on Postgres, dead index entries that
-/// every chunk would otherwise walk past from the turn's start).
+/// A DeleteTurn chunk's statements (`batch::delete_chunk` is what a chunk
+/// does with them), in the SQL both dialects accept.
 #[async_trait]
-impl<DB> batch::DeleteTurn for Conn<'_, DB>
+impl<DB> batch::TurnChunks for Conn<'_, DB>
 where
     DB: Database + LockTurn,
     DB::Arguments: IntoArguments<DB>,
@@ -430,68 +414,65 @@ where
     for<'r> (i64, i64): FromRow<'r, DB::Row>,
     for<'r> (i64, i64, bool): FromRow<'r, DB::Row>,
 {
-    async fn delete_turn(
+    async fn lock_turn(&mut self, namespace: &str, turn_id: &str) -> Result<Option<(i64, i64, bool)>, sqlx::Error> {
+        sqlx::query_as(DB::LOCK_TURN).bind(namespace).bind(turn_id).fetch_optional(&mut *self.conn).await
+    }
+
+    async fn delete_oldest(
         &mut self,
         namespace: &str,
         turn_id: &str,
+        from: Cursor,
         rows: u32,
-        after: Option<Cursor>,
-        only_if: Option<Expired>,
-    ) -> Result<Deleted, sqlx::Error> {
-        let locked: Option<(i64, i64, bool)> =
-            sqlx::query_as(DB::LOCK_TURN).bind(namespace).bind(turn_id).fetch_optional(&mut *self.conn).await?;
-        let Some((count, last_ts_ns, terminal)) = locked else {
-            // No summary: no checkpoints committed, and any being appended
-            // commit after this delete.
-            return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
-        };
-        if let Some(expired) = only_if
-            && (last_ts_ns >= expired.last_before || terminal != expired.terminal)
-        {
-            // Written since retention chose it, or its status changed.
-            return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: true });
-        }
-        let from = after.unwrap_or(Cursor { timestamp: i64::MIN, seq: i64::MIN });
-        let gone: Vec<(i64, i64)> = sqlx::query_as(DELETE_CHUNK)
+    ) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+        sqlx::query_as(DELETE_CHUNK)
             .bind(namespace)
             .bind(turn_id)
             .bind(from.timestamp)
             .bind(from.seq)
             .bind(i64::from(rows))
             .fetch_all(&mut *self.conn)
-            .await?;
-        let deleted = gone.len() as u64;
-        let last = gone.iter().max().map(|&(timestamp, seq)| Cursor { timestamp, seq });
-        let (Some(last), Some(oldest_gone)) = (last, gone.iter().map(|&(ts, _)| ts).min()) else {
-            if after.is_none() {
-                // Nothing at all is left: the summary goes with the turn.
-                sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
-                return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
-            }
-            // Nothing after the cursor, but checkpoints appended meanwhile
-            // with older timestamps: the next chunk starts from the start.
-            return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: false });
-        };
-        if i64::try_from(deleted).unwrap_or(i64::MAX) >= count {
-            sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
-            return Ok(Deleted { checkpoints: deleted, gone: true, next: None, kept: false });
-        }
-        let oldest_left: Option<i64> = sqlx::query_scalar(OLDEST_AFTER)
+            .await
+    }
+
+    async fn oldest_after(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        after: Cursor,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let row: Option<(i64,)> = sqlx::query_as(OLDEST_AFTER)
             .bind(namespace)
             .bind(turn_id)
-            .bind(last.timestamp)
-            .bind(last.seq)
+            .bind(after.timestamp)
+            .bind(after.seq)
             .fetch_optional(&mut *self.conn)
             .await?;
+        Ok(row.map(|(ts,)| ts))
+    }
+
+    async fn shrink_turn(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        deleted: i64,
+        oldest_gone: i64,
+        oldest_left: i64,
+    ) -> Result<(), sqlx::Error> {
         sqlx::query(SHRINK_TURN)
             .bind(namespace)
             .bind(turn_id)
-            .bind(i64::try_from(deleted).unwrap_or(i64::MAX))
+            .bind(deleted)
             .bind(oldest_gone)
-            .bind(oldest_left.unwrap_or(oldest_gone))
+            .bind(oldest_left)
             .execute(&mut *self.conn)
             .await?;
-        Ok(Deleted { checkpoints: deleted, gone: false, next: Some(last), kept: false })
+        Ok(())
+    }
+
+    async fn delete_summary(&mut self, namespace: &str, turn_id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(DELETE_TURN).bind(namespace).bind(turn_id).execute(&mut *self.conn).await?;
+        Ok(())
     }
 }
 

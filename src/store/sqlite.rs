@@ -1,45 +1,110 @@
 //! The embedded SQLite backend: one file in WAL mode with `synchronous=FULL`,
 //! so a commit has reached the disk before any write is acknowledged.
 //!
-//! Writes go through a pool of exactly one connection, because SQLite admits
-//! one writer at a time and the group-commit queue in front of it is cheaper
-//! than lock contention; reads use a separate pool that WAL lets run beside
-//! the writer. A batch is one `BEGIN IMMEDIATE` transaction of multi-row
-//! statements. What SQLite does as Postgres does is in `shared` and `rows`.
+//! Writes go through one connection, because SQLite admits one writer at a
+//! time and the group-commit queue in front of it is cheaper than lock
+//! contention. `write` runs its statements on the thread that calls it
+//! (`writes_block`), so the writer gives it a committer thread of its own:
+//! a request's write crosses one thread to be committed and one back to be
+//! answered, and no statement crosses any. Reads run on a small pool of
+//! connections beside the writer (WAL lets them), each read on a blocking
+//! thread, its rows decoded where they are read. A batch is one
+//! `BEGIN IMMEDIATE` transaction of multi-row statements. The connections
+//! are rusqlite's; the migrations are sqlx's, run once at open. What SQLite
+//! does as Postgres does (the SQL of reads and of deletion chunks, and the
+//! rows) is in `shared` and `rows`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::TryLockError;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, OpenFlags, Statement};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{QueryBuilder, SqlSafeStr, Sqlite};
+use tokio::sync::{Mutex, Semaphore};
 
-use super::batch::{self, CheckpointKey};
-use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
-use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
-use super::{Error, Options};
+use super::batch::{self, CheckpointKey, Statements, TurnChunks};
+use super::rows::{self, CheckpointRow, InsertedRow, PageRow, RecordRow, TurnRow, decode_error};
+use super::shared::{
+    DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, RESTORE_NEWEST_FIRST, RESTORE_OLDEST_FIRST, SHRINK_TURN, TURN,
+    expired_turns_sql, list_turns_sql,
+};
+use super::{Error, ExpiredQuery, Options, Store, Write, Written};
+use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
-use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
+use crate::model::{
+    Cursor, ListTurnsQuery, NewCheckpoint, RESTORE_OVERHEAD_BYTES, RestoreQuery, StoredCheckpoint, TurnStatus,
+    TurnSummary, UnixNanos,
+};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// Rows of each index `ANALYZE` reads, so that gathering the planner's
 /// statistics stays short on a large store.
-const ANALYSIS_LIMIT: &str = "1000";
+const ANALYSIS_LIMIT: u32 = 1000;
 
 /// SQLite's default page size, which stepwell keeps.
 const PAGE_BYTES: u64 = 4096;
 
+/// Prepared statements each connection keeps: a batch's multi-row
+/// statements differ by their row count, and the reads by their filters.
+const STATEMENT_CACHE: usize = 128;
+
 /// A store in one SQLite file.
 pub struct SqliteStore {
+    /// The one connection writes go through; `None` once closed.
+    writer: Arc<Mutex<Option<Connection>>>,
+    readers: Arc<Readers>,
     /// The store clock for leases is the sidecar's, as the file is local.
-    pools: Pools<Sqlite>,
+    clock: Clock,
     /// The database file, whose size and its write-ahead log's a scrape reports.
     path: PathBuf,
+}
+
+/// How each connection to the file is opened.
+#[derive(Clone)]
+struct Settings {
+    path: PathBuf,
+    busy_timeout: Duration,
+    /// The writer's cap on the file, in pages (`max_page_count`).
+    max_pages: Option<u64>,
+}
+
+impl Settings {
+    /// A connection to the existing, migrated file: the writer, or a reader
+    /// that may only read.
+    fn connect(&self, writer: bool) -> rusqlite::Result<Connection> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&self.path, flags)?;
+        conn.busy_timeout(self.busy_timeout)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", false)?;
+        conn.pragma_update(None, "analysis_limit", ANALYSIS_LIMIT)?;
+        if writer {
+            if let Some(pages) = self.max_pages {
+                conn.pragma_update(None, "max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))?;
+            }
+        } else {
+            conn.pragma_update(None, "query_only", true)?;
+        }
+        Ok(conn)
+    }
+}
+
+/// The read connections: opened as needed, at most `--pool-max` at once,
+/// each used by one read at a time on a blocking thread.
+struct Readers {
+    idle: std::sync::Mutex<Vec<Connection>>,
+    permits: Arc<Semaphore>,
+    settings: Settings,
+    acquire_timeout: Duration,
 }
 
 impl SqliteStore {
@@ -47,16 +112,15 @@ impl SqliteStore {
     /// `sqlite_bytes_max`, the file may not grow past it: a write that would
     /// fails with SQLITE_FULL, as on a full disk.
     pub async fn open(path: &Path, store: &Options) -> Result<SqliteStore, Error> {
+        let max_pages = store.sqlite_bytes_max.map(|bytes| (bytes / PAGE_BYTES).max(1));
         let mut options = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(store.sqlite_busy_timeout)
-            .foreign_keys(false)
-            .pragma("analysis_limit", ANALYSIS_LIMIT);
-        if let Some(bytes) = store.sqlite_bytes_max {
-            // The default page size; the cap counts pages.
-            options = options.pragma("max_page_count", (bytes / PAGE_BYTES).max(1).to_string());
+            .foreign_keys(false);
+        if let Some(pages) = max_pages {
+            options = options.pragma("max_page_count", pages.to_string());
         }
         // Sidecars on one host may share the file and start together; an
         // exclusive lock beside it lets one create it, switch it to WAL and
@@ -66,31 +130,93 @@ impl SqliteStore {
         // SQLite gives the -wal and -shm files the main file's permissions,
         // so creating it private first keeps all three private.
         create_private(path).await.map_err(Error::CreateFile)?;
-        // Connections to a local file do not go stale: no ping before each use.
-        let writer = SqlitePoolOptions::new()
+        let migrating = SqlitePoolOptions::new()
             .max_connections(1)
-            .test_before_acquire(false)
             .acquire_timeout(store.acquire_timeout)
-            .connect_with(options.clone().create_if_missing(true))
+            .connect_with(options.create_if_missing(true))
             .await?;
-        MIGRATOR.run(&writer).await?;
+        let migrated = MIGRATOR.run(&migrating).await;
+        migrating.close().await;
+        migrated?;
         drop(lock);
-        // The planner's statistics, gathered at open from at most
-        // `ANALYSIS_LIMIT` rows of each index, so that ListTurns' filters
-        // read their indexes; the sweeper refreshes them while serving. A
-        // store that cannot take them now (full, say) still opens.
-        if let Err(error) = sqlx::query("ANALYZE").execute(&writer).await {
-            tracing::warn!(%error, "could not gather the query planner's statistics; the sweeper will try again");
-        }
-        // A restore page of up to 10000 rows crosses from the connection's
-        // thread without waiting on the reader at every 50th row.
-        let reader = SqlitePoolOptions::new()
-            .max_connections(store.pool_max)
-            .test_before_acquire(false)
-            .acquire_timeout(store.acquire_timeout)
-            .connect_with(options.row_buffer_size(1024))
-            .await?;
-        Ok(SqliteStore { pools: Pools::new(writer, reader, store.clock.clone()), path: path.to_owned() })
+        let settings = Settings { path: path.to_owned(), busy_timeout: store.sqlite_busy_timeout, max_pages };
+        let opening = settings.clone();
+        let writer = tokio::task::spawn_blocking(move || {
+            let conn = opening.connect(true)?;
+            // The planner's statistics, gathered at open from at most
+            // `ANALYSIS_LIMIT` rows of each index, so that ListTurns' filters
+            // read their indexes; the sweeper refreshes them while serving. A
+            // store that cannot take them now (full, say) still opens.
+            if let Err(error) = conn.execute_batch("ANALYZE") {
+                tracing::warn!(%error, "could not gather the query planner's statistics; the sweeper will try again");
+            }
+            Ok::<_, rusqlite::Error>(conn)
+        })
+        .await
+        .map_err(|_| Error::Database(sqlx::Error::WorkerCrashed))?
+        .map_err(sqlite)?;
+        let readers = Readers {
+            idle: std::sync::Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(store.pool_max as usize)),
+            settings,
+            acquire_timeout: store.acquire_timeout,
+        };
+        Ok(SqliteStore {
+            writer: Arc::new(Mutex::new(Some(writer))),
+            readers: Arc::new(readers),
+            clock: store.clock.clone(),
+            path: path.to_owned(),
+        })
+    }
+
+    /// Runs `read` on a read connection, on a blocking thread; waits for a
+    /// connection at most `--acquire-timeout-ms`.
+    async fn read<T, F>(&self, read: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, sqlx::Error> + Send + 'static,
+    {
+        let readers = &self.readers;
+        let permit = match readers.permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => tokio::time::timeout(readers.acquire_timeout, readers.permits.clone().acquire_owned())
+                .await
+                .map_err(|_| sqlx::Error::PoolTimedOut)?
+                .map_err(|_| sqlx::Error::PoolClosed)?,
+        };
+        let readers = readers.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let idle = readers.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
+            let conn = match idle {
+                Some(conn) => conn,
+                None => readers.settings.connect(false).map_err(sqlite)?,
+            };
+            let answer = read(&conn);
+            readers.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(conn);
+            answer
+        })
+        .await
+        .map_err(|_| sqlx::Error::WorkerCrashed)?;
+        Ok(answer?)
+    }
+
+    /// Runs `work` on the writer's connection, on a blocking thread: the
+    /// sweeper's writes, which bypass the queue.
+    async fn on_writer<T, F>(&self, work: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let writer = self.writer.clone();
+        let answer = tokio::task::spawn_blocking(move || {
+            let guard = writer.blocking_lock();
+            let conn = guard.as_ref().ok_or(sqlx::Error::PoolClosed)?;
+            work(conn).map_err(sqlite)
+        })
+        .await
+        .map_err(|_| sqlx::Error::WorkerCrashed)?;
+        Ok(answer?)
     }
 }
 
@@ -145,16 +271,135 @@ async fn create_private(path: &Path) -> std::io::Result<()> {
     .map_err(std::io::Error::other)?
 }
 
-/// A deletion chunk's transaction holds SQLite's write lock from its start
-/// (`BEGIN IMMEDIATE`), which keeps every other writer out already.
-impl LockTurn for Sqlite {
-    const LOCK_TURN: &'static str =
-        "SELECT checkpoint_count, last_ts_ns, terminal FROM turns WHERE namespace = $1 AND turn_id = $2";
+/// SQLite's error, carried as the database error `store::Error` holds for
+/// both backends, with its extended result code as the error's code (13,
+/// SQLITE_FULL, is what `Error::is_full` looks for).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct SqliteFailure {
+    message: String,
+    code: Option<i32>,
+}
+
+impl sqlx::error::DatabaseError for SqliteFailure {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn code(&self) -> Option<Cow<'_, str>> {
+        self.code.map(|code| Cow::Owned(code.to_string()))
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        sqlx::error::ErrorKind::Other
+    }
+}
+
+/// rusqlite's error as the `sqlx::Error` the batch code and `store::Error`
+/// speak: a value that does not decode is a decode error, anything else the
+/// database's.
+fn sqlite(error: rusqlite::Error) -> sqlx::Error {
+    match error {
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..) => decode_error(error.to_string()),
+        rusqlite::Error::SqliteFailure(failure, _) => sqlx::Error::Database(Box::new(SqliteFailure {
+            message: error.to_string(),
+            code: Some(failure.extended_code),
+        })),
+        other => sqlx::Error::Database(Box::new(SqliteFailure { message: other.to_string(), code: None })),
+    }
+}
+
+/// The names SQLite gives `$1`, `$2`, … parameters.
+const NUMBERED: [&str; 12] = ["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12"];
+
+/// Binds `values` to a statement written with `$N` parameters (the shared
+/// statements), each by its name, since a statement may name `$8` before `$7`.
+fn bind_numbered(statement: &mut Statement<'_>, values: &[&dyn ToSql]) -> rusqlite::Result<()> {
+    for (i, value) in values.iter().enumerate() {
+        let name: Cow<'_, str> =
+            NUMBERED.get(i).map_or_else(|| Cow::Owned(format!("${}", i + 1)), |n| Cow::Borrowed(*n));
+        if let Some(index) = statement.parameter_index(&name)? {
+            statement.raw_bind_parameter(index, value)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs a `$N` statement and decodes every row it returns.
+fn query_numbered<T>(
+    conn: &Connection,
+    sql: &str,
+    values: &[&dyn ToSql],
+    decode: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    bind_numbered(&mut statement, values)?;
+    let mut rows = statement.raw_query();
+    let mut found = Vec::new();
+    while let Some(row) = rows.next()? {
+        found.push(decode(row)?);
+    }
+    Ok(found)
+}
+
+/// Runs a `$N` statement that returns no rows; answers the rows it changed.
+fn execute_numbered(conn: &Connection, sql: &str, values: &[&dyn ToSql]) -> rusqlite::Result<usize> {
+    let mut statement = conn.prepare_cached(sql)?;
+    bind_numbered(&mut statement, values)?;
+    statement.raw_execute()
+}
+
+/// `head`, then `rows` groups of `columns` `?` parameters, then `tail`.
+fn values_sql(head: &str, columns: usize, rows: usize, tail: &str) -> String {
+    let group = format!("({})", vec!["?"; columns].join(", "));
+    let mut sql = String::with_capacity(head.len() + tail.len() + rows * (group.len() + 2));
+    sql.push_str(head);
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&group);
+    }
+    sql.push_str(tail);
+    sql
+}
+
+/// Runs a `?` statement with `params` and decodes every row it returns.
+fn query_all<T>(
+    conn: &Connection,
+    sql: &str,
+    params: &[&dyn ToSql],
+    decode: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, sqlx::Error> {
+    let mut statement = conn.prepare_cached(sql).map_err(sqlite)?;
+    let rows = statement.query_map(params, |row| decode(row)).map_err(sqlite)?;
+    rows.collect::<rusqlite::Result<Vec<T>>>().map_err(sqlite)
+}
+
+/// A batch's connection, with the store's clock: the writer's, inside
+/// `write`, on the committer thread.
+struct Batch<'c> {
+    conn: &'c mut Connection,
+    clock: &'c Clock,
 }
 
 /// SQLite's batch statements: multi-row `VALUES` lists built per batch.
 #[async_trait]
-impl batch::Statements for Conn<'_, Sqlite> {
+impl Statements for Batch<'_> {
     async fn lock_keys(&mut self, _keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error> {
         // SQLite has one writer, and this one holds the write lock already.
         Ok(self.clock.now())
@@ -166,25 +411,28 @@ impl batch::Statements for Conn<'_, Sqlite> {
         unique: &[&'b NewCheckpoint],
         recorded_at: UnixNanos,
     ) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
-        let mut query = QueryBuilder::<Sqlite>::new(
+        let sql = values_sql(
             "INSERT INTO checkpoints \
-               (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) ",
-        );
-        query.push_values(unique, |mut row, cp| {
-            row.push_bind(&cp.namespace)
-                .push_bind(&cp.turn_id)
-                .push_bind(&cp.phase)
-                .push_bind(cp.timestamp)
-                .push_bind(&cp.session_id)
-                .push_bind(&cp.state[..])
-                .push_bind(cp.terminal)
-                .push_bind(&cp.workflow_version)
-                .push_bind(recorded_at);
-        });
-        query.push(
+               (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) VALUES ",
+            9,
+            unique.len(),
             " ON CONFLICT (namespace, turn_id, phase, ts_ns) DO NOTHING RETURNING namespace, turn_id, phase, ts_ns, seq",
         );
-        let rows = query.build_query_as::<InsertedRow>().fetch_all(&mut *self.conn).await?;
+        let mut params: Vec<&dyn ToSql> = Vec::with_capacity(unique.len() * 9);
+        for cp in unique {
+            params.extend([
+                &cp.namespace as &dyn ToSql,
+                &cp.turn_id,
+                &cp.phase,
+                &cp.timestamp,
+                &cp.session_id,
+                &cp.state,
+                &cp.terminal,
+                &cp.workflow_version,
+                &recorded_at,
+            ]);
+        }
+        let rows = query_all(self.conn, &sql, &params, InsertedRow::from_sqlite)?;
         rows::inserted_seqs(unique, rows)
     }
 
@@ -192,62 +440,52 @@ impl batch::Statements for Conn<'_, Sqlite> {
         &mut self,
         keys: &[CheckpointKey<'b>],
     ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
-        let mut query =
-            QueryBuilder::<Sqlite>::new("SELECT * FROM checkpoints WHERE (namespace, turn_id, phase, ts_ns) IN (");
-        query.push_values(keys, |mut row, key| {
-            row.push_bind(key.0).push_bind(key.1).push_bind(key.2).push_bind(key.3);
-        });
-        query.push(")");
-        let rows = query.build_query_as::<CheckpointRow>().fetch_all(&mut *self.conn).await?;
+        let sql = values_sql(
+            "SELECT * FROM checkpoints WHERE (namespace, turn_id, phase, ts_ns) IN (VALUES ",
+            4,
+            keys.len(),
+            ")",
+        );
+        let mut params: Vec<&dyn ToSql> = Vec::with_capacity(keys.len() * 4);
+        for (namespace, turn_id, phase, ts) in keys {
+            params.extend([namespace as &dyn ToSql, turn_id, phase, ts]);
+        }
+        let rows = query_all(self.conn, &sql, &params, CheckpointRow::from_sqlite)?;
         rows::found_checkpoints(keys, rows)
     }
 
     async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
-        let mut query = QueryBuilder::<Sqlite>::new("SELECT * FROM idempotency WHERE (namespace, key) IN (");
-        query.push_values(keys, |mut row, (namespace, key)| {
-            row.push_bind(*namespace).push_bind(*key);
-        });
-        query.push(")");
-        rows::records_by_key(query.build_query_as::<RecordRow>().fetch_all(&mut *self.conn).await?)
+        let sql = values_sql("SELECT * FROM idempotency WHERE (namespace, key) IN (VALUES ", 2, keys.len(), ")");
+        let mut params: Vec<&dyn ToSql> = Vec::with_capacity(keys.len() * 2);
+        for (namespace, key) in keys {
+            params.extend([namespace as &dyn ToSql, key]);
+        }
+        rows::records_by_key(query_all(self.conn, &sql, &params, RecordRow::from_sqlite)?)
     }
 
     async fn lease_tokens(&mut self, count: usize) -> Result<Vec<u64>, sqlx::Error> {
         if count == 0 {
             return Ok(Vec::new());
         }
-        let count = u64::try_from(count).map_err(|_| decode_error("too many tokens".into()))?;
-        let last: i64 = sqlx::query_scalar("UPDATE lease_tokens SET last = last + ?1 WHERE id = 1 RETURNING last")
-            .bind(count as i64)
-            .fetch_one(&mut *self.conn)
-            .await?;
+        let count = i64::try_from(count).map_err(|_| decode_error("too many tokens".into()))?;
+        let last: i64 = self
+            .conn
+            .prepare_cached("UPDATE lease_tokens SET last = last + ?1 WHERE id = 1 RETURNING last")
+            .and_then(|mut statement| statement.query_row([count], |row| row.get(0)))
+            .map_err(sqlite)?;
         let last = u64::try_from(last).map_err(|_| decode_error(format!("token {last} < 0")))?;
-        Ok((last + 1 - count..=last).collect())
+        Ok((last + 1 - count as u64..=last).collect())
     }
 
     async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
         if records.is_empty() {
             return Ok(());
         }
-        let mut query = QueryBuilder::<Sqlite>::new(
+        let sql = values_sql(
             "INSERT INTO idempotency (namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns, \
-                                      result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns) ",
-        );
-        query.push_values(records.iter().zip(rows::stored_tokens(records)?), |mut row, (r, token)| {
-            row.push_bind(&r.namespace)
-                .push_bind(&r.key)
-                .push_bind(r.held.code())
-                .push_bind(&r.fingerprint[..])
-                .push_bind(i64::from(r.attempt))
-                .push_bind(token)
-                .push_bind(r.lease_expires_at)
-                .push_bind(&r.result[..])
-                .push_bind(&r.error)
-                .push_bind(r.retention)
-                .push_bind(r.created_at)
-                .push_bind(r.updated_at)
-                .push_bind(r.purge_after);
-        });
-        query.push(
+                                      result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns) VALUES ",
+            13,
+            records.len(),
             " ON CONFLICT (namespace, key) DO UPDATE SET \
                held = excluded.held, fingerprint = excluded.fingerprint, attempt = excluded.attempt, \
                lease_token = excluded.lease_token, lease_expires_at_ns = excluded.lease_expires_at_ns, \
@@ -255,51 +493,245 @@ impl batch::Statements for Conn<'_, Sqlite> {
                created_at_ns = excluded.created_at_ns, updated_at_ns = excluded.updated_at_ns, \
                purge_after_ns = excluded.purge_after_ns",
         );
-        query.build().execute(&mut *self.conn).await?;
+        let tokens = rows::stored_tokens(records)?;
+        let fixed: Vec<(i64, i64)> = records.iter().map(|r| (r.held.code(), i64::from(r.attempt))).collect();
+        let mut params: Vec<&dyn ToSql> = Vec::with_capacity(records.len() * 13);
+        for ((r, token), (held, attempt)) in records.iter().zip(&tokens).zip(&fixed) {
+            params.extend([
+                &r.namespace as &dyn ToSql,
+                &r.key,
+                held,
+                &r.fingerprint,
+                attempt,
+                token,
+                &r.lease_expires_at,
+                &r.result,
+                &r.error,
+                &r.retention,
+                &r.created_at,
+                &r.updated_at,
+                &r.purge_after,
+            ]);
+        }
+        let mut statement = self.conn.prepare_cached(&sql).map_err(sqlite)?;
+        statement.execute(&params[..]).map_err(sqlite)?;
         Ok(())
     }
 }
 
+/// A deletion chunk's statements. Its transaction holds SQLite's write lock
+/// from its start (`BEGIN IMMEDIATE`), which keeps every other writer out
+/// already, so locking the turn is reading it.
 #[async_trait]
-impl Backend for SqliteStore {
-    type Database = Sqlite;
-    /// Write transactions take the write lock at BEGIN, so a transaction that
-    /// reads before it writes can never fail to upgrade its lock.
-    const BEGIN: Option<&'static str> = Some("BEGIN IMMEDIATE");
+impl TurnChunks for Batch<'_> {
+    async fn lock_turn(&mut self, namespace: &str, turn_id: &str) -> Result<Option<(i64, i64, bool)>, sqlx::Error> {
+        let found = query_numbered(
+            self.conn,
+            "SELECT checkpoint_count, last_ts_ns, terminal FROM turns WHERE namespace = $1 AND turn_id = $2",
+            &[&namespace, &turn_id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .map_err(sqlite)?;
+        Ok(found.into_iter().next())
+    }
 
-    fn pools(&self) -> &Pools<Sqlite> {
-        &self.pools
+    async fn delete_oldest(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        from: Cursor,
+        rows: u32,
+    ) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+        let values: [&dyn ToSql; 5] = [&namespace, &turn_id, &from.timestamp, &from.seq, &rows];
+        query_numbered(self.conn, DELETE_CHUNK, &values, |row| Ok((row.get(0)?, row.get(1)?))).map_err(sqlite)
+    }
+
+    async fn oldest_after(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        after: Cursor,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let values: [&dyn ToSql; 4] = [&namespace, &turn_id, &after.timestamp, &after.seq];
+        let found = query_numbered(self.conn, OLDEST_AFTER, &values, |row| row.get(0)).map_err(sqlite)?;
+        Ok(found.into_iter().next())
+    }
+
+    async fn shrink_turn(
+        &mut self,
+        namespace: &str,
+        turn_id: &str,
+        deleted: i64,
+        oldest_gone: i64,
+        oldest_left: i64,
+    ) -> Result<(), sqlx::Error> {
+        let values: [&dyn ToSql; 5] = [&namespace, &turn_id, &deleted, &oldest_gone, &oldest_left];
+        execute_numbered(self.conn, SHRINK_TURN, &values).map_err(sqlite)?;
+        Ok(())
+    }
+
+    async fn delete_summary(&mut self, namespace: &str, turn_id: &str) -> Result<(), sqlx::Error> {
+        execute_numbered(self.conn, DELETE_TURN, &[&namespace, &turn_id]).map_err(sqlite)?;
+        Ok(())
+    }
+}
+
+/// Runs a statement of its own, cached (`BEGIN IMMEDIATE`, `COMMIT`, `ROLLBACK`).
+fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    /// On the calling thread (the committer's): a batch of appends alone is
+    /// one statement, atomic and durable by itself (the trigger keeps the
+    /// turns); any other batch is a transaction that takes the write lock at
+    /// BEGIN, so it can never fail to upgrade its lock.
+    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
+        let recorded_at = system_now();
+        let mut guard = self.writer.lock().await;
+        let conn = guard.as_mut().ok_or(Error::WriterStopped)?;
+        if !batch::needs_transaction(&batch) {
+            return batch::run(&mut Batch { conn, clock: &self.clock }, batch, recorded_at).await;
+        }
+        run(conn, "BEGIN IMMEDIATE").map_err(sqlite)?;
+        let written = batch::run(&mut Batch { conn: &mut *conn, clock: &self.clock }, batch, recorded_at).await;
+        let committed = written.and_then(|written| {
+            run(conn, "COMMIT").map_err(sqlite)?;
+            Ok(written)
+        });
+        if committed.is_err() && !conn.is_autocommit() {
+            // Nothing of a failed batch stays: its transaction is undone.
+            if let Err(error) = run(conn, "ROLLBACK") {
+                tracing::warn!(%error, "could not roll back a failed batch");
+            }
+        }
+        committed
+    }
+
+    fn writes_block(&self) -> bool {
+        true
+    }
+
+    async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
+        let q = q.clone();
+        self.read(move |conn| {
+            let start = match (q.after, q.newest_first) {
+                (Some(cursor), _) => cursor,
+                (None, false) => Cursor { timestamp: i64::MIN, seq: i64::MIN },
+                (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
+            };
+            let sql = if q.newest_first { RESTORE_NEWEST_FIRST } else { RESTORE_OLDEST_FIRST };
+            let overhead =
+                i64::try_from(RESTORE_OVERHEAD_BYTES + q.namespace.len() + q.turn_id.len()).unwrap_or(i64::MAX);
+            let values: [&dyn ToSql; 8] = [
+                &q.namespace,
+                &q.turn_id,
+                &q.phase,
+                &start.timestamp,
+                &start.seq,
+                &(i64::from(q.limit) + 1),
+                &i64::try_from(q.bytes_max).unwrap_or(i64::MAX),
+                &overhead,
+            ];
+            let rows = query_numbered(conn, sql, &values, PageRow::from_sqlite).map_err(sqlite)?;
+            let more = rows.first().is_some_and(|first| usize::try_from(first.rows_read).unwrap_or(0) > rows.len());
+            Ok((rows.into_iter().map(|row| row.into_checkpoint(&q)).collect(), more))
+        })
+        .await
+    }
+
+    async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {
+        let (namespace, turn_id) = (namespace.to_owned(), turn_id.to_owned());
+        self.read(move |conn| {
+            let rows = query_numbered(conn, TURN, &[&namespace, &turn_id], TurnRow::from_sqlite).map_err(sqlite)?;
+            rows.into_iter().next().map(TurnSummary::try_from).transpose()
+        })
+        .await
+    }
+
+    async fn list_turns(&self, q: &ListTurnsQuery) -> Result<(Vec<TurnSummary>, bool), Error> {
+        let q = q.clone();
+        self.read(move |conn| {
+            let after = q.after_turn_id.as_deref().unwrap_or("");
+            let limit = i64::from(q.limit) + 1;
+            let mut values: Vec<&dyn ToSql> = vec![&q.namespace, &after];
+            match q.status {
+                TurnStatus::Open => values.push(&false),
+                TurnStatus::Terminal => values.push(&true),
+                TurnStatus::Any => {}
+            }
+            if let Some(session_id) = &q.session_id {
+                values.push(session_id);
+            }
+            if let Some(updated_before) = &q.updated_before {
+                values.push(updated_before);
+            }
+            values.push(&limit);
+            let rows = query_numbered(conn, list_turns_sql(true, &q), &values, TurnRow::from_sqlite).map_err(sqlite)?;
+            let turns = rows.into_iter().map(TurnSummary::try_from).collect::<Result<Vec<_>, _>>()?;
+            Ok(rows::page(turns, q.limit))
+        })
+        .await
+    }
+
+    async fn expired_turns(&self, q: &ExpiredQuery) -> Result<Vec<(String, String)>, Error> {
+        let q = q.clone();
+        self.read(move |conn| {
+            let limit = i64::from(q.limit);
+            let mut values: Vec<&dyn ToSql> = vec![&q.expired.terminal, &q.expired.last_before];
+            if let Some(namespace) = &q.namespace {
+                values.push(namespace);
+            } else {
+                values.extend(q.except.iter().map(|namespace| namespace as &dyn ToSql));
+            }
+            values.push(&limit);
+            query_numbered(conn, &expired_turns_sql(&q), &values, |row| Ok((row.get(0)?, row.get(1)?))).map_err(sqlite)
+        })
+        .await
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {
-        let mut conn = self.pools.acquire(&self.pools.reader).await?;
-        let now = self.pools.clock.now();
-        let row: Option<RecordRow> = sqlx::query_as("SELECT * FROM idempotency WHERE namespace = ?1 AND key = ?2")
-            .bind(namespace)
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-        let record = row.map(Record::try_from).transpose()?;
-        Ok(record.filter(|r| !r.is_purgeable(now)).map(|record| (record, now)))
+        let (namespace, key) = (namespace.to_owned(), key.to_owned());
+        let clock = self.clock.clone();
+        self.read(move |conn| {
+            let now = clock.now();
+            let rows = query_all(
+                conn,
+                "SELECT * FROM idempotency WHERE namespace = ?1 AND key = ?2",
+                &[&namespace, &key],
+                RecordRow::from_sqlite,
+            )?;
+            let record = rows.into_iter().next().map(Record::try_from).transpose()?;
+            Ok(record.filter(|r| !r.is_purgeable(now)).map(|record| (record, now)))
+        })
+        .await
     }
 
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
-        let purge = "DELETE FROM idempotency WHERE rowid IN \
-                       (SELECT rowid FROM idempotency WHERE purge_after_ns <= $1 LIMIT $2)";
-        Ok(Sqlite::purge(&self.pools.writer, purge.into_sql_str(), self.pools.clock.now(), limit).await?)
+        let now = self.clock.now();
+        let purged = self
+            .on_writer(move |conn| {
+                conn.prepare_cached(
+                    "DELETE FROM idempotency WHERE rowid IN \
+                       (SELECT rowid FROM idempotency WHERE purge_after_ns <= ?1 LIMIT ?2)",
+                )?
+                .execute(rusqlite::params![now, i64::from(limit)])
+            })
+            .await?;
+        Ok(purged as u64)
     }
 
     /// Gathers the planner's statistics again for the tables that grew or
     /// shrank much since they were last gathered (SQLite decides), reading
     /// a bounded sample of each index: usually nothing to do.
     async fn optimize(&self) -> Result<(), Error> {
-        sqlx::query("PRAGMA optimize").execute(&self.pools.writer).await?;
-        Ok(())
+        self.on_writer(|conn| conn.execute_batch("PRAGMA optimize")).await
     }
 
     async fn ping(&self) -> Result<(), Error> {
-        sqlx::query("SELECT 1").execute(&self.pools.reader).await?;
-        Ok(())
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(sqlite)).await
     }
 
     /// The sizes of the database file and of its write-ahead log (0 when
@@ -311,8 +743,16 @@ impl Backend for SqliteStore {
         StoreState::Sqlite { database_bytes: size(self.path.clone()).await, wal_bytes: size(wal.into()).await }
     }
 
+    /// Closes the readers, then the writer, the last connection, which
+    /// checkpoints the write-ahead log into the file.
     async fn close(&self) {
-        self.pools.writer.close().await;
-        self.pools.reader.close().await;
+        self.readers.permits.close();
+        let idle = std::mem::take(&mut *self.readers.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        let writer = self.writer.lock().await.take();
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(idle);
+            drop(writer);
+        })
+        .await;
     }
 }

@@ -25,6 +25,12 @@
 //! never holds the (single SQLite) writer for long, and a delete never shares
 //! a transaction, or its locks, with appends.
 //!
+//! A writer is a task on the runtime for a store that awaits its database
+//! (Postgres), and a thread of its own for one whose `write` blocks
+//! (`Store::writes_block`: SQLite, whose statements run on the thread that
+//! commits). A write then costs two handoffs: the request's task to the
+//! committer thread, and the committer's answer back.
+//!
 //! Each batch is observed after it ends: its size, each write's wait in the
 //! queue and the commit's duration go to the metrics, and, for the writes
 //! whose requests are traced, a queue-wait and a commit span each, and one
@@ -160,8 +166,19 @@ impl Writer {
         let receiver = Arc::new(Mutex::new(receiver));
         let timed = metrics.enabled();
         let committer = Arc::new(Committer { store: store.clone(), metrics, traces });
+        let blocking = store.backend().writes_block();
         let tasks = (0..config.concurrency.max(1))
-            .map(|_| tokio::spawn(commit_batches(committer.clone(), receiver.clone(), config.batch_max)))
+            .map(|_| {
+                let commits = commit_batches(committer.clone(), receiver.clone(), config.batch_max);
+                if blocking {
+                    // The committer thread: it waits for writes, commits and
+                    // answers, and no statement leaves it.
+                    let runtime = tokio::runtime::Handle::current();
+                    tokio::task::spawn_blocking(move || runtime.block_on(commits))
+                } else {
+                    tokio::spawn(commits)
+                }
+            })
             .collect();
         let bytes_max = config.queue_bytes_max.min(Semaphore::MAX_PERMITS);
         let bytes = Arc::new(Semaphore::new(bytes_max));
