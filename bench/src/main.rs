@@ -42,7 +42,7 @@ use suite::{Mode, Settings, Suite};
 #[derive(Debug, Parser)]
 #[command(name = "stepwell-bench")]
 struct Args {
-    /// smoke (every workload ~1 s, checks only), quick (~3 min) or full (3 rounds, ~25 min).
+    /// smoke (every workload ~1 s, checks only), quick (~3–4 min) or full (3 rounds, ~27 min).
     #[arg(long, value_enum, default_value = "quick")]
     mode: Mode,
     /// Where results.json, results.md and throughput.svg go.

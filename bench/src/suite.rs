@@ -46,9 +46,9 @@ use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 pub enum Mode {
     /// Every workload once, about a second each, at 64 callers: a check, not a measurement.
     Smoke,
-    /// Every point, short windows: about two minutes.
+    /// Every point, short windows, 1 round: about three to four minutes.
     Quick,
-    /// Every point, 2 s warm-up and 6 s windows, 3 rounds: about 25 minutes.
+    /// Every point, 2 s warm-up and 6 s windows, 3 rounds: about 27 minutes.
     Full,
 }
 
