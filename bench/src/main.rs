@@ -42,7 +42,7 @@ use suite::{Mode, Settings, Suite};
 #[derive(Debug, Parser)]
 #[command(name = "stepwell-bench")]
 struct Args {
-    /// smoke (every workload ~1 s, checks only), quick (~2 min) or full (~10 min).
+    /// smoke (every workload ~1 s, checks only), quick (~3–4 min) or full (3 rounds, ~27 min).
     #[arg(long, value_enum, default_value = "quick")]
     mode: Mode,
     /// Where results.json, results.md and throughput.svg go.
@@ -67,6 +67,11 @@ struct Args {
     /// e.g. "sqlite/stepwell/w1-1kb,w3").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// How many times each point and its baselines run, interleaved round
+    /// by round; rows show the median and the spread (default: 3 for full, 1
+    /// for smoke and quick).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: Option<u16>,
     /// The command line to record in the report (bench/run passes its own).
     #[arg(long)]
     command: Option<String>,
@@ -193,6 +198,7 @@ async fn run(args: Args) -> ExitCode {
         backends,
         channels: args.channels.max(1),
         only: args.only.clone(),
+        rounds: args.rounds.map(usize::from),
     };
     let mut suite = Suite::new(settings, temp.path(), pg);
     meta.insert("plan".into(), json!(suite.plan()));

@@ -6,6 +6,11 @@
 //! 64-caller throughput, W2 restores, W3 idempotency; then W1 appends at a
 //! fixed rate beside a DeleteTurn of a large turn, and without it.
 //!
+//! Each point and its baselines run `rounds` times, interleaved round by
+//! round (stepwell, its baselines; stepwell, its baselines; ...), so that a
+//! ratio can be taken per round under the same swings of the machine; the
+//! rows of a point's rounds are combined into one at the end (`report`).
+//!
 //! Every point gets a fresh store (an SQLite file in the run's temporary
 //! directory, or a new database on the Postgres server), removed once the
 //! point is measured, and every stepwell point its own sidecar process, so
@@ -25,7 +30,7 @@ use crate::load::{Pace, Window, Workload, drive, run_all};
 use crate::meter::Meters;
 use crate::payload::Payloads;
 use crate::pgbench;
-use crate::report::{Backend, Point, Row, System};
+use crate::report::{Backend, Point, Row, System, combine_rounds, median, relate_to_floor};
 use crate::sidecar::{Address, Sidecar};
 use crate::stores::{
     Database, PgServer, SqliteFiles, lsn, pg_execute, pg_footprint, pg_idempotency_counts, remove_sqlite,
@@ -41,15 +46,17 @@ use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 pub enum Mode {
     /// Every workload once, about a second each, at 64 callers: a check, not a measurement.
     Smoke,
-    /// Every point, short windows: about two minutes.
+    /// Every point, short windows, 1 round: about three to four minutes.
     Quick,
-    /// Every point, 3 s warm-up and 12 s windows: about ten minutes.
+    /// Every point, 2 s warm-up and 6 s windows, 3 rounds: about 27 minutes.
     Full,
 }
 
 /// What a mode measures.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
+    /// How many times each point and its baselines run, interleaved.
+    pub rounds: usize,
     pub warmup_s: f64,
     pub measure_s: f64,
     /// Concurrencies of the W1 1 KB series and its baselines.
@@ -68,6 +75,7 @@ impl Mode {
     pub fn plan(self) -> Plan {
         match self {
             Mode::Smoke => Plan {
+                rounds: 1,
                 warmup_s: 0.2,
                 measure_s: 0.6,
                 callers: vec![64],
@@ -77,6 +85,7 @@ impl Mode {
                 unix_callers: vec![WIDE],
             },
             Mode::Quick => Plan {
+                rounds: 1,
                 warmup_s: 1.0,
                 measure_s: 2.0,
                 callers: vec![1, 16, 64, 256],
@@ -86,8 +95,9 @@ impl Mode {
                 unix_callers: vec![1, WIDE],
             },
             Mode::Full => Plan {
-                warmup_s: 3.0,
-                measure_s: 12.0,
+                rounds: 3,
+                warmup_s: 2.0,
+                measure_s: 6.0,
                 callers: vec![1, 16, 64, 256],
                 restore_turns_per_caller: 8,
                 delete_turn_checkpoints: 100_000,
@@ -137,6 +147,8 @@ pub struct Settings {
     pub channels: usize,
     /// Only points whose id contains one of these.
     pub only: Vec<String>,
+    /// Rounds instead of the mode's.
+    pub rounds: Option<usize>,
 }
 
 /// A store under test.
@@ -161,6 +173,8 @@ pub struct Suite {
     pg: Option<PgServer>,
     pub rows: Vec<Row>,
     started: Instant,
+    /// The round running, from 1.
+    round: usize,
 }
 
 /// An error that stops a point, as text for its row.
@@ -168,45 +182,84 @@ type Fallible<T> = Result<T, String>;
 
 impl Suite {
     pub fn new(settings: Settings, dir: &Path, pg: Option<PgServer>) -> Suite {
-        let plan = settings.mode.plan();
-        Suite { settings, plan, dir: dir.to_owned(), pg, rows: Vec::new(), started: Instant::now() }
+        let mut plan = settings.mode.plan();
+        if let Some(rounds) = settings.rounds {
+            plan.rounds = rounds.max(1);
+        }
+        Suite { settings, plan, dir: dir.to_owned(), pg, rows: Vec::new(), started: Instant::now(), round: 1 }
     }
 
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
 
-    /// Runs every planned point, recording a row for each.
+    /// Runs every planned point, each with its baselines for every round
+    /// in turn, recording a row for each round, and combines each point's
+    /// rounds into one row at the end.
     pub async fn run(&mut self) {
+        let rounds = 1..=self.plan.rounds;
         for backend in self.settings.backends.clone() {
             for callers in self.plan.callers.clone() {
-                self.append(backend, "w1-1kb", 1024, callers, 0, None).await;
-                self.direct(backend, callers).await;
-                if backend == Backend::Postgres {
-                    self.pgbench(callers).await;
+                for round in rounds.clone() {
+                    self.round = round;
+                    self.append(backend, "w1-1kb", 1024, callers, 0, None).await;
+                    self.direct(backend, callers).await;
+                    if backend == Backend::Postgres {
+                        self.pgbench(callers).await;
+                    }
+                    self.floor(backend, "w1-1kb", callers).await;
                 }
-                self.floor(backend, "w1-1kb", callers).await;
             }
             for callers in self.plan.unix_callers.clone() {
-                self.append(backend, UNIX_SERIES, 1024, callers, 0, None).await;
+                for round in rounds.clone() {
+                    self.round = round;
+                    self.append(backend, UNIX_SERIES, 1024, callers, 0, None).await;
+                }
             }
-            self.append(backend, "w1-200b", 200, WIDE, 0, None).await;
-            self.append(backend, "w1-20kb", 20 * 1024, WIDE, 0, None).await;
-            self.append(backend, "w1-dup10", 1024, WIDE, 10, None).await;
-            let base = self.rows.iter().find(|r| {
-                r.backend == backend && r.system == System::Stepwell && r.series == "w1-1kb" && r.callers == WIDE
-            });
-            let rate = base.map_or(1000.0, |r| (r.throughput_per_s * FIXED_RATE_SHARE).max(10.0)).round();
-            self.append(backend, "w1-1kb", 1024, WIDE, 0, Some(rate)).await;
-            self.restore(backend).await;
-            self.idempotency(backend).await;
-            if backend == Backend::Postgres {
-                self.pgbench_pairs(WIDE).await;
+            for (series, size, duplicate_percent) in
+                [("w1-200b", 200, 0), ("w1-20kb", 20 * 1024, 0), ("w1-dup10", 1024, 10)]
+            {
+                for round in rounds.clone() {
+                    self.round = round;
+                    self.append(backend, series, size, WIDE, duplicate_percent, None).await;
+                }
             }
-            self.floor(backend, "w3-pairs", WIDE).await;
-            self.beside_delete(backend).await;
+            let base: Vec<f64> = self
+                .rows
+                .iter()
+                .filter(|r| {
+                    r.backend == backend
+                        && r.system == System::Stepwell
+                        && r.series == "w1-1kb"
+                        && r.callers == WIDE
+                        && r.pace == "closed"
+                })
+                .map(|r| r.throughput_per_s)
+                .collect();
+            let rate = median(&base).map_or(1000.0, |t| (t * FIXED_RATE_SHARE).max(10.0)).round();
+            for round in rounds.clone() {
+                self.round = round;
+                self.append(backend, "w1-1kb", 1024, WIDE, 0, Some(rate)).await;
+            }
+            for round in rounds.clone() {
+                self.round = round;
+                self.restore(backend).await;
+            }
+            for round in rounds.clone() {
+                self.round = round;
+                self.idempotency(backend).await;
+                if backend == Backend::Postgres {
+                    self.pgbench_pairs(WIDE).await;
+                }
+                self.floor(backend, "w3-pairs", WIDE).await;
+            }
+            for round in rounds.clone() {
+                self.round = round;
+                self.beside_delete(backend).await;
+            }
         }
-        crate::report::relate_to_floor(&mut self.rows);
+        self.rows = combine_rounds(std::mem::take(&mut self.rows));
+        relate_to_floor(&mut self.rows);
     }
 
     fn selected(&self, point: &Point) -> bool {
@@ -219,8 +272,9 @@ impl Suite {
         let cpu = row.server_cpu_us_per_op.map_or(String::new(), |c| format!(", server {c:.1} µs/op"));
         let problem = row.first_problem.as_ref().map_or(String::new(), |p| format!("  PROBLEM: {p}"));
         eprintln!(
-            "[{:>4.0}s] {:<44} {:>8.0}/s  p50 {:>7.3} ms  p99 {:>7.3} ms{cpu}{problem}",
+            "[{:>4.0}s] {}{:<44} {:>8.0}/s  p50 {:>7.3} ms  p99 {:>7.3} ms{cpu}{problem}",
             self.started.elapsed().as_secs_f64(),
+            if self.plan.rounds > 1 { format!("round {}/{} ", self.round, self.plan.rounds) } else { String::new() },
             row.id,
             row.throughput_per_s,
             row.latency.p50_ms,
