@@ -255,6 +255,16 @@ const INSERT_CHECKPOINTS: &str = "WITH ins AS ( \
                          THEN excluded.version_ts_ns ELSE turns.version_ts_ns END) \
      SELECT namespace, turn_id, phase, ts_ns, seq FROM ins";
 
+/// The records of the keys `$1, $2`, each found through the primary key. A
+/// plain join of the arrays with the table is planned once per connection
+/// (a prepared statement's generic plan) from the statistics of the moment:
+/// on a new, empty table that is a hash join over a sequential scan, which
+/// then reads the whole table at every batch as it grows. A lateral subquery
+/// that cannot be flattened (`OFFSET 0`) leaves the planner only one probe
+/// of the index per key, whatever the statistics say.
+const LOAD_RECORDS: &str = "SELECT i.* FROM UNNEST($1::text[], $2::text[]) AS k(namespace, key) \
+     CROSS JOIN LATERAL (SELECT * FROM idempotency r WHERE r.namespace = k.namespace AND r.key = k.key OFFSET 0) i";
+
 /// A deletion chunk locks the turn's summary row. A batch that appends to the
 /// turn waits at its summary upsert until the chunk commits, and the rows it
 /// inserted before that are invisible to the chunk; so no append commits in
@@ -328,14 +338,8 @@ impl batch::Statements for Conn<'_, Postgres> {
 
     async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
         let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
-        let rows: Vec<RecordRow> = sqlx::query_as(
-            "SELECT i.* FROM idempotency i \
-             JOIN UNNEST($1::text[], $2::text[]) AS k(namespace, key) USING (namespace, key)",
-        )
-        .bind(namespaces)
-        .bind(names)
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows: Vec<RecordRow> =
+            sqlx::query_as(LOAD_RECORDS).bind(namespaces).bind(names).fetch_all(&mut *self.conn).await?;
         rows::records_by_key(rows)
     }
 
