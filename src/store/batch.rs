@@ -291,8 +291,11 @@ pub async fn delete_chunk(
 #[async_trait]
 pub trait Statements: TurnChunks {
     /// Serializes the batch's idempotency keys against every other writer
-    /// (where the backend has more than one), then reads the store's clock.
-    async fn lock_keys(&mut self, keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error>;
+    /// (where the backend has more than one), then reads the store's clock
+    /// and draws `tokens` fresh fencing tokens, in increasing order: drawn
+    /// after the locks, so a key's tokens increase in the order its locks
+    /// are held.
+    async fn lock_keys(&mut self, keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), sqlx::Error>;
     /// Inserts the batch's new checkpoints (and keeps their turns' summaries);
     /// answers the `seq` of each key it inserted.
     async fn insert_checkpoints<'b>(
@@ -318,8 +321,6 @@ pub trait Statements: TurnChunks {
     ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error>;
     /// The records of the batch's keys, past retention or not.
     async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error>;
-    /// `count` fresh fencing tokens, in increasing order.
-    async fn lease_tokens(&mut self, count: usize) -> Result<Vec<u64>, sqlx::Error>;
     /// Writes whole records, replacing the rows of their keys.
     async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error>;
 }
@@ -342,7 +343,8 @@ pub async fn run(
     let mut written = Written::default();
     let unique = unique_appends(&batch);
     let keys = idempotency_keys(&batch);
-    let now = if keys.is_empty() { 0 } else { statements.lock_keys(&keys).await? };
+    let (now, tokens) =
+        if keys.is_empty() { (0, Vec::new()) } else { statements.lock_keys(&keys, tokens_needed(&batch)).await? };
     let sources = if unique.is_empty() {
         HashMap::new()
     } else {
@@ -354,7 +356,6 @@ pub async fn run(
     };
     if !keys.is_empty() {
         let records = statements.load_records(&keys).await?;
-        let tokens = statements.lease_tokens(tokens_needed(&batch)).await?;
         let changed = plan_idempotency(&batch, records, now, &mut tokens.into_iter(), &mut written);
         statements.save_records(&changed).await?;
     }

@@ -8,9 +8,11 @@
 //! offset), so sidecars with skewed clocks agree on who holds a lease. A
 //! batch first takes transaction-scoped advisory locks on all its idempotency
 //! keys, in one sorted order, which serializes requests for one key across
-//! all writers and sidecars, including requests for a key with no row yet.
+//! all writers and sidecars, including requests for a key with no row yet;
+//! the same statement reads the clock and draws the batch's fencing tokens.
 //! Multi-row statements take their rows from `UNNEST` arrays, so a batch is a
-//! constant number of round trips.
+//! constant number of round trips: with idempotency requests, BEGIN, the
+//! locks, the records, their upsert, COMMIT.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -280,21 +282,33 @@ impl LockTurn for Postgres {
 impl batch::Statements for Conn<'_, Postgres> {
     /// Takes the advisory locks of the batch's keys, in one sorted order so
     /// that concurrent batches never deadlock, then reads the database's
-    /// clock: one round trip. The locks last until the transaction ends.
-    async fn lock_keys(&mut self, keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error> {
+    /// clock and draws the batch's fencing tokens from the sequence: one
+    /// round trip. The locks last until the transaction ends. The records are
+    /// read by the next statement, not by this one: a statement's snapshot is
+    /// taken when it starts, before it waits for a lock, so it would miss what
+    /// the batch it waited for committed.
+    async fn lock_keys(&mut self, keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), sqlx::Error> {
         let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
-        let now: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        let count = i64::try_from(tokens).map_err(|_| decode_error("too many tokens".into()))?;
+        let (now, mut tokens): (i64, Vec<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "WITH locks AS MATERIALIZED ( \
                SELECT pg_advisory_xact_lock(h) FROM ( \
                  SELECT DISTINCT hashtextextended(n || '/' || k, 0) AS h FROM UNNEST($1::text[], $2::text[]) AS u(n, k) \
                  ORDER BY h) sorted) \
-             SELECT {DB_NOW_NS} FROM (SELECT count(*) FROM locks) locked"
+             SELECT {DB_NOW_NS}, ARRAY(SELECT nextval('lease_tokens') FROM generate_series(1, $3 + 0 * locked.n)) \
+             FROM (SELECT count(*) AS n FROM locks) locked"
         )))
         .bind(namespaces)
         .bind(names)
+        .bind(count)
         .fetch_one(&mut *self.conn)
         .await?;
-        Ok(now.saturating_add(self.clock.offset()))
+        tokens.sort_unstable();
+        let tokens = tokens
+            .into_iter()
+            .map(|t| u64::try_from(t).map_err(|_| decode_error(format!("token {t} < 0"))))
+            .collect::<Result<_, _>>()?;
+        Ok((now.saturating_add(self.clock.offset()), tokens))
     }
 
     async fn insert_checkpoints<'b>(
@@ -341,19 +355,6 @@ impl batch::Statements for Conn<'_, Postgres> {
         let rows: Vec<RecordRow> =
             sqlx::query_as(LOAD_RECORDS).bind(namespaces).bind(names).fetch_all(&mut *self.conn).await?;
         rows::records_by_key(rows)
-    }
-
-    async fn lease_tokens(&mut self, count: usize) -> Result<Vec<u64>, sqlx::Error> {
-        if count == 0 {
-            return Ok(Vec::new());
-        }
-        let count = i64::try_from(count).map_err(|_| decode_error("too many tokens".into()))?;
-        let mut tokens: Vec<i64> = sqlx::query_scalar("SELECT nextval('lease_tokens') FROM generate_series(1, $1)")
-            .bind(count)
-            .fetch_all(&mut *self.conn)
-            .await?;
-        tokens.sort_unstable();
-        tokens.into_iter().map(|t| u64::try_from(t).map_err(|_| decode_error(format!("token {t} < 0")))).collect()
     }
 
     async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {

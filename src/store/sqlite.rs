@@ -400,9 +400,20 @@ struct Batch<'c> {
 /// SQLite's batch statements: multi-row `VALUES` lists built per batch.
 #[async_trait]
 impl Statements for Batch<'_> {
-    async fn lock_keys(&mut self, _keys: &[(&str, &str)]) -> Result<UnixNanos, sqlx::Error> {
+    async fn lock_keys(&mut self, _keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), sqlx::Error> {
         // SQLite has one writer, and this one holds the write lock already.
-        Ok(self.clock.now())
+        let now = self.clock.now();
+        if tokens == 0 {
+            return Ok((now, Vec::new()));
+        }
+        let count = i64::try_from(tokens).map_err(|_| decode_error("too many tokens".into()))?;
+        let last: i64 = self
+            .conn
+            .prepare_cached("UPDATE lease_tokens SET last = last + ?1 WHERE id = 1 RETURNING last")
+            .and_then(|mut statement| statement.query_row([count], |row| row.get(0)))
+            .map_err(sqlite)?;
+        let last = u64::try_from(last).map_err(|_| decode_error(format!("token {last} < 0")))?;
+        Ok((now, (last + 1 - tokens as u64..=last).collect()))
     }
 
     /// One statement; the trigger keeps the turns.
@@ -461,20 +472,6 @@ impl Statements for Batch<'_> {
             params.extend([namespace as &dyn ToSql, key]);
         }
         rows::records_by_key(query_all(self.conn, &sql, &params, RecordRow::from_sqlite)?)
-    }
-
-    async fn lease_tokens(&mut self, count: usize) -> Result<Vec<u64>, sqlx::Error> {
-        if count == 0 {
-            return Ok(Vec::new());
-        }
-        let count = i64::try_from(count).map_err(|_| decode_error("too many tokens".into()))?;
-        let last: i64 = self
-            .conn
-            .prepare_cached("UPDATE lease_tokens SET last = last + ?1 WHERE id = 1 RETURNING last")
-            .and_then(|mut statement| statement.query_row([count], |row| row.get(0)))
-            .map_err(sqlite)?;
-        let last = u64::try_from(last).map_err(|_| decode_error(format!("token {last} < 0")))?;
-        Ok((last + 1 - count as u64..=last).collect())
     }
 
     async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
