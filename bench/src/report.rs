@@ -477,6 +477,14 @@ pub fn check_targets(rows: &[Row]) -> Vec<TargetCheck> {
             .map(|(ours, theirs, x)| (format!("{ours:.0}/s vs {theirs:.0}/s = {}", x.text(2)), x.median >= 6.0)),
     );
     add(
+        "SQLite, W1 1 KB, 64 callers: p99 ≤ ¼ of baseline (a)'s".into(),
+        w1(Sqlite, Stepwell, 64).zip(w1(Sqlite, Direct, 64)).and_then(|(ours, theirs)| {
+            let x = Ratio::between(ours, theirs, |r| r.latency.p99_ms)?;
+            let text = format!("{:.2} ms vs {:.2} ms = {}", ours.latency.p99_ms, theirs.latency.p99_ms, x.text(2));
+            Some((text, x.median <= 0.25))
+        }),
+    );
+    add(
         "SQLite, W1 1 KB, 64 callers: p99 ≤ 10 ms".into(),
         w1(Sqlite, Stepwell, 64).map(|r| (format!("p99 {:.2} ms", r.latency.p99_ms), r.latency.p99_ms <= 10.0)),
     );
@@ -506,6 +514,19 @@ pub fn check_targets(rows: &[Row]) -> Vec<TargetCheck> {
         "Postgres, W1 1 KB, 64 callers: throughput ≥ 1.5× pgbench at 64 clients".into(),
         ratio(Postgres, 64, Pgbench)
             .map(|(ours, theirs, x)| (format!("{ours:.0}/s vs {theirs:.0}/s = {}", x.text(2)), x.median >= 1.5)),
+    );
+    add(
+        "Postgres, W1 1 KB, 64 callers: throughput ≥ 1.0× pgbench at 64 clients".into(),
+        ratio(Postgres, 64, Pgbench)
+            .map(|(ours, theirs, x)| (format!("{ours:.0}/s vs {theirs:.0}/s = {}", x.text(2)), x.median >= 1.0)),
+    );
+    add(
+        "Postgres, W1 1 KB, 64 callers: Postgres CPU per row ≤ ½ of pgbench's".into(),
+        w1(Postgres, Stepwell, 64).zip(w1(Postgres, Pgbench, 64)).and_then(|(ours, theirs)| {
+            let x = Ratio::between(ours, theirs, |r| r.postgres_cpu_us_per_op.unwrap_or(f64::NAN))?;
+            let (cpu, theirs) = (ours.postgres_cpu_us_per_op?, theirs.postgres_cpu_us_per_op?);
+            Some((format!("{cpu:.1} µs vs {theirs:.1} µs = {}", x.text(2)), x.median <= 0.5))
+        }),
     );
     add(
         "Postgres, W1 1 KB, 64 callers: p99 ≤ half of pgbench's".into(),

@@ -180,18 +180,19 @@ impl CheckpointRow {
 }
 
 impl PageRow {
-    /// The restore page's columns, in the order its statement names them.
+    /// A row of SQLite's restore page: its size first (which the page's
+    /// budget reads), then the columns in the order Postgres's names them.
     pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<PageRow> {
         Ok(PageRow {
-            seq: row.get(0)?,
-            session_id: row.get(1)?,
-            phase: row.get(2)?,
-            ts_ns: row.get(3)?,
-            state: row.get(4)?,
-            terminal: row.get(5)?,
-            workflow_version: row.get(6)?,
-            recorded_at_ns: row.get(7)?,
-            rows_read: row.get(8)?,
+            seq: row.get(1)?,
+            session_id: row.get(2)?,
+            phase: row.get(3)?,
+            ts_ns: row.get(4)?,
+            state: row.get(5)?,
+            terminal: row.get(6)?,
+            workflow_version: row.get(7)?,
+            recorded_at_ns: row.get(8)?,
+            rows_read: 0,
         })
     }
 }

@@ -1,6 +1,6 @@
-//! What the SQLite and Postgres backends do alike: the reads of the
-//! checkpoint log and the turns, and a deletion chunk's statements, written
-//! once in SQL both dialects accept; and, for a backend on sqlx (Postgres),
+//! What the SQLite and Postgres backends do alike: the reads of the turns,
+//! and a deletion chunk's statements, written once in SQL both dialects
+//! accept; and, for a backend on sqlx (Postgres),
 //! a batch's transaction, those statements run through sqlx, and `Store`
 //! for every `Backend`, so that such a backend supplies only what is its
 //! own. SQLite runs the same SQL through its own connections (`sqlite`).
@@ -27,7 +27,9 @@ use crate::model::{
     Cursor, ListTurnsQuery, RESTORE_OVERHEAD_BYTES, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
 
-/// A page of a turn's checkpoints, from the oldest or from the newest.
+/// A page of a turn's checkpoints on Postgres, from the oldest or from the
+/// newest, chosen whole by one statement (SQLite's connection steps through
+/// the rows instead and stops where the page is full: `sqlite`).
 /// `$3` is the phase, if only one; `$4, $5` the cursor; `$6` the page size
 /// plus one; `$7` the page's byte budget and `$8` each checkpoint's cost
 /// beyond its variable-length fields. The innermost query reads at most `$6`
@@ -70,8 +72,8 @@ macro_rules! restore_page {
     };
 }
 
-pub(super) const RESTORE_OLDEST_FIRST: &str = restore_page!("", ">");
-pub(super) const RESTORE_NEWEST_FIRST: &str = restore_page!(" DESC", "<");
+const RESTORE_OLDEST_FIRST: &str = restore_page!("", ">");
+const RESTORE_NEWEST_FIRST: &str = restore_page!(" DESC", "<");
 
 pub(super) const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
 

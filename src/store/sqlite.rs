@@ -30,10 +30,7 @@ use tokio::sync::{Mutex, Semaphore};
 
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
 use super::rows::{self, CheckpointRow, InsertedRow, PageRow, RecordRow, TurnRow, decode_error};
-use super::shared::{
-    DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, RESTORE_NEWEST_FIRST, RESTORE_OLDEST_FIRST, SHRINK_TURN, TURN,
-    expired_turns_sql, list_turns_sql,
-};
+use super::shared::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN, TURN, expired_turns_sql, list_turns_sql};
 use super::{Error, ExpiredQuery, Options, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
@@ -55,6 +52,30 @@ const PAGE_BYTES: u64 = 4096;
 /// Prepared statements each connection keeps: a batch's multi-row
 /// statements differ by their row count, and the reads by their filters.
 const STATEMENT_CACHE: usize = 128;
+
+/// A page of a turn's checkpoints in restore order, each row led by its
+/// size (what Restore's byte budget counts); `?3` is the phase, if only one,
+/// and `(?4, ?5)` the cursor. `restore` reads the rows one by one and stops
+/// where the page is full, so no limit is needed here.
+macro_rules! restore_page {
+    ($order:literal, $after:literal) => {
+        concat!(
+            "SELECT octet_length(state) + octet_length(phase) + octet_length(session_id) \
+                      + octet_length(workflow_version), \
+                    seq, session_id, phase, ts_ns, state, terminal, workflow_version, recorded_at_ns \
+             FROM checkpoints \
+             WHERE namespace = $1 AND turn_id = $2 AND ($3 IS NULL OR phase = $3) AND (ts_ns, seq) ",
+            $after,
+            " ($4, $5) ORDER BY ts_ns",
+            $order,
+            ", seq",
+            $order
+        )
+    };
+}
+
+const RESTORE_OLDEST_FIRST: &str = restore_page!("", ">");
+const RESTORE_NEWEST_FIRST: &str = restore_page!(" DESC", "<");
 
 /// A store in one SQLite file.
 pub struct SqliteStore {
@@ -611,6 +632,10 @@ impl Store for SqliteStore {
         true
     }
 
+    /// Steps through the turn's rows in restore order and stops where the
+    /// page is full, by count or by bytes (at least one row always): each
+    /// row's size is read from its record before its state is, so the row
+    /// that ends the page is never copied, and no query runs twice.
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
         let q = q.clone();
         self.read(move |conn| {
@@ -620,21 +645,25 @@ impl Store for SqliteStore {
                 (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
             };
             let sql = if q.newest_first { RESTORE_NEWEST_FIRST } else { RESTORE_OLDEST_FIRST };
-            let overhead =
-                i64::try_from(RESTORE_OVERHEAD_BYTES + q.namespace.len() + q.turn_id.len()).unwrap_or(i64::MAX);
-            let values: [&dyn ToSql; 8] = [
-                &q.namespace,
-                &q.turn_id,
-                &q.phase,
-                &start.timestamp,
-                &start.seq,
-                &(i64::from(q.limit) + 1),
-                &i64::try_from(q.bytes_max).unwrap_or(i64::MAX),
-                &overhead,
-            ];
-            let rows = query_numbered(conn, sql, &values, PageRow::from_sqlite).map_err(sqlite)?;
-            let more = rows.first().is_some_and(|first| usize::try_from(first.rows_read).unwrap_or(0) > rows.len());
-            Ok((rows.into_iter().map(|row| row.into_checkpoint(&q)).collect(), more))
+            let overhead = RESTORE_OVERHEAD_BYTES + q.namespace.len() + q.turn_id.len();
+            let limit = q.limit as usize;
+            let values: [&dyn ToSql; 5] = [&q.namespace, &q.turn_id, &q.phase, &start.timestamp, &start.seq];
+            let step = || -> rusqlite::Result<(Vec<StoredCheckpoint>, bool)> {
+                let mut statement = conn.prepare_cached(sql)?;
+                bind_numbered(&mut statement, &values)?;
+                let mut rows = statement.raw_query();
+                let (mut page, mut used) = (Vec::new(), 0usize);
+                while let Some(row) = rows.next()? {
+                    let cost = usize::try_from(row.get::<_, i64>(0)?).unwrap_or(usize::MAX).saturating_add(overhead);
+                    if page.len() == limit || (!page.is_empty() && used.saturating_add(cost) > q.bytes_max) {
+                        return Ok((page, true));
+                    }
+                    used = used.saturating_add(cost);
+                    page.push(PageRow::from_sqlite(row)?.into_checkpoint(&q));
+                }
+                Ok((page, false))
+            };
+            step().map_err(sqlite)
         })
         .await
     }
