@@ -191,7 +191,7 @@ impl SqliteStore {
     }
 
     /// Runs `read` on a read connection, on a blocking thread; waits for a
-    /// connection at most `--acquire-timeout-ms`.
+    /// connection at most `--pool-acquire-timeout-ms`.
     async fn read<T, F>(&self, read: F) -> Result<T, Error>
     where
         T: Send + 'static,
