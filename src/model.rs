@@ -81,6 +81,24 @@ pub struct RestoreQuery {
     pub bytes_max: usize,
 }
 
+impl RestoreQuery {
+    /// Where the page starts: after the cursor, or before every checkpoint
+    /// in the page's order.
+    pub fn start(&self) -> Cursor {
+        match (self.after, self.newest_first) {
+            (Some(cursor), _) => cursor,
+            (None, false) => Cursor { timestamp: i64::MIN, seq: i64::MIN },
+            (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
+        }
+    }
+
+    /// What each checkpoint of the page costs beyond its variable-length
+    /// fields: `RESTORE_OVERHEAD_BYTES` and the namespace and turn id it repeats.
+    pub fn row_overhead(&self) -> usize {
+        RESTORE_OVERHEAD_BYTES + self.namespace.len() + self.turn_id.len()
+    }
+}
+
 /// What a restored checkpoint costs in a page beyond its state, phase,
 /// session id and workflow version: its namespace and turn id (each
 /// checkpoint repeats them) and at most this for tags, lengths and

@@ -23,9 +23,7 @@ use super::{Error, ExpiredQuery, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
-use crate::model::{
-    Cursor, ListTurnsQuery, RESTORE_OVERHEAD_BYTES, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
-};
+use crate::model::{Cursor, ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
 
 /// A page of a turn's checkpoints on Postgres, from the oldest or from the
 /// newest, chosen whole by one statement (SQLite's connection steps through
@@ -332,13 +330,9 @@ where
     }
 
     async fn restore(pools: &Pools<DB>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error> {
-        let start = match (q.after, q.newest_first) {
-            (Some(cursor), _) => cursor,
-            (None, false) => Cursor { timestamp: i64::MIN, seq: i64::MIN },
-            (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
-        };
+        let start = q.start();
         let sql = if q.newest_first { RESTORE_NEWEST_FIRST } else { RESTORE_OLDEST_FIRST };
-        let overhead = RESTORE_OVERHEAD_BYTES + q.namespace.len() + q.turn_id.len();
+        let overhead = q.row_overhead();
         let rows: Vec<PageRow> = sqlx::query_as(sql)
             .bind(q.namespace.as_str())
             .bind(q.turn_id.as_str())

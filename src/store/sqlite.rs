@@ -36,8 +36,7 @@ use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
 use crate::model::{
-    Cursor, ListTurnsQuery, NewCheckpoint, RESTORE_OVERHEAD_BYTES, RestoreQuery, StoredCheckpoint, TurnStatus,
-    TurnSummary, UnixNanos,
+    Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -639,13 +638,9 @@ impl Store for SqliteStore {
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
         let q = q.clone();
         self.read(move |conn| {
-            let start = match (q.after, q.newest_first) {
-                (Some(cursor), _) => cursor,
-                (None, false) => Cursor { timestamp: i64::MIN, seq: i64::MIN },
-                (None, true) => Cursor { timestamp: i64::MAX, seq: i64::MAX },
-            };
+            let start = q.start();
             let sql = if q.newest_first { RESTORE_NEWEST_FIRST } else { RESTORE_OLDEST_FIRST };
-            let overhead = RESTORE_OVERHEAD_BYTES + q.namespace.len() + q.turn_id.len();
+            let overhead = q.row_overhead();
             let limit = q.limit as usize;
             let values: [&dyn ToSql; 5] = [&q.namespace, &q.turn_id, &q.phase, &start.timestamp, &start.seq];
             let step = || -> rusqlite::Result<(Vec<StoredCheckpoint>, bool)> {
