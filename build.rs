@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/stepwell/v1/checkpoint.proto", "proto/stepwell/v1/idempotency.proto"];
+    let protos = [
+        "proto/stepwell/v1/checkpoint.proto",
+        "proto/stepwell/v1/idempotency.proto",
+        "proto/stepwell/v1/records.proto",
+    ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }

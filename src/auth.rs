@@ -75,11 +75,15 @@ pub enum Rpc {
     Release,
     Extend,
     Get,
+    PutRecords,
+    ListRecords,
+    DeleteRecords,
+    CopyTurn,
 }
 
 impl Rpc {
-    /// Every RPC of the two services, in the order of the contract.
-    pub const ALL: [Rpc; 9] = [
+    /// Every RPC of the three services, in the order of the contract.
+    pub const ALL: [Rpc; 13] = [
         Rpc::Checkpoint,
         Rpc::Restore,
         Rpc::ListTurns,
@@ -89,6 +93,10 @@ impl Rpc {
         Rpc::Release,
         Rpc::Extend,
         Rpc::Get,
+        Rpc::PutRecords,
+        Rpc::ListRecords,
+        Rpc::DeleteRecords,
+        Rpc::CopyTurn,
     ];
 
     /// The RPC a request path names (`/stepwell.v1.CheckpointService/Checkpoint`).
@@ -102,6 +110,7 @@ impl Rpc {
         match self {
             Rpc::Checkpoint | Rpc::Restore | Rpc::ListTurns | Rpc::DeleteTurn => "stepwell.v1.CheckpointService",
             Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend | Rpc::Get => "stepwell.v1.IdempotencyService",
+            Rpc::PutRecords | Rpc::ListRecords | Rpc::DeleteRecords | Rpc::CopyTurn => "stepwell.v1.RecordService",
         }
     }
 
@@ -117,14 +126,21 @@ impl Rpc {
             Rpc::Release => "stepwell.v1.IdempotencyService/Release",
             Rpc::Extend => "stepwell.v1.IdempotencyService/Extend",
             Rpc::Get => "stepwell.v1.IdempotencyService/Get",
+            Rpc::PutRecords => "stepwell.v1.RecordService/PutRecords",
+            Rpc::ListRecords => "stepwell.v1.RecordService/ListRecords",
+            Rpc::DeleteRecords => "stepwell.v1.RecordService/DeleteRecords",
+            Rpc::CopyTurn => "stepwell.v1.RecordService/CopyTurn",
         }
     }
 
     /// The least role that may call this RPC.
     pub fn role(self) -> Role {
         match self {
-            Rpc::Restore | Rpc::ListTurns | Rpc::Get => Role::Read,
+            Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords => Role::Read,
             Rpc::Checkpoint | Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend => Role::Write,
+            // Deleting and copying records is part of an application's own
+            // work on its records (a graph's threads), unlike DeleteTurn.
+            Rpc::PutRecords | Rpc::DeleteRecords | Rpc::CopyTurn => Role::Write,
             Rpc::DeleteTurn => Role::Admin,
         }
     }
@@ -141,6 +157,10 @@ impl Rpc {
             Rpc::Release => "Release",
             Rpc::Extend => "Extend",
             Rpc::Get => "Get",
+            Rpc::PutRecords => "PutRecords",
+            Rpc::ListRecords => "ListRecords",
+            Rpc::DeleteRecords => "DeleteRecords",
+            Rpc::CopyTurn => "CopyTurn",
         }
     }
 }

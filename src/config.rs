@@ -43,6 +43,16 @@ pub mod limits {
     pub const NAMESPACE_BYTES_MAX: usize = 63;
     /// JSON state may nest arrays and objects this deep, and no deeper.
     pub const STATE_DEPTH_MAX: usize = 64;
+    /// A record's `scope`, `id` and `parent_id`, and each of its refs: at most 1024 bytes.
+    pub const RECORD_ID_BYTES_MAX: usize = 1024;
+    /// A record's `kind`: 1..=64 bytes of `[a-z0-9._-]`.
+    pub const RECORD_KIND_BYTES_MAX: usize = 64;
+    /// A record's `content_type`: 0..=128 bytes of printable ASCII.
+    pub const CONTENT_TYPE_BYTES_MAX: usize = 128;
+    /// Most refs one record lists.
+    pub const RECORD_REFS_MAX: usize = 4096;
+    /// Most turns one DeleteRecords names, and most filters in its `metadata_any`.
+    pub const DELETE_SELECTORS_MAX: usize = 1000;
     /// Room a request needs beyond its state bytes (ids, timestamps, framing).
     pub const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
 }
@@ -455,6 +465,20 @@ pub struct ServeArgs {
     /// Largest idempotency result accepted by Complete, in bytes.
     #[arg(long, env = "STEPWELL_RESULT_BYTES_MAX", default_value = "1048576", value_parser = size(1, 64 << 20))]
     pub result_bytes_max: usize,
+
+    /// Largest record accepted by PutRecords (its payload, metadata and
+    /// refs together), in bytes. A request must also fit --message-bytes-max.
+    #[arg(long, env = "STEPWELL_RECORD_BYTES_MAX", default_value = "4194304", value_parser = size(1, 256 << 20))]
+    pub record_bytes_max: usize,
+
+    /// Largest metadata of a record, and of a ListRecords or DeleteRecords
+    /// metadata filter, in bytes.
+    #[arg(long, env = "STEPWELL_RECORD_METADATA_BYTES_MAX", default_value = "65536", value_parser = size(2, 16 << 20))]
+    pub record_metadata_bytes_max: usize,
+
+    /// Most records one PutRecords may carry.
+    #[arg(long, env = "STEPWELL_RECORDS_PER_REQUEST_MAX", default_value = "1000", value_parser = count(1, 100_000))]
+    pub records_per_request_max: u32,
 
     /// Lease given by Begin and Extend when the request sets none, in seconds.
     #[arg(long = "lease-default-seconds", value_name = "SECONDS", env = "STEPWELL_LEASE_DEFAULT_SECONDS", default_value = "30",
@@ -972,6 +996,10 @@ pub enum LogFormat {
 pub struct Limits {
     pub state_bytes_max: usize,
     pub result_bytes_max: usize,
+    /// Most bytes of one record (payload, metadata and refs).
+    pub record_bytes_max: usize,
+    pub record_metadata_bytes_max: usize,
+    pub records_per_request_max: u32,
     pub message_bytes_max: usize,
     /// Most bytes of checkpoints or turn summaries in one page.
     pub response_bytes_max: usize,
@@ -1373,6 +1401,9 @@ fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
     Limits {
         state_bytes_max: args.state_bytes_max,
         result_bytes_max: args.result_bytes_max,
+        record_bytes_max: args.record_bytes_max,
+        record_metadata_bytes_max: args.record_metadata_bytes_max,
+        records_per_request_max: args.records_per_request_max,
         message_bytes_max: args.message_bytes_max,
         page_size_default: args.page_size_default,
         page_size_max: args.page_size_max,

@@ -11,9 +11,10 @@ use std::process::ExitCode;
 use crate::config::ProtoArgs;
 
 /// The contract's files, by their path under the directory.
-pub const PROTOS: [(&str, &str); 2] = [
+pub const PROTOS: [(&str, &str); 3] = [
     ("stepwell/v1/checkpoint.proto", include_str!("../proto/stepwell/v1/checkpoint.proto")),
     ("stepwell/v1/idempotency.proto", include_str!("../proto/stepwell/v1/idempotency.proto")),
+    ("stepwell/v1/records.proto", include_str!("../proto/stepwell/v1/records.proto")),
 ];
 
 /// A module rooted at the directory, with the lint rules the contract keeps.

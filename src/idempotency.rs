@@ -206,6 +206,16 @@ fn fenced<'r>(record: Option<&'r Record>, fence: &Fence) -> Result<&'r Record, R
     Ok(record)
 }
 
+/// Whether a fenced write may go ahead: `fence` holds the key's current
+/// token and the lease was not given back. A holder whose lease ran out
+/// may still write while no one else has acquired the key, as it may complete.
+pub fn check_fence(record: Option<&Record>, fence: &Fence) -> Result<(), Refusal> {
+    match fenced(record, fence)?.held {
+        Held::Leased => Ok(()),
+        Held::Completed | Held::Failed | Held::Released => Err(Refusal::NotAcquired),
+    }
+}
+
 /// Plans a Complete. A holder whose lease ran out may still complete while
 /// no one else has acquired the key: its token is still the current one.
 pub fn plan_complete(record: Option<&Record>, fence: &Fence, result: &[u8], now: UnixNanos) -> Plan<UnixNanos> {

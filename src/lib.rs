@@ -7,6 +7,7 @@
 //! - `api`: the tonic services, request checks and the one error-to-status table;
 //! - `model` and `error`: the domain vocabulary, free of protobuf and SQL;
 //! - `idempotency`: the lease and fencing rules every backend follows;
+//! - `records`: addressed records within a turn (RecordService), and what a batch of puts means;
 //! - `clock`: the one clock per store that leases are computed on;
 //! - `store`: the one `Store` trait and its backends, the only code with SQL;
 //! - `config`: every flag, environment variable and limit;
@@ -39,6 +40,7 @@ pub mod metrics;
 pub mod model;
 pub mod moving;
 pub mod probe;
+pub mod records;
 pub mod retention;
 pub mod store;
 pub mod telemetry;

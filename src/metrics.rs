@@ -100,6 +100,8 @@ pub struct Metrics {
     pub checkpoint_conflicts: Counter,
     pub turns_deleted: Counter,
     pub checkpoints_deleted: Counter,
+    pub records_written: Counter,
+    pub records_removed: Counter,
     turns_expired: [Counter; 2],
     pub checkpoints_expired: Counter,
     pub retention_failures: Counter,
@@ -183,6 +185,8 @@ impl Metrics {
             checkpoint_conflicts: r.counter("stepwell_checkpoint_conflicts_total", &[]),
             turns_deleted: r.counter("stepwell_turns_deleted_total", &[]),
             checkpoints_deleted: r.counter("stepwell_checkpoints_deleted_total", &[]),
+            records_written: r.counter("stepwell_records_written_total", &[]),
+            records_removed: r.counter("stepwell_records_deleted_total", &[]),
             turns_expired: ["terminal", "open"]
                 .map(|status| r.counter("stepwell_turns_expired_total", &[("status", status)])),
             checkpoints_expired: r.counter("stepwell_checkpoints_expired_total", &[]),
@@ -367,6 +371,8 @@ impl Registrar<'_> {
             ("stepwell_checkpoint_conflicts_total", "Checkpoint requests refused with CHECKPOINT_CONFLICT."),
             ("stepwell_turns_deleted_total", "DeleteTurn requests that deleted a turn."),
             ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
+            ("stepwell_records_written_total", "Records written by PutRecords (upserted or inserted if absent)."),
+            ("stepwell_records_deleted_total", "Records deleted by DeleteRecords."),
             ("stepwell_turns_expired_total", "Turns deleted by turn retention, by status (terminal, open)."),
             ("stepwell_checkpoints_expired_total", "Checkpoints of the turns deleted by turn retention."),
             (

@@ -45,6 +45,8 @@ use crate::api::checkpoint::CheckpointApi;
 use crate::api::idempotency::IdempotencyApi;
 use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
 use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
+use crate::api::pb::record_service_server::RecordServiceServer;
+use crate::api::records::RecordApi;
 use crate::api::{Shared, pb};
 use crate::auth::{self, Authenticator};
 use crate::clock;
@@ -111,10 +113,11 @@ impl ServeError {
     }
 }
 
-const SERVICES: [&str; 3] = [
+const SERVICES: [&str; 4] = [
     "",
     <CheckpointServiceServer<CheckpointApi> as NamedService>::NAME,
     <IdempotencyServiceServer<IdempotencyApi> as NamedService>::NAME,
+    <RecordServiceServer<RecordApi> as NamedService>::NAME,
 ];
 
 /// Serves the API on `listener` until `shutdown` completes, then drains.
@@ -285,6 +288,13 @@ fn router(
         .add_service(
             admission.wrap(
                 IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone()))
+                    .max_decoding_message_size(message_max)
+                    .max_encoding_message_size(message_max),
+            ),
+        )
+        .add_service(
+            admission.wrap(
+                RecordServiceServer::new(RecordApi::new(shared.clone()))
                     .max_decoding_message_size(message_max)
                     .max_encoding_message_size(message_max),
             ),

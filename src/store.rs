@@ -31,6 +31,7 @@ use crate::idempotency::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Re
 use crate::model::{
     Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos,
 };
+use crate::records::{RecordDelete, RecordEntry, RecordPut, RecordQuery};
 
 /// Why the store could not do what it was asked. The message is for logs
 /// only: it may hold SQL or paths, so it never reaches a client.
@@ -189,6 +190,20 @@ pub enum Write {
     Release { fence: Fence, error: String, permanent: bool },
     /// Move a live lease's expiry to `lease` nanoseconds from now.
     Extend { fence: Fence, lease: i64 },
+    /// Write records, all or none; with a fence, only while its lease is held.
+    PutRecords(RecordPut),
+    /// Delete the records a DeleteRecords selects. Always committed alone.
+    DeleteRecords(RecordDelete),
+    /// Copy every record of a turn to another. Always committed alone.
+    CopyTurn { namespace: String, source: String, target: String },
+}
+
+impl Write {
+    /// Whether the writer commits this write in a transaction of its own,
+    /// never in a batch with others: it may touch many rows of one turn.
+    pub fn alone(&self) -> bool {
+        matches!(self, Write::DeleteTurn { .. } | Write::DeleteRecords(_) | Write::CopyTurn { .. })
+    }
 }
 
 /// The answers to a batch, once it committed: one list per kind of request,
@@ -205,6 +220,12 @@ pub struct Written {
     pub released: Vec<Fenced<RecordState>>,
     /// Each new lease expiry.
     pub extended: Vec<Fenced<UnixNanos>>,
+    /// When each PutRecords was recorded, or why its fence refused it.
+    pub put: Vec<Fenced<UnixNanos>>,
+    /// How many records each DeleteRecords deleted.
+    pub records_deleted: Vec<u64>,
+    /// How many records each CopyTurn copied.
+    pub copied: Vec<u64>,
 }
 
 /// What a turn must still be for retention to delete it, checked by each
@@ -263,6 +284,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// One page of a turn's checkpoints in restore order, and whether more follow.
     async fn restore(&self, query: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error>;
+
+    /// One page of records of a kind, newest id first, each with its
+    /// related records, and whether more follow.
+    async fn list_records(&self, query: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error>;
 
     /// The summary of one turn, if it has checkpoints.
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error>;

@@ -12,6 +12,7 @@ pub mod admission;
 pub mod checkpoint;
 pub mod codec;
 pub mod idempotency;
+pub mod records;
 pub mod status;
 pub mod validate;
 

@@ -8,6 +8,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use crate::config::limits;
 use crate::error::{Error, InvalidReason, Result};
 use crate::model::{Cursor, UnixNanos};
+use crate::records::RecordCursor;
 
 /// The namespace of requests that leave it empty.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -186,8 +187,105 @@ pub fn page_size(value: i32, default: u32, max: u32) -> Result<u32> {
     }
 }
 
+/// A record's text field (`scope`, `id`, `parent_id`, a ref): at most
+/// `max` bytes of UTF-8 without NUL, which no store's text holds.
+pub fn record_text(field: &str, value: String, max: usize, required: bool) -> Result<String> {
+    if required && value.is_empty() {
+        return Err(required_field(field));
+    }
+    if value.len() > max {
+        return Err(too_long(field, max));
+    }
+    if value.contains('\0') {
+        return Err(Error::invalid(field, InvalidReason::Malformed, "must not contain NUL"));
+    }
+    Ok(value)
+}
+
+/// A record `kind`: 1..=64 bytes of `[a-z0-9._-]` (or empty, where optional).
+pub fn kind(field: &str, value: String, required: bool) -> Result<String> {
+    if required && value.is_empty() {
+        return Err(required_field(field));
+    }
+    if value.len() > limits::RECORD_KIND_BYTES_MAX {
+        return Err(too_long(field, limits::RECORD_KIND_BYTES_MAX));
+    }
+    if !value.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')) {
+        return Err(Error::invalid(field, InvalidReason::Malformed, "must match [a-z0-9._-]+"));
+    }
+    Ok(value)
+}
+
+/// A `content_type`: 0..=128 bytes of printable ASCII.
+pub fn content_type(field: &str, value: String) -> Result<String> {
+    if value.len() > limits::CONTENT_TYPE_BYTES_MAX {
+        return Err(too_long(field, limits::CONTENT_TYPE_BYTES_MAX));
+    }
+    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(Error::invalid(field, InvalidReason::Malformed, "must be printable ASCII"));
+    }
+    Ok(value)
+}
+
+/// A JSON object of at most `max` bytes, nested at most `STATE_DEPTH_MAX`
+/// deep, with no NUL in its strings (which Postgres's jsonb refuses); empty
+/// means none. Answered as the text sent.
+pub fn json_object(field: &str, value: Vec<u8>, max: usize) -> Result<Option<String>> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    bytes(field, &value, max)?;
+    if json_depth(&value) > limits::STATE_DEPTH_MAX {
+        return Err(Error::invalid(
+            field,
+            InvalidReason::NotJson,
+            format!("JSON nests deeper than {} levels", limits::STATE_DEPTH_MAX),
+        ));
+    }
+    let text = String::from_utf8(value)
+        .map_err(|e| Error::invalid(field, InvalidReason::NotJson, format!("must be UTF-8: {e}")))?;
+    let parsed: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(field, InvalidReason::NotJson, format!("must be a JSON object: {e}")))?;
+    if !parsed.is_object() {
+        return Err(Error::invalid(field, InvalidReason::NotJson, "must be a JSON object"));
+    }
+    if holds_nul(&parsed) {
+        return Err(Error::invalid(field, InvalidReason::NotJson, "must not contain NUL (\\u0000) in a string"));
+    }
+    Ok(Some(text))
+}
+
+fn holds_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(holds_nul),
+        serde_json::Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
+/// The page token that resumes a record listing after `cursor`.
+pub fn records_token(cursor: &RecordCursor) -> String {
+    let mut raw = vec![RECORDS_TOKEN];
+    raw.extend(serde_json::to_vec(cursor).expect("strings serialize"));
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// Reads a record listing page token.
+pub fn records_after(token: &str) -> Result<Option<RecordCursor>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad_token())?;
+    match raw.split_first() {
+        Some((&RECORDS_TOKEN, cursor)) => serde_json::from_slice(cursor).map(Some).map_err(|_| bad_token()),
+        _ => Err(bad_token()),
+    }
+}
+
 const RESTORE_TOKEN: u8 = b'r';
 const TURNS_TOKEN: u8 = b't';
+const RECORDS_TOKEN: u8 = b'g';
 
 /// The page token that resumes a restore after `cursor`.
 pub fn restore_token(cursor: Cursor, newest_first: bool) -> String {

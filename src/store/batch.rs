@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use super::{Deleted, Error, Expired, Fenced, Write, Written};
 use crate::idempotency::{self, BeginPlan, Plan, Record};
 use crate::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
+use crate::records::{self, NewRecord, RecordDelete};
 
 /// The deduplication key of a checkpoint.
 pub type CheckpointKey<'a> = (&'a str, &'a str, &'a str, i64);
@@ -132,7 +133,12 @@ pub fn plan_idempotency(
 ) -> Vec<Record> {
     let mut changed: HashMap<(String, String), ()> = HashMap::new();
     for write in batch {
-        let Some((namespace, key)) = idempotency_key(write) else { continue };
+        let Some((namespace, key)) = idempotency_key(write) else {
+            if let Write::PutRecords(_) = write {
+                written.put.push(Ok(now));
+            }
+            continue;
+        };
         let id = (namespace.to_owned(), key.to_owned());
         let current = records.get(&id).filter(|r| !r.is_purgeable(now));
         let record = match write {
@@ -150,7 +156,12 @@ pub fn plan_idempotency(
             Write::Extend { fence, lease } => {
                 keep(idempotency::plan_extend(current, fence, *lease, now), &mut written.extended)
             }
-            Write::Append(_) | Write::DeleteTurn { .. } => None,
+            Write::PutRecords(put) => {
+                let verdict = put.fence.as_ref().map_or(Ok(()), |fence| idempotency::check_fence(current, fence));
+                written.put.push(verdict.map(|()| now));
+                None
+            }
+            Write::Append(_) | Write::DeleteTurn { .. } | Write::DeleteRecords(_) | Write::CopyTurn { .. } => None,
         };
         if let Some(record) = record {
             records.insert(id.clone(), record);
@@ -169,7 +180,8 @@ fn idempotency_key(write: &Write) -> Option<(&str, &str)> {
         Write::Complete { fence, .. } | Write::Release { fence, .. } | Write::Extend { fence, .. } => {
             Some((&fence.namespace, &fence.key))
         }
-        Write::Append(_) | Write::DeleteTurn { .. } => None,
+        Write::PutRecords(put) => put.fence.as_ref().map(|fence| (fence.namespace.as_str(), fence.key.as_str())),
+        Write::Append(_) | Write::DeleteTurn { .. } | Write::DeleteRecords(_) | Write::CopyTurn { .. } => None,
     }
 }
 
@@ -323,6 +335,20 @@ pub trait Statements: TurnChunks {
     async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error>;
     /// Writes whole records, replacing the rows of their keys.
     async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error>;
+    /// Writes the batch's records (`records::final_records`: one per
+    /// address, sorted), upserting or inserting if absent as each says.
+    async fn put_records(&mut self, records: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), sqlx::Error>;
+    /// Deletes what a DeleteRecords selects; answers how many records went.
+    async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, sqlx::Error>;
+    /// Copies every record of `source` to `target` (replacing what is at an
+    /// address there); answers how many.
+    async fn copy_turn(
+        &mut self,
+        namespace: &str,
+        source: &str,
+        target: &str,
+        recorded_at: UnixNanos,
+    ) -> Result<u64, sqlx::Error>;
 }
 
 /// Whether a batch must be a transaction: a batch of appends alone is one
@@ -359,13 +385,50 @@ pub async fn run(
         let changed = plan_idempotency(&batch, records, now, &mut tokens.into_iter(), &mut written);
         statements.save_records(&changed).await?;
     }
+    put_records(statements, &batch, recorded_at, &mut written).await?;
     for write in &batch {
-        if let Write::DeleteTurn { namespace, turn_id, rows, after, only_if } = write {
-            written.deleted.push(delete_chunk(statements, namespace, turn_id, *rows, *after, *only_if).await?);
+        match write {
+            Write::DeleteTurn { namespace, turn_id, rows, after, only_if } => {
+                written.deleted.push(delete_chunk(statements, namespace, turn_id, *rows, *after, *only_if).await?);
+            }
+            Write::DeleteRecords(delete) => written.records_deleted.push(statements.delete_records(delete).await?),
+            Write::CopyTurn { namespace, source, target } => {
+                written.copied.push(statements.copy_turn(namespace, source, target, recorded_at).await?);
+            }
+            _ => {}
         }
     }
     written.appended = appended(batch, sources, recorded_at);
     Ok(written)
+}
+
+/// Writes the records of the batch's PutRecords that their fences let
+/// through (each answered by `plan_idempotency`, or now when the batch has
+/// no fences), and dates each answer `recorded_at`.
+async fn put_records(
+    statements: &mut impl Statements,
+    batch: &[Write],
+    recorded_at: UnixNanos,
+    written: &mut Written,
+) -> Result<(), Error> {
+    let puts = batch.iter().filter_map(|write| match write {
+        Write::PutRecords(put) => Some(put),
+        _ => None,
+    });
+    if written.put.is_empty() {
+        written.put = puts.clone().map(|_| Ok(recorded_at)).collect();
+    }
+    let mut accepted = Vec::new();
+    for (put, answer) in puts.zip(written.put.iter_mut()) {
+        if let Ok(at) = answer {
+            *at = recorded_at;
+            accepted.extend(put.records.iter().map(|record| (put.namespace.as_str(), record)));
+        }
+    }
+    if !accepted.is_empty() {
+        statements.put_records(&records::final_records(accepted.into_iter()), recorded_at).await?;
+    }
+    Ok(())
 }
 
 /// Keeps a plan's answer in its list; returns the record to write, if any.

@@ -24,6 +24,8 @@ use sqlx::migrate::MigrateError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{ConnectOptions, FromRow, Postgres, Row, SqlSafeStr};
 
+mod records;
+
 use super::batch::{self, CheckpointKey};
 use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
 use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
@@ -31,6 +33,7 @@ use super::{Error, Options};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
 use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
+use crate::records::{NewRecord, RecordDelete, RecordEntry, RecordQuery};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -394,6 +397,24 @@ impl batch::Statements for Conn<'_, Postgres> {
         .await?;
         Ok(())
     }
+
+    async fn put_records(&mut self, rows: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), sqlx::Error> {
+        records::put(self.conn, rows, recorded_at).await
+    }
+
+    async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, sqlx::Error> {
+        records::delete(self.conn, delete).await
+    }
+
+    async fn copy_turn(
+        &mut self,
+        namespace: &str,
+        source: &str,
+        target: &str,
+        recorded_at: UnixNanos,
+    ) -> Result<u64, sqlx::Error> {
+        records::copy(self.conn, namespace, source, target, recorded_at).await
+    }
 }
 
 #[async_trait]
@@ -403,6 +424,11 @@ impl Backend for PostgresStore {
 
     fn pools(&self) -> &Pools<Postgres> {
         &self.pools
+    }
+
+    async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
+        let mut conn = self.pools.acquire(&self.pools.reader).await?;
+        Ok(records::list(&mut conn, q).await?)
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {

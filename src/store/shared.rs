@@ -24,6 +24,7 @@ use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
 use crate::model::{Cursor, ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
+use crate::records::{RecordEntry, RecordQuery};
 
 /// A page of a turn's checkpoints on Postgres, from the oldest or from the
 /// newest, chosen whole by one statement (SQLite's connection steps through
@@ -238,6 +239,9 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The key's record, unless absent or past its retention, with the store's time.
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;
+
+    /// One page of records of a kind with their related records.
+    async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error>;
 
     /// Deletes up to `limit` records past their retention; returns how many went.
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;
@@ -480,6 +484,10 @@ impl<B: Backend> Store for B {
 
     async fn restore(&self, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), Error> {
         Ok(<B::Database as Dialect>::restore(self.pools(), q).await?)
+    }
+
+    async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
+        Backend::list_records(self, q).await
     }
 
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {

@@ -38,6 +38,9 @@ use crate::metrics::StoreState;
 use crate::model::{
     Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
+use crate::records::{NewRecord, RecordDelete, RecordEntry, RecordQuery};
+
+mod records;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -107,6 +110,7 @@ impl Settings {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", false)?;
         conn.pragma_update(None, "analysis_limit", ANALYSIS_LIMIT)?;
+        records::register_functions(&conn)?;
         if writer {
             if let Some(pages) = self.max_pages {
                 conn.pragma_update(None, "max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))?;
@@ -534,6 +538,24 @@ impl Statements for Batch<'_> {
         statement.execute(&params[..]).map_err(sqlite)?;
         Ok(())
     }
+
+    async fn put_records(&mut self, rows: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), sqlx::Error> {
+        records::put(self.conn, rows, recorded_at).map_err(sqlite)
+    }
+
+    async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, sqlx::Error> {
+        records::delete(self.conn, delete).map_err(sqlite)
+    }
+
+    async fn copy_turn(
+        &mut self,
+        namespace: &str,
+        source: &str,
+        target: &str,
+        recorded_at: UnixNanos,
+    ) -> Result<u64, sqlx::Error> {
+        records::copy(self.conn, namespace, source, target, recorded_at).map_err(sqlite)
+    }
 }
 
 /// A deletion chunk's statements. Its transaction holds SQLite's write lock
@@ -661,6 +683,11 @@ impl Store for SqliteStore {
             step().map_err(sqlite)
         })
         .await
+    }
+
+    async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
+        let q = q.clone();
+        self.read(move |conn| records::list(conn, &q).map_err(sqlite)).await
     }
 
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {

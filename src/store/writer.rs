@@ -48,6 +48,7 @@ use super::{Deleted, Error, Expired, Fenced, Handle, Write, Written};
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
 use crate::metrics::Metrics;
 use crate::model::{Appended, NewCheckpoint, UnixNanos};
+use crate::records::{RecordDelete, RecordPut};
 use crate::traces::{self, Traces};
 
 /// How the writer batches.
@@ -77,6 +78,9 @@ enum Pending {
     Completed(Reply<Fenced<UnixNanos>>),
     Released(Reply<Fenced<RecordState>>),
     Extended(Reply<Fenced<UnixNanos>>),
+    Put(Reply<Fenced<UnixNanos>>),
+    RecordsDeleted(Reply<u64>),
+    Copied(Reply<u64>),
 }
 
 impl Pending {
@@ -89,6 +93,9 @@ impl Pending {
             Pending::Completed(reply) => reply.is_closed(),
             Pending::Released(reply) => reply.is_closed(),
             Pending::Extended(reply) => reply.is_closed(),
+            Pending::Put(reply) => reply.is_closed(),
+            Pending::RecordsDeleted(reply) => reply.is_closed(),
+            Pending::Copied(reply) => reply.is_closed(),
         }
     }
 }
@@ -128,6 +135,13 @@ impl Write {
             Write::Complete { fence, result } => fence.namespace.len() + fence.key.len() + result.len(),
             Write::Release { fence, error, .. } => fence.namespace.len() + fence.key.len() + error.len(),
             Write::Extend { fence, .. } => fence.namespace.len() + fence.key.len(),
+            Write::PutRecords(put) => put.bytes() + put.fence.as_ref().map_or(0, |f| f.key.len()),
+            Write::DeleteRecords(delete) => {
+                delete.namespace.len()
+                    + delete.turn_ids.iter().map(String::len).sum::<usize>()
+                    + delete.selection.as_ref().map_or(0, |s| s.metadata_any.iter().map(String::len).sum::<usize>())
+            }
+            Write::CopyTurn { namespace, source, target } => namespace.len() + source.len() + target.len(),
         };
         variable + WRITE_OVERHEAD_BYTES
     }
@@ -279,6 +293,22 @@ impl Writer {
     pub async fn extend(&self, fence: Fence, lease: i64) -> Result<Fenced<UnixNanos>, Error> {
         self.submit(Write::Extend { fence, lease }, Pending::Extended).await
     }
+
+    /// Writes records, all or none; answers when they were recorded, or why
+    /// the fence refused them (then nothing was written).
+    pub async fn put_records(&self, put: RecordPut) -> Result<Fenced<UnixNanos>, Error> {
+        self.submit(Write::PutRecords(put), Pending::Put).await
+    }
+
+    /// Deletes what `delete` selects, in one transaction of its own; answers how many records went.
+    pub async fn delete_records(&self, delete: RecordDelete) -> Result<u64, Error> {
+        self.submit(Write::DeleteRecords(delete), Pending::RecordsDeleted).await
+    }
+
+    /// Copies every record of `source` to `target`, in one transaction of its own; answers how many.
+    pub async fn copy_turn(&self, namespace: String, source: String, target: String) -> Result<u64, Error> {
+        self.submit(Write::CopyTurn { namespace, source, target }, Pending::Copied).await
+    }
 }
 
 /// One writer task: take what is waiting, commit it, answer, repeat.
@@ -294,9 +324,10 @@ async fn commit_batches(committer: Arc<Committer>, receiver: Arc<Mutex<mpsc::Rec
         // A request whose caller has gone is dropped, never stored; its
         // bytes go back now. The others hold theirs until answered.
         requests.retain(|request| !request.reply.is_abandoned());
-        // Delete chunks are committed each on its own, after the rest.
+        // Delete chunks, record deletions and turn copies are committed each
+        // on its own, after the rest.
         let (chunks, batch): (Vec<Request>, Vec<Request>) =
-            requests.drain(..).partition(|request| matches!(request.write, Write::DeleteTurn { .. }));
+            requests.drain(..).partition(|request| request.write.alone());
         if !batch.is_empty() {
             committer.commit(batch).await;
         }
@@ -384,6 +415,9 @@ struct Replies {
     completed: Vec<Reply<Fenced<UnixNanos>>>,
     released: Vec<Reply<Fenced<RecordState>>>,
     extended: Vec<Reply<Fenced<UnixNanos>>>,
+    put: Vec<Reply<Fenced<UnixNanos>>>,
+    records_deleted: Vec<Reply<u64>>,
+    copied: Vec<Reply<u64>>,
 }
 
 impl Replies {
@@ -395,12 +429,23 @@ impl Replies {
             Pending::Completed(reply) => self.completed.push(reply),
             Pending::Released(reply) => self.released.push(reply),
             Pending::Extended(reply) => self.extended.push(reply),
+            Pending::Put(reply) => self.put.push(reply),
+            Pending::RecordsDeleted(reply) => self.records_deleted.push(reply),
+            Pending::Copied(reply) => self.copied.push(reply),
         }
     }
 
     fn len(&self) -> usize {
-        let Replies { appended, deleted, begun, completed, released, extended } = self;
-        appended.len() + deleted.len() + begun.len() + completed.len() + released.len() + extended.len()
+        let Replies { appended, deleted, begun, completed, released, extended, put, records_deleted, copied } = self;
+        appended.len()
+            + deleted.len()
+            + begun.len()
+            + completed.len()
+            + released.len()
+            + extended.len()
+            + put.len()
+            + records_deleted.len()
+            + copied.len()
     }
 
     /// Hands every caller its answer once the batch committed.
@@ -411,6 +456,9 @@ impl Replies {
         send(self.completed, written.completed);
         send(self.released, written.released);
         send(self.extended, written.extended);
+        send(self.put, written.put);
+        send(self.records_deleted, written.records_deleted);
+        send(self.copied, written.copied);
     }
 
     /// Tells every caller the batch failed; nothing of it was committed.
@@ -421,6 +469,9 @@ impl Replies {
         fail(self.completed, &error);
         fail(self.released, &error);
         fail(self.extended, &error);
+        fail(self.put, &error);
+        fail(self.records_deleted, &error);
+        fail(self.copied, &error);
     }
 }
 

@@ -11,15 +11,16 @@ use std::process::Command;
 
 use serde_json::Value;
 use stepwell::api::pb::{
-    BeginRequest, CheckpointRequest, CompleteRequest, DeleteTurnRequest, ExtendRequest, GetRequest, ListTurnsRequest,
-    RecordState, ReleaseRequest, RestoreRequest,
+    BeginRequest, CheckpointRequest, CompleteRequest, CopyTurnRequest, DeleteRecordsRequest, DeleteTurnRequest,
+    ExtendRequest, GetRequest, ListRecordsRequest, ListTurnsRequest, PutRecordsRequest, Record, RecordState,
+    ReleaseRequest, RestoreRequest,
 };
 use stepwell::auth::{Rpc, token_sha256};
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::errors::assert_error;
 use stepwell_test_support::requests::{T0, duration, nanos, ts};
 use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
-use stepwell_test_support::{Client, IdempotencyClient, WAIT_LIMIT};
+use stepwell_test_support::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT};
 use tonic::{Code, Request, Status};
 
 use crate::STEPWELL;
@@ -102,7 +103,7 @@ fn write_auth_file(dir: &Path, text: &str) -> PathBuf {
 /// What each caller gets from each RPC, callers in the order of `CALLERS`:
 /// `+` allowed, `U` UNAUTHENTICATED, `D` PERMISSION_DENIED. The same in the
 /// explicit namespace and the empty one (`default`).
-const MATRIX: [(Rpc, &str); 9] = [
+const MATRIX: [(Rpc, &str); 13] = [
     //                 none malformed unknown read write admin other wildcard(write)
     (Rpc::Checkpoint, "U U U D + + D +"),
     (Rpc::Restore, "U U U + + + D +"),
@@ -113,7 +114,29 @@ const MATRIX: [(Rpc, &str); 9] = [
     (Rpc::Release, "U U U D + + D +"),
     (Rpc::Extend, "U U U D + + D +"),
     (Rpc::Get, "U U U + + + D +"),
+    (Rpc::PutRecords, "U U U D + + D +"),
+    (Rpc::ListRecords, "U U U + + + D +"),
+    (Rpc::DeleteRecords, "U U U D + + D +"),
+    (Rpc::CopyTurn, "U U U D + + D +"),
 ];
+
+/// A record in turn `name`, for the RecordService cells.
+fn record_in(name: &str) -> Record {
+    Record { turn_id: name.to_owned(), kind: "k".to_owned(), id: "a".to_owned(), ..Default::default() }
+}
+
+/// How many records turn `name` holds, read as the admin.
+async fn records_of(clients: &mut Clients, namespace: &str, name: &str) -> usize {
+    let request = ListRecordsRequest {
+        namespace: namespace.to_owned(),
+        turn_id: name.to_owned(),
+        kind: "k".to_owned(),
+        ..Default::default()
+    };
+    let admin = Caller::Admin.header();
+    let listed = clients.records.list_records(with_header(request, admin.as_deref())).await;
+    listed.expect("the admin lists records").into_inner().entries.len()
+}
 
 /// A request with the caller's header.
 fn with_header<T>(message: T, header: Option<&str>) -> Request<T> {
@@ -128,6 +151,7 @@ fn with_header<T>(message: T, header: Option<&str>) -> Request<T> {
 struct Clients {
     checkpoints: Client,
     keys: IdempotencyClient,
+    records: RecordClient,
 }
 
 /// What a cell was seeded with, to tell afterwards whether its call stored anything.
@@ -161,7 +185,13 @@ async fn seed(clients: &mut Clients, rpc: Rpc, namespace: &str, name: &str) -> S
             let begun = begun.into_inner();
             Seed { lease_token: begun.lease_token, lease_expires_at: nanos(begun.lease_expires_at) }
         }
-        Rpc::Checkpoint | Rpc::ListTurns | Rpc::Begin => Seed::default(),
+        Rpc::DeleteRecords | Rpc::CopyTurn => {
+            let request =
+                PutRecordsRequest { namespace: namespace.to_owned(), records: vec![record_in(name)], fence: None };
+            clients.records.put_records(with_header(request, admin)).await.expect("the admin seeds a record");
+            Seed::default()
+        }
+        Rpc::Checkpoint | Rpc::ListTurns | Rpc::Begin | Rpc::PutRecords | Rpc::ListRecords => Seed::default(),
     }
 }
 
@@ -177,7 +207,7 @@ async fn call(
     let namespace = namespace.to_owned();
     let name = name.to_owned();
     let token = seed.lease_token;
-    let (c, k) = (&mut clients.checkpoints, &mut clients.keys);
+    let (c, k, r) = (&mut clients.checkpoints, &mut clients.keys, &mut clients.records);
     match rpc {
         Rpc::Checkpoint => {
             let request = CheckpointRequest {
@@ -223,6 +253,23 @@ async fn call(
             k.extend(with_header(request, header)).await.map(drop)
         }
         Rpc::Get => k.get(with_header(GetRequest { namespace, key: name }, header)).await.map(drop),
+        Rpc::PutRecords => {
+            let request = PutRecordsRequest { namespace, records: vec![record_in(&name)], fence: None };
+            r.put_records(with_header(request, header)).await.map(drop)
+        }
+        Rpc::ListRecords => {
+            let request = ListRecordsRequest { namespace, kind: "k".to_owned(), ..Default::default() };
+            r.list_records(with_header(request, header)).await.map(drop)
+        }
+        Rpc::DeleteRecords => {
+            let request = DeleteRecordsRequest { namespace, turn_ids: vec![name], ..Default::default() };
+            r.delete_records(with_header(request, header)).await.map(drop)
+        }
+        Rpc::CopyTurn => {
+            let target_turn_id = format!("{name}-copy");
+            let request = CopyTurnRequest { namespace, source_turn_id: name, target_turn_id };
+            r.copy_turn(with_header(request, header)).await.map(drop)
+        }
     }
 }
 
@@ -247,13 +294,20 @@ async fn changed(clients: &mut Clients, rpc: Rpc, namespace: &str, name: &str, s
         _ => None,
     };
     let held = |record: Option<stepwell::api::pb::GetResponse>| record.expect("the seeded key is there");
+    let records = match rpc {
+        Rpc::PutRecords | Rpc::DeleteRecords => records_of(clients, namespace, name).await,
+        Rpc::CopyTurn => records_of(clients, namespace, &format!("{name}-copy")).await,
+        _ => 0,
+    };
     match rpc {
         Rpc::Checkpoint => Some(checkpoints == 1),
         Rpc::DeleteTurn => Some(checkpoints == 0),
         Rpc::Begin => Some(record.is_some()),
         Rpc::Complete | Rpc::Release => Some(held(record).state != i32::from(RecordState::InProgress)),
         Rpc::Extend => Some(nanos(held(record).lease_expires_at) != seed.lease_expires_at),
-        Rpc::Restore | Rpc::ListTurns | Rpc::Get => None,
+        Rpc::PutRecords | Rpc::CopyTurn => Some(records == 1),
+        Rpc::DeleteRecords => Some(records == 0),
+        Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords => None,
     }
 }
 
@@ -262,7 +316,7 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says_and_refusals_store_no
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = write_auth_file(dir.path(), &auth_file_text());
     let server = Sidecar::builder().configure(|config| config.security.auth_file = Some(path)).start().await;
-    let mut clients = Clients { checkpoints: server.client(), keys: server.idempotency() };
+    let mut clients = Clients { checkpoints: server.client(), keys: server.idempotency(), records: server.records() };
 
     let mut cells = Vec::new();
     for (rpc, row) in MATRIX {
@@ -297,7 +351,7 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says_and_refusals_store_no
             }
         }
     }
-    assert_eq!(cells.len(), 9 * 8 * 2);
+    assert_eq!(cells.len(), MATRIX.len() * 8 * 2);
 
     // Every write the matrix refused left the store as it was; every one it
     // allowed changed it, so the read-back can tell the two apart.

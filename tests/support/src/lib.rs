@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
+use stepwell::api::pb::record_service_client::RecordServiceClient;
 use tonic::transport::Channel;
 
 /// The generated CheckpointService client every test uses.
@@ -34,6 +35,9 @@ pub type Client = CheckpointServiceClient<Channel>;
 
 /// The generated IdempotencyService client.
 pub type IdempotencyClient = IdempotencyServiceClient<Channel>;
+
+/// The generated RecordService client.
+pub type RecordClient = RecordServiceClient<Channel>;
 
 /// A test setting from the environment (a profile, a seed, a compiler):
 /// the one place the test binaries read it, since the sidecar's lints

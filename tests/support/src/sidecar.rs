@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
+use stepwell::api::pb::record_service_client::RecordServiceClient;
 use stepwell::config::{Config, Listen};
 use stepwell::{Listener, ServeError};
 use tokio::net::TcpListener;
@@ -43,7 +44,7 @@ use crate::backend::TestStore;
 use crate::channel::{Target, connect_with};
 use crate::health::wait_for_serving;
 use crate::tls::ClientTls;
-use crate::{Client, IdempotencyClient, WAIT_LIMIT};
+use crate::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT};
 
 /// A running sidecar, connected: `Sidecar` in-process, or `SidecarProcess`,
 /// the real binary. Either hands out clients on its channel.
@@ -81,6 +82,10 @@ impl<Kind> Running<Kind> {
 
     pub fn idempotency(&self) -> IdempotencyClient {
         IdempotencyServiceClient::new(self.channel.clone())
+    }
+
+    pub fn records(&self) -> RecordClient {
+        RecordServiceClient::new(self.channel.clone())
     }
 
     pub fn channel(&self) -> Channel {

@@ -1,0 +1,291 @@
+//! Postgres's statements for records (RecordService): a batch's puts as
+//! `UNNEST`ed arrays (one statement for the upserts, one for the inserts),
+//! deleting and copying inside the writer's transaction, and a page of a
+//! list in one statement that returns each record with its children and
+//! refs. Metadata filters are jsonb's `@>`, read through the
+//! `records_metadata` index.
+
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{Postgres, Row};
+
+use crate::model::UnixNanos;
+use crate::records::{NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, StoredRecord};
+
+/// A record's columns as a list reads them: jsonb as its text.
+const COLUMNS: &str = "r.turn_id, r.scope, r.kind, r.id, r.parent_id, r.content_type, r.payload, \
+                       CAST(r.metadata AS text) AS metadata, CAST(r.refs AS text) AS refs, r.recorded_at_ns";
+
+fn stored(row: &PgRow) -> Result<StoredRecord, sqlx::Error> {
+    Ok(StoredRecord {
+        record: NewRecord {
+            turn_id: row.try_get("turn_id")?,
+            scope: row.try_get("scope")?,
+            kind: row.try_get("kind")?,
+            id: row.try_get("id")?,
+            parent_id: row.try_get("parent_id")?,
+            content_type: row.try_get("content_type")?,
+            payload: row.try_get("payload")?,
+            metadata: row.try_get("metadata")?,
+            refs: row.try_get("refs")?,
+            mode: PutMode::Upsert,
+        },
+        recorded_at: row.try_get("recorded_at_ns")?,
+    })
+}
+
+/// Writes `rows` (one per address, sorted): the upserts replace what is
+/// stored, the inserts keep it. One round trip per mode present.
+pub async fn put(
+    conn: &mut PgConnection,
+    rows: &[(&str, &NewRecord)],
+    recorded_at: UnixNanos,
+) -> Result<(), sqlx::Error> {
+    for mode in [PutMode::Upsert, PutMode::InsertIfAbsent] {
+        let chosen: Vec<&(&str, &NewRecord)> = rows.iter().filter(|(_, r)| r.mode == mode).collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        let on_conflict = match mode {
+            PutMode::Upsert => {
+                "DO UPDATE SET parent_id = excluded.parent_id, content_type = excluded.content_type, \
+                 payload = excluded.payload, metadata = excluded.metadata, refs = excluded.refs, \
+                 recorded_at_ns = excluded.recorded_at_ns"
+            }
+            PutMode::InsertIfAbsent => "DO NOTHING",
+        };
+        let text = |f: fn(&NewRecord) -> &str| chosen.iter().map(|(_, r)| f(r)).collect::<Vec<&str>>();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, metadata, \
+                                  refs, recorded_at_ns) \
+             SELECT n, t, k, s, i, p, c, b, CAST(m AS jsonb), CAST(f AS jsonb), $11 \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+                         $8::bytea[], $9::text[], $10::text[]) AS u(n, t, k, s, i, p, c, b, m, f) \
+             ON CONFLICT (namespace, turn_id, kind, scope, id) {on_conflict}"
+        )))
+        .bind(chosen.iter().map(|(namespace, _)| *namespace).collect::<Vec<&str>>())
+        .bind(text(|r| &r.turn_id))
+        .bind(text(|r| &r.kind))
+        .bind(text(|r| &r.scope))
+        .bind(text(|r| &r.id))
+        .bind(text(|r| &r.parent_id))
+        .bind(text(|r| &r.content_type))
+        .bind(chosen.iter().map(|(_, r)| &r.payload[..]).collect::<Vec<&[u8]>>())
+        .bind(chosen.iter().map(|(_, r)| r.metadata.as_deref()).collect::<Vec<Option<&str>>>())
+        .bind(text(|r| &r.refs))
+        .bind(recorded_at)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Deletes what `d` selects; answers how many records went. With a
+/// selection: one statement deletes the chosen records and their children
+/// and answers the scopes it touched; a second deletes those scopes'
+/// references that no record of the kind uses any more (it must see the
+/// first's deletions, which a later part of the same statement would not).
+pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sqlx::Error> {
+    let Some(selection) = &d.selection else {
+        let done = sqlx::query("DELETE FROM records WHERE namespace = $1 AND turn_id = ANY($2::text[])")
+            .bind(&d.namespace)
+            .bind(&d.turn_ids)
+            .execute(&mut *conn)
+            .await?;
+        return Ok(done.rows_affected());
+    };
+    let mut chosen = "SELECT turn_id, scope, id FROM records p WHERE namespace = $1 AND kind = $2".to_owned();
+    if !d.turn_ids.is_empty() {
+        chosen.push_str(" AND turn_id = ANY($3::text[])");
+    }
+    if !selection.metadata_any.is_empty() {
+        chosen.push_str(" AND metadata @> ANY(CAST($4 AS jsonb[]))");
+    }
+    if selection.keep_latest {
+        chosen.push_str(
+            " AND id < (SELECT max(id) FROM records l \
+                        WHERE l.namespace = p.namespace AND l.turn_id = p.turn_id AND l.kind = p.kind \
+                          AND l.scope = p.scope)",
+        );
+    }
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH chosen AS MATERIALIZED ({chosen}), \
+         children AS (DELETE FROM records c USING chosen \
+                      WHERE c.namespace = $1 AND c.kind = $5 AND c.turn_id = chosen.turn_id \
+                        AND c.scope = chosen.scope AND c.parent_id = chosen.id RETURNING 1), \
+         gone AS (DELETE FROM records r USING chosen \
+                  WHERE r.namespace = $1 AND r.kind = $2 AND r.turn_id = chosen.turn_id AND r.scope = chosen.scope \
+                    AND r.id = chosen.id RETURNING r.turn_id, r.scope) \
+         SELECT (SELECT count(*) FROM children) + (SELECT count(*) FROM gone) AS deleted, \
+                CAST((SELECT coalesce(jsonb_agg(DISTINCT jsonb_build_array(turn_id, scope)), '[]') FROM gone) \
+                     AS text) AS scopes"
+    )))
+    .bind(&d.namespace)
+    .bind(&selection.kind)
+    .bind(&d.turn_ids)
+    .bind(&selection.metadata_any)
+    .bind(selection.children_kind.as_deref().unwrap_or(""))
+    .fetch_one(&mut *conn)
+    .await?;
+    let mut deleted: i64 = row.try_get("deleted")?;
+    let scopes: String = row.try_get("scopes")?;
+    if let Some(refs) = &selection.refs_kind
+        && scopes != "[]"
+    {
+        let done = sqlx::query(
+            "DELETE FROM records r \
+             USING (SELECT e->>0 AS turn_id, e->>1 AS scope FROM jsonb_array_elements(CAST($3 AS jsonb)) e) a \
+             WHERE r.namespace = $1 AND r.kind = $2 AND r.turn_id = a.turn_id AND r.scope = a.scope \
+               AND NOT EXISTS (SELECT 1 FROM records p \
+                               WHERE p.namespace = r.namespace AND p.turn_id = r.turn_id AND p.kind = $4 \
+                                 AND p.scope = r.scope AND p.refs ? r.id)",
+        )
+        .bind(&d.namespace)
+        .bind(refs)
+        .bind(&scopes)
+        .bind(&selection.kind)
+        .execute(&mut *conn)
+        .await?;
+        deleted += i64::try_from(done.rows_affected()).unwrap_or(i64::MAX);
+    }
+    Ok(u64::try_from(deleted).unwrap_or(0))
+}
+
+/// Copies every record of `source` to `target`, replacing what is at an address there.
+pub async fn copy(
+    conn: &mut PgConnection,
+    namespace: &str,
+    source: &str,
+    target: &str,
+    recorded_at: UnixNanos,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, metadata, refs, \
+                              recorded_at_ns) \
+         SELECT namespace, $3, kind, scope, id, parent_id, content_type, payload, metadata, refs, $4 \
+         FROM records WHERE namespace = $1 AND turn_id = $2 \
+         ON CONFLICT (namespace, turn_id, kind, scope, id) DO UPDATE SET \
+           parent_id = excluded.parent_id, content_type = excluded.content_type, payload = excluded.payload, \
+           metadata = excluded.metadata, refs = excluded.refs, recorded_at_ns = excluded.recorded_at_ns",
+    )
+    .bind(namespace)
+    .bind(source)
+    .bind(target)
+    .bind(recorded_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// One page of a list in one statement: the page's records (part 0), their
+/// children (part 1) and their refs (part 2), each related row naming the
+/// record it belongs to. The page is chosen by count (one more than asked,
+/// to tell whether more follow) and then cut where the byte budget ends.
+pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
+    let mut filters = String::new();
+    let mut n = 2;
+    let mut next = |sql: &str| {
+        n += 1;
+        filters.push_str(&sql.replace('#', &format!("${n}")));
+    };
+    if q.turn_id.is_some() {
+        next(" AND turn_id = #");
+    }
+    if q.scope.is_some() {
+        next(" AND scope = #");
+    }
+    if q.id.is_some() {
+        next(" AND id = #");
+    }
+    if q.before_id.is_some() {
+        next(" AND id < #");
+    }
+    if q.metadata_contains.is_some() {
+        next(" AND metadata @> CAST(# AS jsonb)");
+    }
+    if q.after.is_some() {
+        n += 3;
+        filters.push_str(&format!(" AND (id, turn_id, scope) < (${}, ${}, ${})", n - 2, n - 1, n));
+    }
+    let limit = n + 1;
+    let mut sql = format!(
+        "WITH page AS MATERIALIZED (\
+           SELECT * FROM records WHERE namespace = $1 AND kind = $2{filters} \
+           ORDER BY id DESC, turn_id DESC, scope DESC LIMIT ${limit}) \
+         SELECT 0 AS part, r.turn_id AS owner_turn, r.scope AS owner_scope, r.id AS owner_id, {COLUMNS} FROM page r"
+    );
+    let mut kinds = Vec::new();
+    if let Some(kind) = &q.children_kind {
+        kinds.push(kind);
+        sql.push_str(&format!(
+            " UNION ALL SELECT 1, p.turn_id, p.scope, p.id, {COLUMNS} FROM page p JOIN records r \
+               ON r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${} AND r.scope = p.scope \
+              AND r.parent_id = p.id",
+            limit + kinds.len()
+        ));
+    }
+    if let Some(kind) = &q.refs_kind {
+        kinds.push(kind);
+        sql.push_str(&format!(
+            " UNION ALL SELECT 2, p.turn_id, p.scope, p.id, {COLUMNS} \
+              FROM page p CROSS JOIN LATERAL jsonb_array_elements_text(p.refs) AS u(ref) JOIN records r \
+               ON r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${} AND r.scope = p.scope AND r.id = u.ref",
+            limit + kinds.len()
+        ));
+    }
+    let mut query = sqlx::query::<Postgres>(sqlx::AssertSqlSafe(sql)).bind(&q.namespace).bind(&q.kind);
+    for value in [&q.turn_id, &q.scope, &q.id, &q.before_id, &q.metadata_contains].into_iter().flatten() {
+        query = query.bind(value);
+    }
+    if let Some(after) = &q.after {
+        query = query.bind(&after.id).bind(&after.turn_id).bind(&after.scope);
+    }
+    query = query.bind(i64::from(q.limit) + 1);
+    for kind in kinds {
+        query = query.bind(kind);
+    }
+    let rows = query.fetch_all(&mut *conn).await?;
+    let mut entries: Vec<RecordEntry> = Vec::new();
+    let mut related: Vec<(i32, (String, String, String), StoredRecord)> = Vec::new();
+    for row in &rows {
+        let part: i32 = row.try_get("part")?;
+        let record = stored(row)?;
+        if part == 0 {
+            entries.push(RecordEntry { record, children: Vec::new(), refs: Vec::new() });
+        } else {
+            let owner = (row.try_get("owner_turn")?, row.try_get("owner_scope")?, row.try_get("owner_id")?);
+            related.push((part, owner, record));
+        }
+    }
+    entries.sort_by(|a, b| {
+        let key = |e: &RecordEntry| {
+            let r = &e.record.record;
+            (r.id.clone(), r.turn_id.clone(), r.scope.clone())
+        };
+        key(b).cmp(&key(a))
+    });
+    related.sort_by(|a, b| a.2.record.id.cmp(&b.2.record.id));
+    let index: std::collections::HashMap<(String, String, String), usize> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let r = &e.record.record;
+            ((r.turn_id.clone(), r.scope.clone(), r.id.clone()), i)
+        })
+        .collect();
+    for (part, owner, record) in related {
+        if let Some(&i) = index.get(&owner) {
+            if part == 1 { entries[i].children.push(record) } else { entries[i].refs.push(record) }
+        }
+    }
+    let mut more = entries.len() > q.limit as usize;
+    entries.truncate(q.limit as usize);
+    let mut used = 0usize;
+    if let Some(fit) = entries.iter().position(|entry| {
+        used = used.saturating_add(entry.bytes());
+        used > q.bytes_max
+    }) {
+        entries.truncate(fit.max(1));
+        more = true;
+    }
+    Ok((entries, more))
+}
