@@ -522,9 +522,15 @@ pub struct ServeArgs {
           default_value = "off", value_parser = retention)]
     pub open_turn_retention: Retention,
 
-    /// A TOML file of per-namespace turn retention that overrides the two
+    /// Delete every record of a turn (RecordService) when none of them was
+    /// written for this long (90s, 30m, 12h, 30d), or off to keep them forever.
+    #[arg(long = "record-retention", env = "STEPWELL_RECORD_RETENTION", value_name = "AGE|off",
+          default_value = "off", value_parser = retention)]
+    pub record_retention: Retention,
+
+    /// A TOML file of per-namespace retention that overrides the three
     /// flags above ([namespaces.NAME] turn_retention = "90d",
-    /// open_turn_retention = "off").
+    /// open_turn_retention = "off", record_retention = "30d").
     #[arg(long = "retention-file", env = "STEPWELL_RETENTION_FILE", value_name = "PATH")]
     pub retention_file: Option<PathBuf>,
 
@@ -1046,6 +1052,8 @@ pub struct Sweep {
 pub struct TurnRetention {
     pub terminal: Option<Duration>,
     pub open: Option<Duration>,
+    /// The records of a turn none of whose records was written for this long.
+    pub records: Option<Duration>,
     pub namespaces: std::collections::BTreeMap<String, NamespaceRetention>,
 }
 
@@ -1054,6 +1062,7 @@ pub struct TurnRetention {
 pub struct NamespaceRetention {
     pub terminal: Option<Duration>,
     pub open: Option<Duration>,
+    pub records: Option<Duration>,
 }
 
 impl TurnRetention {
@@ -1061,7 +1070,11 @@ impl TurnRetention {
     pub fn is_on(&self) -> bool {
         self.terminal.is_some()
             || self.open.is_some()
-            || self.namespaces.values().any(|rule| rule.terminal.is_some() || rule.open.is_some())
+            || self.records.is_some()
+            || self
+                .namespaces
+                .values()
+                .any(|rule| rule.terminal.is_some() || rule.open.is_some() || rule.records.is_some())
     }
 }
 
@@ -1079,6 +1092,7 @@ struct RetentionFile {
 struct RetentionEntry {
     turn_retention: Option<String>,
     open_turn_retention: Option<String>,
+    record_retention: Option<String>,
 }
 
 /// The turn retention of the flags and, if named, the file.
@@ -1086,6 +1100,7 @@ fn turn_retention(args: &ServeArgs, errors: &mut ConfigErrors) -> TurnRetention 
     let mut retention = TurnRetention {
         terminal: args.turn_retention.0,
         open: args.open_turn_retention.0,
+        records: args.record_retention.0,
         namespaces: Default::default(),
     };
     let Some(path) = &args.retention_file else { return retention };
@@ -1109,11 +1124,16 @@ fn turn_retention(args: &ServeArgs, errors: &mut ConfigErrors) -> TurnRetention 
             None => Ok(default),
             Some(text) => age_or_off(text).map_err(|why| format!("[namespaces.{namespace}]: {why}")),
         };
-        match (rule(&entry.turn_retention, retention.terminal), rule(&entry.open_turn_retention, retention.open)) {
-            (Ok(terminal), Ok(open)) => {
-                retention.namespaces.insert(namespace, NamespaceRetention { terminal, open });
+        let rules = (
+            rule(&entry.turn_retention, retention.terminal),
+            rule(&entry.open_turn_retention, retention.open),
+            rule(&entry.record_retention, retention.records),
+        );
+        match rules {
+            (Ok(terminal), Ok(open), Ok(records)) => {
+                retention.namespaces.insert(namespace, NamespaceRetention { terminal, open, records });
             }
-            (Err(why), _) | (_, Err(why)) => fail(why),
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => fail(why),
         }
     }
     retention
@@ -1616,17 +1636,28 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("retention.toml");
-        std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"90d\"\n[namespaces.audit]\nturn_retention = \"off\"\nopen_turn_retention = \"1h\"\n").unwrap();
+        std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"90d\"\n[namespaces.audit]\nturn_retention = \"off\"\nopen_turn_retention = \"1h\"\nrecord_retention = \"2h\"\n").unwrap();
         let path = file.to_str().unwrap();
-        let args = serve(&["--turn-retention", "1d", "--retention-file", path], &Env::default()).unwrap();
+        let args =
+            serve(&["--turn-retention", "1d", "--record-retention", "7d", "--retention-file", path], &Env::default())
+                .unwrap();
         let rules = Config::from_args(&args).unwrap().sweep.turns;
         let day = Duration::from_secs(86_400);
-        assert_eq!(rules.namespaces["billing"], NamespaceRetention { terminal: Some(day * 90), open: None });
+        assert_eq!(
+            rules.namespaces["billing"],
+            NamespaceRetention { terminal: Some(day * 90), open: None, records: Some(day * 7) }
+        );
         assert_eq!(
             rules.namespaces["audit"],
-            NamespaceRetention { terminal: None, open: Some(Duration::from_secs(3600)) }
+            NamespaceRetention {
+                terminal: None,
+                open: Some(Duration::from_secs(3600)),
+                records: Some(Duration::from_secs(7200))
+            }
         );
         assert_eq!(rules.terminal, Some(day));
+        assert_eq!(rules.records, Some(day * 7));
+        assert!(serve(&["--record-retention", "soon"], &Env::default()).is_err());
 
         std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"later\"\n").unwrap();
         let errors = Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).unwrap_err().0;
@@ -1655,6 +1686,24 @@ mod tests {
         let lines = mistakes(&serve(&["--database-url", "postgresq://u:SECRET@h/db"], &Env::default()).unwrap_err());
         assert!(lines.len() == 1 && lines[0].contains("--database-url"), "{lines:?}");
         assert!(!lines[0].contains("SECRET") && lines[0].contains("must start with"), "{lines:?}");
+    }
+
+    #[test]
+    fn record_limits_have_flags_and_defaults() {
+        let defaults = Config::from_args(&ServeArgs::defaults()).unwrap().limits;
+        assert_eq!(
+            (defaults.record_bytes_max, defaults.record_metadata_bytes_max, defaults.records_per_request_max),
+            (4 << 20, 64 << 10, 1000)
+        );
+        let argv =
+            ["--record-bytes-max", "1024", "--record-metadata-bytes-max", "256", "--records-per-request-max", "3"];
+        let limits = Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap().limits;
+        assert_eq!(
+            (limits.record_bytes_max, limits.record_metadata_bytes_max, limits.records_per_request_max),
+            (1024, 256, 3)
+        );
+        let lines = mistakes(&serve(&["--records-per-request-max", "0"], &Env::default()).unwrap_err());
+        assert!(lines[0].contains("--records-per-request-max"), "{lines:?}");
     }
 
     #[test]

@@ -102,6 +102,7 @@ pub struct Metrics {
     pub checkpoints_deleted: Counter,
     pub records_written: Counter,
     pub records_removed: Counter,
+    pub record_turns_expired: Counter,
     turns_expired: [Counter; 2],
     pub checkpoints_expired: Counter,
     pub retention_failures: Counter,
@@ -187,6 +188,7 @@ impl Metrics {
             checkpoints_deleted: r.counter("stepwell_checkpoints_deleted_total", &[]),
             records_written: r.counter("stepwell_records_written_total", &[]),
             records_removed: r.counter("stepwell_records_deleted_total", &[]),
+            record_turns_expired: r.counter("stepwell_record_turns_expired_total", &[]),
             turns_expired: ["terminal", "open"]
                 .map(|status| r.counter("stepwell_turns_expired_total", &[("status", status)])),
             checkpoints_expired: r.counter("stepwell_checkpoints_expired_total", &[]),
@@ -372,7 +374,8 @@ impl Registrar<'_> {
             ("stepwell_turns_deleted_total", "DeleteTurn requests that deleted a turn."),
             ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
             ("stepwell_records_written_total", "Records written by PutRecords (upserted or inserted if absent)."),
-            ("stepwell_records_deleted_total", "Records deleted by DeleteRecords."),
+            ("stepwell_records_deleted_total", "Records deleted by DeleteRecords and by record retention."),
+            ("stepwell_record_turns_expired_total", "Turns whose records record retention deleted."),
             ("stepwell_turns_expired_total", "Turns deleted by turn retention, by status (terminal, open)."),
             ("stepwell_checkpoints_expired_total", "Checkpoints of the turns deleted by turn retention."),
             (

@@ -85,6 +85,9 @@ pub struct RecordDelete {
     pub turn_ids: Vec<String>,
     /// `None`: every record of the turns.
     pub selection: Option<Selection>,
+    /// Retention's condition, with no selection: delete a turn's records
+    /// only while none of them was written at or after this.
+    pub idle_before: Option<UnixNanos>,
 }
 
 /// Which records of a kind a DeleteRecords selects.

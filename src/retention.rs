@@ -10,14 +10,20 @@
 //! status, is kept with everything not yet deleted. Deletion shares the
 //! writer's queue and its bounds, in chunks of `--delete-chunk-rows`, so a
 //! purge never holds the SQLite writer for long.
+//!
+//! Record retention (`--record-retention`, and `record_retention` in the
+//! file) deletes every record of a turn none of whose records was written
+//! for that long, one turn per DeleteRecords through the writer, which
+//! keeps the turn if a record was written since it was chosen.
 
 use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::config::TurnRetention;
 use crate::metrics::Metrics;
+use crate::records::RecordDelete;
 use crate::store::writer::Writer;
-use crate::store::{Error, Expired, ExpiredQuery, Handle};
+use crate::store::{Error, Expired, ExpiredQuery, Handle, IdleQuery};
 
 /// What one retention pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +34,9 @@ pub struct Purged {
     pub checkpoints: u64,
     /// Turns chosen but kept: written since, or their status changed.
     pub kept: u64,
+    /// Turns whose records were deleted, and how many records they held.
+    pub record_turns: u64,
+    pub records: u64,
     /// Whether some rule found a whole batch: more may be waiting.
     pub more: bool,
 }
@@ -87,6 +96,38 @@ pub async fn purge_turns(
             }
         }
     }
+    for (namespace, except, age) in record_rules(retention) {
+        let idle_before = clock.now().saturating_sub(i64::try_from(age.as_nanos()).unwrap_or(i64::MAX));
+        let query = IdleQuery { namespace, except, idle_before, limit: batch_max };
+        let turns = store.reads()?.idle_record_turns(&query).await?;
+        purged.more |= turns.len() >= batch_max as usize;
+        for (namespace, turn_id) in turns {
+            let delete =
+                RecordDelete { namespace, turn_ids: vec![turn_id], selection: None, idle_before: Some(idle_before) };
+            match writer.delete_records(delete).await? {
+                0 => purged.kept += 1,
+                deleted => {
+                    purged.record_turns += 1;
+                    purged.records += deleted;
+                    metrics.record_turns_expired.increment(1);
+                    metrics.records_removed.increment(deleted);
+                }
+            }
+        }
+    }
     metrics.checkpoints_expired.increment(purged.checkpoints);
     Ok(purged)
+}
+
+/// The record rules of `retention`: the flag's, for every namespace without
+/// a rule of its own, then each namespace's own, as (namespace, except, age).
+fn record_rules(retention: &TurnRetention) -> Vec<(Option<String>, Vec<String>, Duration)> {
+    let except: Vec<String> = retention.namespaces.keys().cloned().collect();
+    let mut rules: Vec<_> = retention.records.map(|age| (None, except, age)).into_iter().collect();
+    for (namespace, own) in &retention.namespaces {
+        if let Some(age) = own.records {
+            rules.push((Some(namespace.clone()), Vec::new(), age));
+        }
+    }
+    rules
 }

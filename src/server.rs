@@ -675,7 +675,9 @@ impl TurnSweep {
                     total.turns += purged.turns;
                     total.checkpoints += purged.checkpoints;
                     total.kept += purged.kept;
-                    if !purged.more || purged.turns == 0 {
+                    total.record_turns += purged.record_turns;
+                    total.records += purged.records;
+                    if !purged.more || purged.turns + purged.record_turns == 0 {
                         break;
                     }
                     tokio::task::yield_now().await;
@@ -687,11 +689,13 @@ impl TurnSweep {
                 }
             }
         }
-        if total.turns > 0 || total.kept > 0 {
+        if total.turns > 0 || total.kept > 0 || total.record_turns > 0 {
             tracing::info!(
                 turns = total.turns,
                 checkpoints = total.checkpoints,
                 kept = total.kept,
+                record_turns = total.record_turns,
+                records = total.records,
                 "turn retention deleted turns past their retention"
             );
         }

@@ -248,6 +248,17 @@ pub struct ExpiredQuery {
     pub limit: u32,
 }
 
+/// Which turns record retention looks for: those none of whose records was
+/// written at or after `idle_before`, in `namespace` or, without one, in
+/// every namespace but those in `except`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdleQuery {
+    pub namespace: Option<String>,
+    pub except: Vec<String>,
+    pub idle_before: UnixNanos,
+    pub limit: u32,
+}
+
 /// What one chunk of a DeleteTurn did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deleted {
@@ -298,6 +309,9 @@ pub trait Store: Send + Sync + 'static {
     /// Up to `query.limit` turns past a retention rule, oldest first, as
     /// (namespace, turn id).
     async fn expired_turns(&self, query: &ExpiredQuery) -> Result<Vec<(String, String)>, Error>;
+
+    /// Up to `query.limit` turns of records idle since before `query.idle_before`, as (namespace, turn id).
+    async fn idle_record_turns(&self, query: &IdleQuery) -> Result<Vec<(String, String)>, Error>;
 
     /// The key's record, unless absent or past its retention, with the store's time.
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;

@@ -163,7 +163,11 @@ impl RecordApi {
                 refs_kind: optional_kind("refs_kind", req.refs_kind)?,
             })
         };
-        let deleted = self.shared.writer()?.delete_records(RecordDelete { namespace, turn_ids, selection }).await?;
+        let deleted = self
+            .shared
+            .writer()?
+            .delete_records(RecordDelete { namespace, turn_ids, selection, idle_before: None })
+            .await?;
         self.shared.metrics().records_removed.increment(deleted);
         Ok(DeleteRecordsResponse { deleted: i64::try_from(deleted).unwrap_or(i64::MAX) })
     }

@@ -29,7 +29,7 @@ mod records;
 use super::batch::{self, CheckpointKey};
 use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
 use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
-use super::{Error, Options};
+use super::{Error, IdleQuery, Options};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
 use crate::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
@@ -424,6 +424,11 @@ impl Backend for PostgresStore {
 
     fn pools(&self) -> &Pools<Postgres> {
         &self.pools
+    }
+
+    async fn idle_record_turns(&self, q: &IdleQuery) -> Result<Vec<(String, String)>, Error> {
+        let mut conn = self.pools.acquire(&self.pools.reader).await?;
+        Ok(records::idle_turns(&mut conn, q).await?)
     }
 
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {

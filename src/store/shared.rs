@@ -19,7 +19,7 @@ use sqlx::{Connection, Database, Encode, Executor, FromRow, IntoArguments, Pool,
 
 use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
-use super::{Error, ExpiredQuery, Store, Write, Written};
+use super::{Error, ExpiredQuery, IdleQuery, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
@@ -242,6 +242,9 @@ pub trait Backend: Send + Sync + 'static {
 
     /// One page of records of a kind with their related records.
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error>;
+
+    /// Turns of records idle since before a time.
+    async fn idle_record_turns(&self, q: &IdleQuery) -> Result<Vec<(String, String)>, Error>;
 
     /// Deletes up to `limit` records past their retention; returns how many went.
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;
@@ -488,6 +491,10 @@ impl<B: Backend> Store for B {
 
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
         Backend::list_records(self, q).await
+    }
+
+    async fn idle_record_turns(&self, q: &IdleQuery) -> Result<Vec<(String, String)>, Error> {
+        Backend::idle_record_turns(self, q).await
     }
 
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {

@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, Semaphore};
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
 use super::rows::{self, CheckpointRow, InsertedRow, PageRow, RecordRow, TurnRow, decode_error};
 use super::shared::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN, TURN, expired_turns_sql, list_turns_sql};
-use super::{Error, ExpiredQuery, Options, Store, Write, Written};
+use super::{Error, ExpiredQuery, IdleQuery, Options, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
@@ -688,6 +688,11 @@ impl Store for SqliteStore {
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
         let q = q.clone();
         self.read(move |conn| records::list(conn, &q).map_err(sqlite)).await
+    }
+
+    async fn idle_record_turns(&self, q: &IdleQuery) -> Result<Vec<(String, String)>, Error> {
+        let q = q.clone();
+        self.read(move |conn| records::idle_turns(conn, &q).map_err(sqlite)).await
     }
 
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {

@@ -4,20 +4,25 @@
 //! on the same store through a writer of its own, as a second sidecar's
 //! sweeper would, and what is left is read back over gRPC. Then the real
 //! binary with `--turn-retention` deletes old turns at its first sweep.
+//! Record retention deletes the records of turns idle past their rule,
+//! and keeps a turn written since it was chosen.
 
 use std::time::Duration;
 
-use stepwell::api::pb::{CheckpointRequest, ListTurnsRequest, TurnStatus};
+use stepwell::api::pb::{
+    CheckpointRequest, ListRecordsRequest, ListTurnsRequest, PutRecordsRequest, Record, TurnStatus,
+};
 use stepwell::clock::{Clock, system_now};
 use stepwell::config::{Config, NamespaceRetention, TurnRetention};
 use stepwell::metrics::Metrics;
+use stepwell::records::RecordDelete;
 use stepwell::retention::{self, Purged};
 use stepwell::store::writer::Writer;
 use stepwell::store::{self, Expired, ExpiredQuery, Handle};
-use stepwell_test_support::Client;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{list_all, stored_states};
 use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
+use stepwell_test_support::{Client, RecordClient};
 
 use crate::STEPWELL;
 
@@ -84,7 +89,7 @@ async fn terminal_turns_past_retention_go_and_open_ones_stay_unless_asked() {
 
     let rules = TurnRetention { terminal: Some(DAY), ..Default::default() };
     let purged = pass(&sweeper, &rules, &clock).await;
-    assert_eq!(purged, Purged { turns: 1, checkpoints: 2, kept: 0, more: false });
+    assert_eq!(purged, Purged { turns: 1, checkpoints: 2, ..Default::default() });
     assert_eq!(turns_of(&mut client, "").await, ["new-done", "new-open", "old-open"]);
     assert!(stored_states(&mut client, "old-done").await.is_empty(), "its checkpoints are gone too");
 
@@ -110,8 +115,8 @@ async fn a_namespace_rule_wins_over_the_flags() {
     let sweeper = sweeper_on(server.store(), &clock).await;
     // The flags keep terminal turns a day; "kept" forever; "short" an hour.
     let mut rules = TurnRetention { terminal: Some(DAY), ..Default::default() };
-    rules.namespaces.insert("kept".into(), NamespaceRetention { terminal: None, open: None });
-    rules.namespaces.insert("short".into(), NamespaceRetention { terminal: Some(HOUR), open: None });
+    rules.namespaces.insert("kept".into(), NamespaceRetention { terminal: None, open: None, records: None });
+    rules.namespaces.insert("short".into(), NamespaceRetention { terminal: Some(HOUR), open: None, records: None });
 
     assert_eq!(pass(&sweeper, &rules, &clock).await.turns, 1);
     assert!(turns_of(&mut client, "short").await.is_empty(), "past its namespace's hour");
@@ -169,4 +174,73 @@ async fn the_sidecar_deletes_turns_past_retention_at_its_sweep() {
     let again = SidecarProcess::builder(STEPWELL, &store).spawn().await;
     let mut client = again.client();
     assert_eq!(turns_of(&mut client, "").await, ["open-last-week", "today"]);
+}
+
+/// Puts two records (of two kinds) in `turn` of `namespace`.
+async fn records_in(client: &mut RecordClient, namespace: &str, turn: &str) {
+    let record = |kind: &str| Record {
+        turn_id: turn.to_owned(),
+        kind: kind.to_owned(),
+        id: "a".to_owned(),
+        payload: b"x".to_vec(),
+        ..Default::default()
+    };
+    let request =
+        PutRecordsRequest { namespace: namespace.to_owned(), records: vec![record("one"), record("two")], fence: None };
+    client.put_records(request).await.expect("stored");
+}
+
+/// The turns of a namespace holding a record of kind "one".
+async fn record_turns(client: &mut RecordClient, namespace: &str) -> Vec<String> {
+    let request = ListRecordsRequest { namespace: namespace.to_owned(), kind: "one".to_owned(), ..Default::default() };
+    let listed = client.list_records(request).await.expect("listed").into_inner();
+    let mut turns: Vec<String> = listed.entries.into_iter().map(|e| e.record.expect("a record").turn_id).collect();
+    turns.sort();
+    turns
+}
+
+#[tokio::test]
+async fn record_retention_deletes_idle_turns_per_namespace_and_keeps_a_turn_written_since() {
+    let server = Sidecar::builder().start().await;
+    let mut client = server.records();
+    for (namespace, turn) in [("", "a"), ("", "b"), ("kept", "c"), ("short", "d")] {
+        records_in(&mut client, namespace, turn).await;
+    }
+    let clock = Clock::system();
+    let sweeper = sweeper_on(server.store(), &clock).await;
+    let mut rules = TurnRetention { records: Some(DAY), ..Default::default() };
+    rules.namespaces.insert("kept".into(), NamespaceRetention { records: None, ..Default::default() });
+    rules.namespaces.insert("short".into(), NamespaceRetention { records: Some(HOUR), ..Default::default() });
+
+    // Freshly written: nothing is past any rule.
+    assert_eq!(pass(&sweeper, &rules, &clock).await, Purged::default());
+
+    // Two hours later only the namespace with an hour's rule loses its turn.
+    clock.advance(2 * HOUR);
+    let purged = pass(&sweeper, &rules, &clock).await;
+    assert_eq!(purged, Purged { record_turns: 1, records: 2, ..Default::default() });
+    assert!(record_turns(&mut client, "short").await.is_empty());
+    assert_eq!(record_turns(&mut client, "").await, ["a", "b"]);
+
+    // Two days later the flag's rule takes the default namespace's turns,
+    // and the namespace without a rule keeps its own.
+    clock.advance(2 * DAY);
+    let purged = pass(&sweeper, &rules, &clock).await;
+    assert_eq!(purged, Purged { record_turns: 2, records: 4, ..Default::default() });
+    assert!(record_turns(&mut client, "").await.is_empty());
+    assert_eq!(record_turns(&mut client, "kept").await, ["c"]);
+
+    // A turn chosen as idle before `chosen_before` but written since is kept
+    // whole: the deletion checks, in its transaction, that no record of the
+    // turn was written at or after the cutoff it was chosen with.
+    let chosen_before = system_now();
+    records_in(&mut client, "", "e").await;
+    let delete = RecordDelete {
+        namespace: "default".into(),
+        turn_ids: vec!["e".into()],
+        selection: None,
+        idle_before: Some(chosen_before),
+    };
+    assert_eq!(sweeper.1.delete_records(delete).await.expect("answered"), 0);
+    assert_eq!(record_turns(&mut client, "").await, ["e"]);
 }

@@ -10,6 +10,7 @@ use sqlx::{Postgres, Row};
 
 use crate::model::UnixNanos;
 use crate::records::{NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, StoredRecord};
+use crate::store::IdleQuery;
 
 /// A record's columns as a list reads them: jsonb as its text.
 const COLUMNS: &str = "r.turn_id, r.scope, r.kind, r.id, r.parent_id, r.content_type, r.payload, \
@@ -85,6 +86,20 @@ pub async fn put(
 /// references that no record of the kind uses any more (it must see the
 /// first's deletions, which a later part of the same statement would not).
 pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sqlx::Error> {
+    if let Some(idle_before) = d.idle_before {
+        // Retention's turn, kept if any of its records was written since it was chosen.
+        let written = sqlx::query(
+            "SELECT 1 FROM records WHERE namespace = $1 AND turn_id = ANY($2::text[]) AND recorded_at_ns >= $3 LIMIT 1",
+        )
+        .bind(&d.namespace)
+        .bind(&d.turn_ids)
+        .bind(idle_before)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if written.is_some() {
+            return Ok(0);
+        }
+    }
     let Some(selection) = &d.selection else {
         let done = sqlx::query("DELETE FROM records WHERE namespace = $1 AND turn_id = ANY($2::text[])")
             .bind(&d.namespace)
@@ -148,6 +163,23 @@ pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sq
         deleted += i64::try_from(done.rows_affected()).unwrap_or(i64::MAX);
     }
     Ok(u64::try_from(deleted).unwrap_or(0))
+}
+
+/// Up to `q.limit` turns none of whose records was written at or after `q.idle_before`.
+pub async fn idle_turns(conn: &mut PgConnection, q: &IdleQuery) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let (namespaces, rule) = match &q.namespace {
+        Some(namespace) => (vec![namespace.clone()], "namespace = ANY($1::text[])"),
+        None => (q.except.clone(), "namespace <> ALL($1::text[])"),
+    };
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT namespace, turn_id FROM records WHERE {rule} \
+         GROUP BY namespace, turn_id HAVING max(recorded_at_ns) < $2 LIMIT $3"
+    )))
+    .bind(namespaces)
+    .bind(q.idle_before)
+    .bind(i64::from(q.limit))
+    .fetch_all(&mut *conn)
+    .await
 }
 
 /// Copies every record of `source` to `target`, replacing what is at an address there.

@@ -9,11 +9,12 @@
 
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::ToSql;
-use rusqlite::{Connection, Row};
+use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::model::UnixNanos;
 use crate::records::{self, NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, StoredRecord};
+use crate::store::IdleQuery;
 
 /// A record's columns, in the order `stored` reads them.
 const COLUMNS: &str = "turn_id, scope, kind, id, parent_id, content_type, payload, metadata, refs, recorded_at_ns";
@@ -103,6 +104,19 @@ pub fn put(conn: &Connection, rows: &[(&str, &NewRecord)], recorded_at: UnixNano
 /// Deletes what `d` selects; answers how many records went.
 pub fn delete(conn: &Connection, d: &RecordDelete) -> rusqlite::Result<u64> {
     let turns = serde_json::to_string(&d.turn_ids).expect("strings serialize");
+    if let Some(idle_before) = d.idle_before {
+        // Retention's turn, kept if any of its records was written since it was chosen.
+        let written: Option<i64> = conn
+            .prepare_cached(
+                "SELECT 1 FROM records WHERE namespace = ?1 AND turn_id IN (SELECT value FROM json_each(?2)) \
+                   AND recorded_at_ns >= ?3 LIMIT 1",
+            )?
+            .query_row(rusqlite::params![d.namespace, turns, idle_before], |row| row.get(0))
+            .optional()?;
+        if written.is_some() {
+            return Ok(0);
+        }
+    }
     let Some(selection) = &d.selection else {
         let deleted = conn
             .prepare_cached(
@@ -196,6 +210,23 @@ pub fn copy(
         )?
         .execute(rusqlite::params![namespace, source, target, recorded_at])?;
     Ok(copied as u64)
+}
+
+/// Up to `q.limit` turns none of whose records was written at or after `q.idle_before`.
+pub fn idle_turns(conn: &Connection, q: &IdleQuery) -> rusqlite::Result<Vec<(String, String)>> {
+    let (namespaces, rule) = match &q.namespace {
+        Some(namespace) => (serde_json::to_string(&[namespace]).expect("strings serialize"), "IN"),
+        None => (serde_json::to_string(&q.except).expect("strings serialize"), "NOT IN"),
+    };
+    let sql = format!(
+        "SELECT namespace, turn_id FROM records WHERE namespace {rule} (SELECT value FROM json_each(?1)) \
+         GROUP BY namespace, turn_id HAVING max(recorded_at_ns) < ?2 LIMIT ?3"
+    );
+    let mut statement = conn.prepare_cached(&sql)?;
+    let found = statement.query_map(rusqlite::params![namespaces, q.idle_before, i64::from(q.limit)], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })?;
+    found.collect()
 }
 
 /// The main statement of a list: only the filters asked for, so that the
