@@ -237,10 +237,11 @@ func (x *Record) GetRecordedAt() *timestamppb.Timestamp {
 	return nil
 }
 
-// Fence makes a put conditional on a lease of the idempotency service: the
-// put is refused with FAILED_PRECONDITION, reason LEASE_LOST (another holder
-// took the key over) or NOT_ACQUIRED (no lease is held), unless the key's
-// current lease token is lease_token and the lease was not released.
+// Fence makes a put conditional on a lease of the idempotency service, and
+// refused, with nothing of it written, unless the key's current lease token
+// is lease_token and the lease was not given back: ABORTED with reason
+// LEASE_LOST when another holder took the key over, FAILED_PRECONDITION with
+// reason NOT_ACQUIRED when no lease is held (as Complete is refused).
 type Fence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The idempotency key, in the request's namespace. Required, 1..256 bytes.
