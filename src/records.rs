@@ -192,11 +192,22 @@ pub fn json_contains(target: &Value, filter: &Value) -> bool {
         (Value::Array(target), Value::Array(filter)) => {
             filter.iter().all(|wanted| target.iter().any(|have| json_contains(have, wanted)))
         }
-        (Value::Number(a), Value::Number(b)) => match (a.as_f64(), b.as_f64()) {
-            (Some(a), Some(b)) => a == b,
-            _ => a == b,
-        },
+        (Value::Number(a), Value::Number(b)) => same_number(a, b),
         (a, b) => a == b,
+    }
+}
+
+/// Whether two JSON numbers are the same value: integers exactly (64-bit
+/// integers parse exactly), an integer and a double only if the double is
+/// that very integer, doubles by value. The API admits only doubles of at
+/// most 15 significant digits, so two different decimals are never one double.
+fn same_number(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    let integer = |n: &serde_json::Number| n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from));
+    match (integer(a), integer(b)) {
+        (Some(a), Some(b)) => a == b,
+        (Some(i), None) => b.as_f64().is_some_and(|f| f.fract() == 0.0 && f as i128 == i && i as f64 == f),
+        (None, Some(i)) => a.as_f64().is_some_and(|f| f.fract() == 0.0 && f as i128 == i && i as f64 == f),
+        (None, None) => a.as_f64() == b.as_f64(),
     }
 }
 
@@ -243,6 +254,9 @@ mod tests {
         assert!(json_contains(&doc, &json!({})));
         assert!(json_contains(&doc, &json!({"run_id": "r1"})));
         assert!(json_contains(&doc, &json!({"step": 2.0})));
+        assert!(!json_contains(&json!({"n": 9007199254740993u64}), &json!({"n": 9007199254740992u64})));
+        assert!(!json_contains(&json!({"n": 9007199254740993u64}), &json!({"n": 9007199254740992.0})));
+        assert!(json_contains(&json!({"n": 9007199254740992u64}), &json!({"n": 9007199254740992.0})));
         assert!(json_contains(&doc, &json!({"tags": ["b"]})));
         assert!(json_contains(&doc, &json!({"nested": {"y": [2]}})));
         assert!(!json_contains(&doc, &json!({"run_id": "r2"})));

@@ -85,7 +85,8 @@ impl RecordApi {
             refs_kind: optional_kind("refs_kind", req.refs_kind)?,
             after: validate::records_after(&req.page_token)?,
             limit: validate::page_size(req.page_size, limits.page_size_default, limits.page_size_max)?,
-            bytes_max: limits.response_bytes_max,
+            // The page's token comes beside its entries.
+            bytes_max: limits.response_bytes_max.saturating_sub(validate::RECORDS_TOKEN_BYTES_MAX).max(1),
         };
         let (entries, more) = self.shared.store()?.list_records(&query).await?;
         let next_page_token = match entries.last() {
@@ -199,12 +200,14 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
         let max = limits::RECORD_REFS_MAX;
         return Err(Error::invalid(name("refs"), InvalidReason::TooLong, format!("must hold at most {max} ids")));
     }
-    let refs = r
-        .refs
-        .into_iter()
-        .enumerate()
-        .map(|(i, id)| text(&format!("refs[{i}]"), id, true))
-        .collect::<Result<Vec<_>>>()?;
+    let mut refs = Vec::with_capacity(r.refs.len());
+    for (i, id) in r.refs.into_iter().enumerate() {
+        let id = text(&format!("refs[{i}]"), id, true)?;
+        // A ref named twice is one reference.
+        if !refs.contains(&id) {
+            refs.push(id);
+        }
+    }
     let mode = match pb::PutMode::try_from(r.mode) {
         Ok(pb::PutMode::Unspecified | pb::PutMode::Upsert) => records::PutMode::Upsert,
         Ok(pb::PutMode::InsertIfAbsent) => records::PutMode::InsertIfAbsent,

@@ -252,7 +252,91 @@ pub fn json_object(field: &str, value: Vec<u8>, max: usize) -> Result<Option<Str
     if holds_nul(&parsed) {
         return Err(Error::invalid(field, InvalidReason::NotJson, "must not contain NUL (\\u0000) in a string"));
     }
+    if let Some(why) = numbers(text.as_bytes()).find_map(number_refused) {
+        return Err(Error::invalid(field, InvalidReason::NotJson, why));
+    }
     Ok(Some(text))
+}
+
+/// The number tokens of a valid JSON text: what starts with `-` or a digit
+/// outside strings, up to the first byte no number holds.
+fn numbers(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let (mut i, mut in_string, mut escaped) = (0, false, false);
+    std::iter::from_fn(move || {
+        while i < bytes.len() {
+            let b = bytes[i];
+            if in_string {
+                match (escaped, b) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+                i += 1;
+                continue;
+            }
+            if b == b'"' {
+                in_string = true;
+            } else if b == b'-' || b.is_ascii_digit() {
+                let start = i;
+                while i < bytes.len() && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E') {
+                    i += 1;
+                }
+                return Some(&bytes[start..i]);
+            }
+            i += 1;
+        }
+        None
+    })
+}
+
+/// Most significant digits of a non-integer number in metadata: few enough
+/// that two different decimals are two different doubles, so SQLite's
+/// containment compares numbers exactly, as Postgres's jsonb does.
+const NUMBER_DIGITS_MAX: usize = 15;
+/// Largest decimal exponent of a non-integer number in metadata, either
+/// way: Postgres prints jsonb numbers in full, so `1e-300` would list back
+/// as 302 characters.
+const NUMBER_EXPONENT_MAX: i64 = 20;
+
+/// Why a number of metadata (or of a filter) is refused: an integer must
+/// fit 64 bits; any other number must have at most 15 significant digits
+/// and a decimal exponent within ±20. Such numbers compare alike on both
+/// backends, and none can fail or swell a Postgres statement.
+fn number_refused(token: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(token).ok()?;
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(at) => (&unsigned[..at], Some(&unsigned[at + 1..])),
+        None => (unsigned, None),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if exponent.is_none() && frac.is_empty() {
+        let fits = text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok();
+        return (!fits).then(|| format!("the integer {text} does not fit 64 bits"));
+    }
+    let exponent: i64 = match exponent.map(|e| e.trim_start_matches('+').parse::<i64>()) {
+        None => 0,
+        Some(Ok(e)) if e.abs() <= 2 * NUMBER_EXPONENT_MAX => e,
+        // Postgres refuses even a zero with an exponent like -99999.
+        Some(_) => return Some(format!("the number {text} has an exponent beyond ±{}", 2 * NUMBER_EXPONENT_MAX)),
+    };
+    let digits: String = format!("{int}{frac}");
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return None; // zero, however written
+    }
+    let leading_zeros = digits.len() - significant.len();
+    let significant = significant.trim_end_matches('0');
+    if significant.len() > NUMBER_DIGITS_MAX {
+        return Some(format!("the number {text} has more than {NUMBER_DIGITS_MAX} significant digits"));
+    }
+    // The decimal exponent of the first significant digit.
+    let scale = exponent.saturating_add(int.len() as i64).saturating_sub(leading_zeros as i64 + 1);
+    if scale.abs() > NUMBER_EXPONENT_MAX {
+        return Some(format!("the number {text} is beyond 1e±{NUMBER_EXPONENT_MAX}"));
+    }
+    None
 }
 
 fn holds_nul(value: &serde_json::Value) -> bool {
@@ -264,10 +348,19 @@ fn holds_nul(value: &serde_json::Value) -> bool {
     }
 }
 
-/// The page token that resumes a record listing after `cursor`.
+/// Room a ListRecords page keeps for its page token beyond its entries: the
+/// longest cursor (an id, a turn and a scope at their limits, each with a
+/// length) in base64, rounded up.
+pub const RECORDS_TOKEN_BYTES_MAX: usize = 4096;
+
+/// The page token that resumes a record listing after `cursor`: each field
+/// as its length (4 bytes) and bytes.
 pub fn records_token(cursor: &RecordCursor) -> String {
     let mut raw = vec![RECORDS_TOKEN];
-    raw.extend(serde_json::to_vec(cursor).expect("strings serialize"));
+    for field in [&cursor.id, &cursor.turn_id, &cursor.scope] {
+        raw.extend_from_slice(&(field.len() as u32).to_be_bytes());
+        raw.extend_from_slice(field.as_bytes());
+    }
     URL_SAFE_NO_PAD.encode(raw)
 }
 
@@ -277,10 +370,19 @@ pub fn records_after(token: &str) -> Result<Option<RecordCursor>> {
         return Ok(None);
     }
     let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad_token())?;
-    match raw.split_first() {
-        Some((&RECORDS_TOKEN, cursor)) => serde_json::from_slice(cursor).map(Some).map_err(|_| bad_token()),
-        _ => Err(bad_token()),
+    let Some((&RECORDS_TOKEN, mut rest)) = raw.split_first() else { return Err(bad_token()) };
+    let mut field = || -> Result<String> {
+        let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(bad_token)?;
+        let len = u32::from_be_bytes(*len) as usize;
+        let (bytes, tail) = (tail.get(..len).ok_or_else(bad_token)?, &tail[len..]);
+        rest = tail;
+        String::from_utf8(bytes.to_vec()).map_err(|_| bad_token())
+    };
+    let cursor = RecordCursor { id: field()?, turn_id: field()?, scope: field()? };
+    if !rest.is_empty() {
+        return Err(bad_token());
     }
+    Ok(Some(cursor))
 }
 
 const RESTORE_TOKEN: u8 = b'r';
@@ -349,6 +451,39 @@ fn too_long(field: &str, max: usize) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn metadata_numbers_compare_alike_on_both_backends_or_are_refused() {
+        let ok = |text: &str| json_object("m", text.as_bytes().to_vec(), 1 << 16).is_ok();
+        for good in [
+            r#"{"a":1}"#,
+            r#"{"a":-9223372036854775808,"b":18446744073709551615}"#,
+            r#"{"a":1.5,"b":2.0,"c":0.000001,"d":1e20,"e":1.23456789012345e-5,"f":0e-40,"g":12e19}"#,
+            r#"{"s":"1e-20000 123456789012345678901234567890","n":[1,2,{"x":3}]}"#,
+        ] {
+            assert!(ok(good), "{good}");
+        }
+        for bad in [
+            r#"{"a":18446744073709551616}"#,
+            r#"{"a":1e-20000}"#,
+            r#"{"a":1e21}"#,
+            r#"{"a":[1.00000000000000001]}"#,
+            r#"{"a":{"b":-1E-16384}}"#,
+            r#"{"a":0.0e-99999}"#,
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn record_tokens_round_trip_and_refuse_what_they_did_not_make() {
+        let cursor = RecordCursor { id: "c|\u{1f}é".into(), turn_id: "t".into(), scope: String::new() };
+        assert_eq!(records_after(&records_token(&cursor)).unwrap(), Some(cursor));
+        let longest = RecordCursor { id: "x".repeat(1024), turn_id: "t".repeat(256), scope: "s".repeat(1024) };
+        assert!(records_token(&longest).len() <= RECORDS_TOKEN_BYTES_MAX);
+        assert!(records_after(&turns_token("t")).is_err());
+        assert!(records_after("Zw").is_err());
+    }
 
     #[test]
     fn json_depth_ignores_brackets_in_strings() {

@@ -316,8 +316,13 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
         used = used.saturating_add(entry.bytes());
         used > q.bytes_max
     }) {
-        entries.truncate(fit.max(1));
-        more = true;
+        // The first entry always comes, however large; if it was the last,
+        // the listing ends here.
+        let keep = fit.max(1);
+        if keep < entries.len() {
+            entries.truncate(keep);
+            more = true;
+        }
     }
     Ok((entries, more))
 }

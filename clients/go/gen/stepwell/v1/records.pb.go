@@ -115,7 +115,10 @@ type Record struct {
 	// printable ASCII.
 	ContentType string `protobuf:"bytes,7,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// A UTF-8 JSON object, or empty for none; at most
-	// --record-metadata-bytes-max (default 64 KiB).
+	// --record-metadata-bytes-max (default 64 KiB). Its integers must fit 64
+	// bits, and its other numbers have at most 15 significant digits within
+	// 1e-20..1e20 (so containment compares them exactly on every store). It
+	// is returned as an equal object, not byte for byte (Postgres keeps jsonb).
 	Metadata []byte `protobuf:"bytes,8,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// Ids of records of another kind in the same turn and scope that this
 	// record uses (ListRecordsRequest.refs_kind); at most 4096, each 1..1024
@@ -244,7 +247,8 @@ func (x *Record) GetRecordedAt() *timestamppb.Timestamp {
 // reason NOT_ACQUIRED when no lease is held (as Complete is refused).
 type Fence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The idempotency key, in the request's namespace. Required, 1..256 bytes.
+	// The idempotency key, in the request's namespace. Required, 1..512 bytes
+	// (as Begin takes).
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// The token Begin returned.
 	LeaseToken    uint64 `protobuf:"varint,2,opt,name=lease_token,json=leaseToken,proto3" json:"lease_token,omitempty"`

@@ -104,7 +104,10 @@ class Record(_message.Message):
     """
     metadata: _builtins.bytes
     """A UTF-8 JSON object, or empty for none; at most
-    --record-metadata-bytes-max (default 64 KiB).
+    --record-metadata-bytes-max (default 64 KiB). Its integers must fit 64
+    bits, and its other numbers have at most 15 significant digits within
+    1e-20..1e20 (so containment compares them exactly on every store). It
+    is returned as an equal object, not byte for byte (Postgres keeps jsonb).
     """
     mode: Global___PutMode.ValueType
     """How a put treats a stored record at the same address. Not stored."""
@@ -158,7 +161,9 @@ class Fence(_message.Message):
     KEY_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     key: _builtins.str
-    """The idempotency key, in the request's namespace. Required, 1..256 bytes."""
+    """The idempotency key, in the request's namespace. Required, 1..512 bytes
+    (as Begin takes).
+    """
     lease_token: _builtins.int
     """The token Begin returned."""
     def __init__(

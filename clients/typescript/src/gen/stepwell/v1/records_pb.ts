@@ -93,7 +93,10 @@ export type Record = Message<"stepwell.v1.Record"> & {
 
   /**
    * A UTF-8 JSON object, or empty for none; at most
-   * --record-metadata-bytes-max (default 64 KiB).
+   * --record-metadata-bytes-max (default 64 KiB). Its integers must fit 64
+   * bits, and its other numbers have at most 15 significant digits within
+   * 1e-20..1e20 (so containment compares them exactly on every store). It
+   * is returned as an equal object, not byte for byte (Postgres keeps jsonb).
    *
    * @generated from field: bytes metadata = 8;
    */
@@ -142,7 +145,8 @@ export const RecordSchema: GenMessage<Record> = /*@__PURE__*/
  */
 export type Fence = Message<"stepwell.v1.Fence"> & {
   /**
-   * The idempotency key, in the request's namespace. Required, 1..256 bytes.
+   * The idempotency key, in the request's namespace. Required, 1..512 bytes
+   * (as Begin takes).
    *
    * @generated from field: string key = 1;
    */
