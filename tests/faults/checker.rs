@@ -15,6 +15,10 @@
 //! ledger, that no effect was performed by a holder that began after the key
 //! was known COMPLETED. A run that mostly errors cannot pass: at least 80% of
 //! operations wholly outside fault windows must succeed.
+//!
+//! For record puts (RecordService, several records inserted if absent in
+//! one call) the same rules hold for each record, and a put is all or
+//! nothing: its records are read back all present or all absent.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -104,6 +108,9 @@ struct KeyHistory {
     observed: Vec<(Vec<u8>, Instant)>,
 }
 
+/// A record put's records (id, payload hash) and each attempt's outcome.
+type PutAttempts = (Vec<(String, u64)>, Vec<Outcome>);
+
 /// The log of a fault run, shared by all workers.
 #[derive(Default)]
 pub struct History {
@@ -111,6 +118,9 @@ pub struct History {
     /// Every attempt of each checkpoint tuple: payload hash and outcome.
     checkpoints: Mutex<HashMap<Tuple, Vec<(u64, Outcome)>>>,
     keys: Mutex<HashMap<String, KeyHistory>>,
+    /// Every attempt of each record put, by (turn, put number): its records'
+    /// (id, payload hash), and each attempt's outcome.
+    record_puts: Mutex<HashMap<(String, u64), PutAttempts>>,
     windows: Mutex<Vec<(Instant, Instant)>>,
 }
 
@@ -125,6 +135,7 @@ pub struct Verdict {
     pub ok_outside_windows: usize,
     pub tuples: usize,
     pub keys: usize,
+    pub record_puts: usize,
     pub lost: usize,
     pub duplicated: usize,
     pub violations: Vec<String>,
@@ -164,6 +175,13 @@ pub struct Stored {
     pub hash: u64,
 }
 
+/// A stored record (RecordService), as read back.
+pub struct StoredRecord {
+    pub turn: String,
+    pub id: String,
+    pub hash: u64,
+}
+
 /// A key's record, as read back.
 pub struct Record {
     pub key: String,
@@ -184,6 +202,13 @@ impl History {
     pub fn checkpoint(&self, tuple: &Tuple, state: &[u8], start: Instant, outcome: Outcome) {
         self.call(start, &outcome);
         self.checkpoints.lock().unwrap().entry(tuple.clone()).or_default().push((hash(state), outcome));
+    }
+
+    /// One attempt of record put `n` in `turn`, of `records` (id, payload hash).
+    pub fn records_put(&self, turn: &str, n: u64, records: Vec<(String, u64)>, start: Instant, outcome: Outcome) {
+        self.call(start, &outcome);
+        let mut puts = self.record_puts.lock().unwrap();
+        puts.entry((turn.to_owned(), n)).or_insert_with(|| (records, Vec::new())).1.push(outcome);
     }
 
     /// A call on a key that changes nothing the checker follows (e.g. IN_PROGRESS).
@@ -235,23 +260,65 @@ impl History {
         codes
     }
 
-    /// The tuples and keys the run touched, for reading back.
-    pub fn touched(&self) -> (Vec<String>, Vec<String>) {
+    /// The turns, keys and turns of records the run touched, for reading back.
+    pub fn touched(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
         let mut turns: Vec<String> = self.checkpoints.lock().unwrap().keys().map(|t| t.turn.clone()).collect();
         turns.sort();
         turns.dedup();
         let mut keys: Vec<String> = self.keys.lock().unwrap().keys().cloned().collect();
         keys.sort();
-        (turns, keys)
+        let mut record_turns: Vec<String> = self.record_puts.lock().unwrap().keys().map(|(t, _)| t.clone()).collect();
+        record_turns.sort();
+        record_turns.dedup();
+        (turns, keys, record_turns)
     }
 
     /// Holds the log to what the store returned.
-    pub fn verify(&self, stored: &[Stored], records: &[Record]) -> Verdict {
+    pub fn verify(&self, stored: &[Stored], records: &[Record], stored_records: &[StoredRecord]) -> Verdict {
         let mut verdict = Verdict::default();
         self.verify_calls(&mut verdict);
         self.verify_checkpoints(stored, &mut verdict);
         self.verify_keys(records, &mut verdict);
+        self.verify_record_puts(stored_records, &mut verdict);
         verdict
+    }
+
+    fn verify_record_puts(&self, stored: &[StoredRecord], verdict: &mut Verdict) {
+        let puts = self.record_puts.lock().unwrap();
+        let mut rows: BTreeMap<(&str, &str), Vec<u64>> = BTreeMap::new();
+        for row in stored {
+            rows.entry((&row.turn, &row.id)).or_default().push(row.hash);
+        }
+        verdict.record_puts = puts.len();
+        for ((turn, n), (records, outcomes)) in puts.iter() {
+            let acknowledged = outcomes.iter().any(Outcome::is_ok);
+            let indeterminate = outcomes.iter().any(|o| matches!(o, Outcome::Indeterminate(_)));
+            let mut present = 0;
+            for (id, payload) in records {
+                let found = rows.remove(&(turn.as_str(), id.as_str())).unwrap_or_default();
+                if found.len() > 1 {
+                    verdict.duplicated += 1;
+                    verdict.violations.push(format!("record {turn}/{id}: stored {} times", found.len()));
+                }
+                if found.iter().any(|h| h != payload) {
+                    verdict.violations.push(format!("record {turn}/{id}: stored bytes differ from the payload"));
+                }
+                present += usize::from(!found.is_empty());
+            }
+            if present != 0 && present != records.len() {
+                verdict.violations.push(format!("put {turn}#{n}: {present} of its {} records stored", records.len()));
+            }
+            if acknowledged && present == 0 {
+                verdict.lost += 1;
+                verdict.violations.push(format!("put {turn}#{n}: acknowledged but not stored (lost)"));
+            }
+            if !acknowledged && !indeterminate && present > 0 {
+                verdict.violations.push(format!("put {turn}#{n}: stored although every attempt got a definite error"));
+            }
+        }
+        for ((turn, id), hashes) in rows {
+            verdict.violations.push(format!("record {turn}/{id}: stored {} times but never written", hashes.len()));
+        }
     }
 
     fn verify_calls(&self, verdict: &mut Verdict) {

@@ -5,8 +5,10 @@
 //! the ledger, then Complete, retrying the Complete with the same token).
 //! Keys are contended: each new key is begun by two writers, and a quarter
 //! of Begins revisit an older key, which must be COMPLETED with its one
-//! result, or be taken over only after its lease ran out. Afterwards
-//! `read_back` reads the whole run back through the API.
+//! result, or be taken over only after its lease ran out. One writer in
+//! four puts records instead (three per PutRecords, inserted if absent,
+//! retried as a client would). Afterwards `read_back` reads the whole run
+//! back through the API.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,14 +17,18 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
-use stepwell::api::pb::{BeginOutcome, BeginRequest, CheckpointRequest, GetRequest, RecordState, RestoreRequest};
+use stepwell::api::pb::record_service_client::RecordServiceClient;
+use stepwell::api::pb::{
+    BeginOutcome, BeginRequest, CheckpointRequest, GetRequest, ListRecordsRequest, PutMode, PutRecordsRequest, Record,
+    RecordState, RestoreRequest,
+};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 use stepwell_test_support::requests::{T0, complete, duration, nanos, restore_all, ts};
 use stepwell_test_support::rng::Rng;
 
-use crate::checker::{Acquisition, History, Outcome, Record, Stored, Tuple, hash};
+use crate::checker::{Acquisition, History, Outcome, Record as KeyRecord, Stored, StoredRecord, Tuple, hash};
 use crate::profile::report;
 
 /// The namespace of every fault run's writes.
@@ -62,7 +68,9 @@ impl Workload {
             .map(|w| {
                 let (stop, history, channel) = (stop.clone(), history.clone(), channel());
                 let rng = Rng::new(seed.wrapping_add(w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                if w % 2 == 0 {
+                if w % 4 == 3 {
+                    tokio::spawn(record_puts(w, channel, history, stop, rng))
+                } else if w % 2 == 0 {
                     tokio::spawn(checkpoints(w, channel, history, stop, rng))
                 } else {
                     tokio::spawn(operations(channel, history, stop, rng, next_key.clone()))
@@ -113,6 +121,52 @@ async fn checkpoints(w: usize, channel: Channel, history: Arc<History>, stop: Ar
         history.checkpoint(&tuple, &request.state, start, outcome.clone());
         if !outcome.is_ok() {
             // A client retries the same tuple until it hears a definite answer.
+            if matches!(outcome, Outcome::Indeterminate(_) | Outcome::Definite(tonic::Code::ResourceExhausted)) {
+                pending = Some(request);
+            }
+            tokio::time::sleep(BACKOFF).await;
+        }
+    }
+}
+
+/// Records per put, and puts per turn of records.
+const RECORDS_PER_PUT: u64 = 3;
+const PUTS_PER_TURN: u64 = 100;
+
+/// Writer `w`'s `n`th put: three records of its own, with payloads of their own.
+fn new_put(w: usize, n: u64, rng: &mut Rng) -> PutRecordsRequest {
+    let records = (0..RECORDS_PER_PUT)
+        .map(|i| Record {
+            turn_id: format!("r{w}-{}", n / PUTS_PER_TURN),
+            kind: "rec".to_owned(),
+            id: format!("{n:08}-{i}"),
+            payload: (0..8).flat_map(|_| rng.next_u64().to_le_bytes()).collect(),
+            content_type: "application/octet-stream".to_owned(),
+            mode: PutMode::InsertIfAbsent.into(),
+            ..Default::default()
+        })
+        .collect();
+    PutRecordsRequest { namespace: NAMESPACE.to_owned(), records, fence: None }
+}
+
+async fn record_puts(w: usize, channel: Channel, history: Arc<History>, stop: Arc<AtomicBool>, mut rng: Rng) {
+    let mut client = RecordServiceClient::new(channel);
+    let mut n = 0;
+    let mut pending: Option<PutRecordsRequest> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let request = pending.take().unwrap_or_else(|| {
+            n += 1;
+            new_put(w, n, &mut rng)
+        });
+        let turn = request.records[0].turn_id.clone();
+        let records = request.records.iter().map(|r| (r.id.clone(), hash(&r.payload))).collect();
+        let start = Instant::now();
+        let outcome = match client.put_records(deadline(request.clone())).await {
+            Ok(_) => Outcome::Ok,
+            Err(status) => Outcome::of(&status),
+        };
+        history.records_put(&turn, n, records, start, outcome.clone());
+        if !outcome.is_ok() {
             if matches!(outcome, Outcome::Indeterminate(_) | Outcome::Definite(tonic::Code::ResourceExhausted)) {
                 pending = Some(request);
             }
@@ -211,8 +265,8 @@ pub async fn settle_and_assert_clean(
     history: &History,
     figures: serde_json::Value,
 ) {
-    let (stored, records) = read_back(channel, history).await;
-    let verdict = history.verify(&stored, &records);
+    let (stored, records, stored_records) = read_back(channel, history).await;
+    let verdict = history.verify(&stored, &records, &stored_records);
     let mut all = serde_json::json!({
         "seed": seed,
         "calls": verdict.calls,
@@ -222,6 +276,7 @@ pub async fn settle_and_assert_clean(
         "errors_by_code": history.error_codes(),
         "checkpoint_tuples": verdict.tuples,
         "idempotency_keys": verdict.keys,
+        "record_puts": verdict.record_puts,
         "lost": verdict.lost,
         "duplicated": verdict.duplicated,
         "violations": verdict.violations.len(),
@@ -234,9 +289,10 @@ pub async fn settle_and_assert_clean(
     verdict.assert_clean(&format!("{test} (seed {seed})"));
 }
 
-/// Reads back every checkpoint of the run's turns and every key's record.
-async fn read_back(channel: Channel, history: &History) -> (Vec<Stored>, Vec<Record>) {
-    let (turns, keys) = history.touched();
+/// Reads back every checkpoint of the run's turns, every key's record and
+/// every record of the run's turns of records.
+async fn read_back(channel: Channel, history: &History) -> (Vec<Stored>, Vec<KeyRecord>, Vec<StoredRecord>) {
+    let (turns, keys, record_turns) = history.touched();
     let checkpoints = CheckpointServiceClient::new(channel.clone());
     let stored: Vec<Vec<Stored>> = futures::stream::iter(turns)
         .map(|turn| {
@@ -260,7 +316,7 @@ async fn read_back(channel: Channel, history: &History) -> (Vec<Stored>, Vec<Rec
         .buffer_unordered(8)
         .collect()
         .await;
-    let operations = IdempotencyServiceClient::new(channel);
+    let operations = IdempotencyServiceClient::new(channel.clone());
     let records = futures::stream::iter(keys)
         .map(|key| {
             let mut client = operations.clone();
@@ -268,11 +324,43 @@ async fn read_back(channel: Channel, history: &History) -> (Vec<Stored>, Vec<Rec
                 let request = GetRequest { namespace: NAMESPACE.to_owned(), key: key.clone() };
                 let record = client.get(request).await.expect("Get of a key the run began").into_inner();
                 let completed = RecordState::try_from(record.state) == Ok(RecordState::Completed);
-                Record { key, result: completed.then_some(record.result) }
+                KeyRecord { key, result: completed.then_some(record.result) }
             }
         })
         .buffer_unordered(16)
         .collect()
         .await;
-    (stored.into_iter().flatten().collect(), records)
+    let listing = RecordServiceClient::new(channel);
+    let stored_records: Vec<Vec<StoredRecord>> = futures::stream::iter(record_turns)
+        .map(|turn| {
+            let mut client = listing.clone();
+            async move {
+                let mut found = Vec::new();
+                let mut page_token = String::new();
+                loop {
+                    let request = ListRecordsRequest {
+                        namespace: NAMESPACE.to_owned(),
+                        turn_id: turn.clone(),
+                        kind: "rec".to_owned(),
+                        page_size: 10_000,
+                        page_token,
+                        ..Default::default()
+                    };
+                    let page = client.list_records(request).await.expect("ListRecords of a run's turn").into_inner();
+                    found.extend(page.entries.into_iter().filter_map(|e| e.record).map(|r| StoredRecord {
+                        turn: r.turn_id,
+                        id: r.id,
+                        hash: hash(&r.payload),
+                    }));
+                    if page.next_page_token.is_empty() {
+                        return found;
+                    }
+                    page_token = page.next_page_token;
+                }
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    (stored.into_iter().flatten().collect(), records, stored_records.into_iter().flatten().collect())
 }
