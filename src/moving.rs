@@ -1,8 +1,8 @@
 //! Moving a store: `stepwell migrate --from URL --to URL` copies every
-//! checkpoint, turn summary and idempotency record from one store to
-//! another, and `stepwell export` / `stepwell import` write and read them as
-//! NDJSON, with the sidecars stopped. The move works on the databases
-//! directly, not through a sidecar.
+//! checkpoint, turn summary, idempotency record and record (RecordService)
+//! from one store to another, and `stepwell export` / `stepwell import`
+//! write and read them as NDJSON, with the sidecars stopped. The move works
+//! on the databases directly, not through a sidecar.
 //!
 //! Every copy is idempotent and resumable: rows go in chunks, each its own
 //! transaction, in key order, with `ON CONFLICT DO NOTHING` on their natural
@@ -11,9 +11,11 @@
 //! order within a turn (they are copied in the source's insertion order);
 //! turn summaries are rebuilt by the target from the checkpoints it holds,
 //! as its own appends would; the fencing sequence only moves forward, past
-//! every token copied. At the end both sides are counted and checksummed per
-//! namespace (SHA-256 over a canonical ordered serialization) and the table
-//! is printed; any difference exits 1.
+//! every token copied; records (RecordService), copied last, keep their
+//! timestamps, metadata and refs (Postgres keeps the JSON as jsonb, which
+//! normalizes its text). At the end both sides are counted and checksummed
+//! per namespace (SHA-256 over a canonical ordered serialization) and the
+//! table is printed; any difference exits 1.
 
 mod ndjson;
 mod side;
@@ -24,7 +26,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub use side::Side;
-pub use side::{CheckpointRow, RecordRow, TurnRow};
+pub use side::{CheckpointRow, RecordKey, RecordRow, StoredRecordRow, TurnRow};
 pub use tally::{Tallies, Tally};
 
 use crate::config::{Database, ExportArgs, ImportArgs, MigrateArgs};
@@ -63,8 +65,12 @@ impl Default for Plan {
 pub struct Copied {
     pub checkpoints_copied: u64,
     pub checkpoints_present: u64,
+    /// Idempotency records.
     pub records_copied: u64,
     pub records_present: u64,
+    /// Records of RecordService.
+    pub stored_records_copied: u64,
+    pub stored_records_present: u64,
     /// The target's fencing sequence before and after.
     pub fence_before: i64,
     pub fence_after: i64,
@@ -72,12 +78,19 @@ pub struct Copied {
 
 impl Copied {
     fn nothing_copied(&self) -> bool {
-        self.checkpoints_copied == 0 && self.records_copied == 0 && self.fence_before == self.fence_after
+        self.checkpoints_copied == 0
+            && self.records_copied == 0
+            && self.stored_records_copied == 0
+            && self.fence_before == self.fence_after
     }
 
     fn print(&self) {
         eprintln!("checkpoints: {} copied, {} already present", self.checkpoints_copied, self.checkpoints_present);
         eprintln!("idempotency records: {} copied, {} already present", self.records_copied, self.records_present);
+        eprintln!(
+            "records (RecordService): {} copied, {} already present",
+            self.stored_records_copied, self.stored_records_present
+        );
         if self.fence_after > self.fence_before {
             eprintln!("fencing sequence: moved from {} to {}", self.fence_before, self.fence_after);
         } else {
@@ -176,6 +189,19 @@ pub async fn migrate_stores(
         progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, Some(total))?;
     }
 
+    let total = source.count("records").await?;
+    let mut after: Option<RecordKey> = None;
+    loop {
+        let page = source.stored_records_after(after.as_ref(), plan.chunk_rows).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.key());
+        let inserted = target.insert_stored_records(&page).await?;
+        copied.stored_records_copied += inserted;
+        copied.stored_records_present += page.len() as u64 - inserted;
+        let done = copied.stored_records_copied + copied.stored_records_present;
+        progress.chunk_done("records", done, Some(total))?;
+    }
+
     let expected = source.tally().await?;
     let found = target.tally().await?;
     source.close().await;
@@ -232,8 +258,11 @@ pub fn export(args: &ExportArgs) -> ExitCode {
         written
     });
     match outcome {
-        Ok((checkpoints, turns, records)) => {
-            eprintln!("exported {checkpoints} checkpoints, {turns} turns and {records} idempotency records");
+        Ok(ndjson::Exported { checkpoints, turns, records, stored_records }) => {
+            eprintln!(
+                "exported {checkpoints} checkpoints, {turns} turns, {records} idempotency records and \
+                 {stored_records} records"
+            );
             ExitCode::SUCCESS
         }
         Err(error) => {

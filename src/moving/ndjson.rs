@@ -1,21 +1,40 @@
 //! The export format: NDJSON, one JSON object per line, each with a `kind`.
 //! A `header` line first (format version, the source's backend and its
 //! fencing sequence), then every `checkpoint` in the source's insertion
-//! order, every `turn` summary, every `idempotency` record, and an `end`
-//! line with the counts, so a truncated file is told from a whole one.
-//! Bytes are base64. Turn lines serve to verify an import: the target
-//! rebuilds its summaries from the checkpoints, and they must come out equal.
+//! order, every `turn` summary, every `idempotency` record, every `record`
+//! of RecordService in key order, and an `end` line with the counts
+//! (`records` counts the idempotency lines, `stored_records` the record
+//! lines), so a truncated file is told from a whole one. Bytes are base64;
+//! a record's metadata and refs are its JSON as text, and its kind is
+//! `record_kind`. Turn lines serve to verify an import: the target rebuilds
+//! its summaries from the checkpoints, and they must come out equal.
+//!
+//! Format 2 added the record lines and `stored_records`; a format 1 file,
+//! written before records existed, holds neither and still imports.
 
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::side::{CheckpointRow, RecordRow, Side, TurnRow};
-use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, turn_digest};
+use super::side::{CheckpointRow, RecordKey, RecordRow, Side, StoredRecordRow, TurnRow};
+use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
 use super::{Copied, MoveError, Plan, Progress};
 
-/// The version of the format this stepwell writes and reads.
-pub const FORMAT: u32 = 1;
+/// The version of the format this stepwell writes.
+pub const FORMAT: u32 = 2;
+/// The oldest version it reads: format 1 lacks only the records.
+pub const FORMAT_OLDEST: u32 = 1;
+
+/// What an export wrote, by kind of line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Exported {
+    pub checkpoints: u64,
+    pub turns: u64,
+    /// Idempotency records.
+    pub records: u64,
+    /// Records of RecordService.
+    pub stored_records: u64,
+}
 
 #[derive(Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -24,17 +43,28 @@ enum Out<'a> {
     Checkpoint(&'a CheckpointRow),
     Turn(&'a TurnRow),
     Idempotency(&'a RecordRow),
-    End { checkpoints: u64, turns: u64, records: u64 },
+    Record(&'a StoredRecordRow),
+    End { checkpoints: u64, turns: u64, records: u64, stored_records: u64 },
 }
 
 #[derive(Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum In {
-    Header { format: u32, fence: i64 },
+    Header {
+        format: u32,
+        fence: i64,
+    },
     Checkpoint(CheckpointRow),
     Turn(TurnRow),
     Idempotency(RecordRow),
-    End { checkpoints: u64, turns: u64, records: u64 },
+    Record(StoredRecordRow),
+    /// `stored_records` is absent in format 1.
+    End {
+        checkpoints: u64,
+        turns: u64,
+        records: u64,
+        stored_records: Option<u64>,
+    },
 }
 
 fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), MoveError> {
@@ -43,8 +73,8 @@ fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), MoveError> {
     Ok(())
 }
 
-/// Writes every row of `source`; returns the counts (checkpoints, turns, records).
-pub async fn export(source: &Side, out: impl Write) -> Result<(u64, u64, u64), MoveError> {
+/// Writes every row of `source`; returns the counts.
+pub async fn export(source: &Side, out: impl Write) -> Result<Exported, MoveError> {
     let mut out = std::io::BufWriter::new(out);
     let fence = source.fence().await?.max(source.max_token().await?);
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
@@ -83,9 +113,20 @@ pub async fn export(source: &Side, out: impl Write) -> Result<(u64, u64, u64), M
         }
         records += page.len() as u64;
     }
-    write_line(&mut out, &Out::End { checkpoints, turns, records })?;
+    let mut stored_records = 0;
+    let mut after: Option<RecordKey> = None;
+    loop {
+        let page = source.stored_records_after(after.as_ref(), Plan::default().chunk_rows).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.key());
+        for row in &page {
+            write_line(&mut out, &Out::Record(row))?;
+        }
+        stored_records += page.len() as u64;
+    }
+    write_line(&mut out, &Out::End { checkpoints, turns, records, stored_records })?;
     out.flush()?;
-    Ok((checkpoints, turns, records))
+    Ok(Exported { checkpoints, turns, records, stored_records })
 }
 
 /// Loads an export into `target` in chunks, with the same idempotent
@@ -95,12 +136,13 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
     let mut progress = Progress::new(plan);
     let mut copied = Copied { fence_before: target.fence().await?, ..Copied::default() };
     copied.fence_after = copied.fence_before;
-    let (mut checkpoints, mut records) = (Vec::new(), Vec::new());
+    let (mut checkpoints, mut records, mut stored_records) = (Vec::new(), Vec::new(), Vec::new());
     // Canonical order keys and digests, sorted once the file is read.
     let mut checkpoint_keys: Vec<(String, String, i64, usize, [u8; 32])> = Vec::new();
     let mut turn_keys: Vec<(String, String, [u8; 32])> = Vec::new();
     let mut record_keys: Vec<(String, String, [u8; 32])> = Vec::new();
-    let (mut header, mut end) = (false, None);
+    let mut stored_record_keys: Vec<(RecordKey, [u8; 32])> = Vec::new();
+    let (mut header, mut end) = (None, None);
     for (number, line) in input.lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
@@ -113,20 +155,20 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
             serde_json::from_str(&line).map_err(|error| MoveError::Format(format!("line {}: {error}", number + 1)))?;
         match parsed {
             In::Header { format, fence } => {
-                if header {
+                if header.is_some() {
                     return Err(MoveError::Format(format!("line {}: a second header", number + 1)));
                 }
-                if format != FORMAT {
+                if !(FORMAT_OLDEST..=FORMAT).contains(&format) {
                     return Err(MoveError::Format(format!(
-                        "the file is in format {format}; this stepwell reads format {FORMAT}"
+                        "the file is in format {format}; this stepwell reads formats {FORMAT_OLDEST} to {FORMAT}"
                     )));
                 }
-                header = true;
+                header = Some(format);
                 target.advance_fence(fence).await?;
                 copied.fence_after = target.fence().await?;
                 continue;
             }
-            _ if !header => {
+            _ if header.is_none() => {
                 return Err(MoveError::Format("the file does not start with a stepwell export header".into()));
             }
             In::Checkpoint(row) => {
@@ -152,17 +194,49 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
                     flush_records(target, &mut records, &mut copied, &mut progress).await?;
                 }
             }
-            In::End { checkpoints, turns, records } => end = Some((checkpoints, turns, records)),
+            In::Record(row) => {
+                if header == Some(1) {
+                    return Err(MoveError::Format(format!("line {}: a record in a format 1 file", number + 1)));
+                }
+                stored_record_keys.push((row.key(), stored_record_digest(&row)));
+                stored_records.push(row);
+                if stored_records.len() >= plan.chunk_rows {
+                    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
+                    flush_records(target, &mut records, &mut copied, &mut progress).await?;
+                    flush_stored_records(target, &mut stored_records, &mut copied, &mut progress).await?;
+                }
+            }
+            In::End { checkpoints, turns, records, stored_records } => {
+                // Format 1 has no records to count; format 2 must count them.
+                let stored_records = match (header, stored_records) {
+                    (Some(1), None) => 0,
+                    (Some(1), Some(_)) | (_, None) => {
+                        return Err(MoveError::Format(format!(
+                            "line {}: the end line does not match the header's format",
+                            number + 1
+                        )));
+                    }
+                    (_, Some(count)) => count,
+                };
+                end = Some((checkpoints, turns, records, stored_records));
+            }
         }
     }
     flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
     flush_records(target, &mut records, &mut copied, &mut progress).await?;
-    let counted = (checkpoint_keys.len() as u64, turn_keys.len() as u64, record_keys.len() as u64);
+    flush_stored_records(target, &mut stored_records, &mut copied, &mut progress).await?;
+    let counted = (
+        checkpoint_keys.len() as u64,
+        turn_keys.len() as u64,
+        record_keys.len() as u64,
+        stored_record_keys.len() as u64,
+    );
     match end {
         None => return Err(MoveError::Format("the file has no end line: it was cut short".into())),
         Some(end) if end != counted => {
             return Err(MoveError::Format(format!(
-                "the end line counts {end:?} (checkpoints, turns, records) but the file holds {counted:?}"
+                "the end line counts {end:?} (checkpoints, turns, idempotency records, records) but the file \
+                 holds {counted:?}"
             )));
         }
         Some(_) => {}
@@ -179,6 +253,10 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
     record_keys.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     for (namespace, _, digest) in record_keys {
         tallier.record(&namespace, digest);
+    }
+    stored_record_keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for ((namespace, ..), digest) in stored_record_keys {
+        tallier.stored_record(&namespace, digest);
     }
     Ok((copied, tallier.finish()))
 }
@@ -213,6 +291,22 @@ async fn flush_records(
     copied.records_present += rows.len() as u64 - inserted;
     rows.clear();
     progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, None)
+}
+
+async fn flush_stored_records(
+    target: &Side,
+    rows: &mut Vec<StoredRecordRow>,
+    copied: &mut Copied,
+    progress: &mut Progress,
+) -> Result<(), MoveError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let inserted = target.insert_stored_records(rows).await?;
+    copied.stored_records_copied += inserted;
+    copied.stored_records_present += rows.len() as u64 - inserted;
+    rows.clear();
+    progress.chunk_done("records", copied.stored_records_copied + copied.stored_records_present, None)
 }
 
 /// Bytes as a base64 string.

@@ -1,6 +1,7 @@
 //! One store as the move sees it: its own connections to the database (not
-//! a sidecar's store), the rows read in key order, the idempotent inserts,
-//! the fencing sequence, and the canonical tally used to verify a move.
+//! a sidecar's store), the rows of checkpoints, turns, idempotency and
+//! records (RecordService) read in key order, the idempotent inserts, the
+//! fencing sequence, and the canonical tally used to verify a move.
 
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
@@ -9,7 +10,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use sqlx::{FromRow, QueryBuilder};
 use std::str::FromStr;
 
-use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, turn_digest};
+use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
 use super::{MoveError, WAIT};
 use crate::clock::Clock;
 use crate::config::Database;
@@ -69,12 +70,50 @@ pub struct RecordRow {
     pub purge_after_ns: i64,
 }
 
+/// A row of `records` (RecordService), every column. `metadata` (a JSON
+/// object, `None` for none) and `refs` (a JSON array) are JSON text: as
+/// stored on SQLite, as Postgres prints its jsonb. In an export, `kind` is
+/// `record_kind`, since `kind` names the line's kind.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
+pub struct StoredRecordRow {
+    pub namespace: String,
+    pub turn_id: String,
+    #[serde(rename = "record_kind")]
+    pub kind: String,
+    pub scope: String,
+    pub id: String,
+    pub parent_id: String,
+    pub content_type: String,
+    #[serde(with = "super::ndjson::base64_bytes")]
+    pub payload: Vec<u8>,
+    pub metadata: Option<String>,
+    pub refs: String,
+    pub recorded_at_ns: i64,
+}
+
+impl StoredRecordRow {
+    /// The row's key, in the order rows are read and tallied.
+    pub fn key(&self) -> RecordKey {
+        (self.namespace.clone(), self.turn_id.clone(), self.kind.clone(), self.scope.clone(), self.id.clone())
+    }
+}
+
+/// (namespace, turn_id, kind, scope, id): a record's key; compared bytewise.
+pub type RecordKey = (String, String, String, String, String);
+
 const CHECKPOINT_COLUMNS: &str =
     "seq, namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns";
 const TURN_COLUMNS: &str = "namespace, turn_id, session_id, first_ts_ns, last_ts_ns, last_phase, checkpoint_count, \
                             terminal, workflow_version, session_ts_ns, version_ts_ns";
 const RECORD_COLUMNS: &str = "namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns, result, \
                               error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns";
+const STORED_RECORD_KEY: &str = "namespace, turn_id, kind, scope, id";
+const SQLITE_STORED_RECORD_COLUMNS: &str =
+    "namespace, turn_id, kind, scope, id, parent_id, content_type, payload, metadata, refs, recorded_at_ns";
+/// Postgres's jsonb read as text, so both backends give the same row type.
+const PG_STORED_RECORD_COLUMNS: &str = "namespace, turn_id, kind, scope, id, parent_id, content_type, payload, \
+                                        CAST(metadata AS text) AS metadata, CAST(refs AS text) AS refs, \
+                                        recorded_at_ns";
 
 /// Rebuilds the summaries of the given turns from the checkpoints Postgres
 /// holds: the latest checkpoint by (timestamp, seq) decides phase and
@@ -118,6 +157,16 @@ const PG_INSERT_RECORDS: &str = "WITH ins AS ( \
                             $7::bigint[], $8::bytea[], $9::bytea[], $10::bigint[], $11::bigint[], $12::bigint[], \
                             $13::bigint[]) \
        ON CONFLICT (namespace, key) DO NOTHING RETURNING 1) \
+     SELECT count(*) FROM ins";
+
+/// The JSON columns are written from their text, as jsonb.
+const PG_INSERT_STORED_RECORDS: &str = "WITH ins AS ( \
+       INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, metadata, refs, \
+                            recorded_at_ns) \
+       SELECT n, t, k, s, i, p, c, b, CAST(m AS jsonb), CAST(f AS jsonb), r \
+       FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+                   $8::bytea[], $9::text[], $10::text[], $11::bigint[]) AS u(n, t, k, s, i, p, c, b, m, f, r) \
+       ON CONFLICT (namespace, turn_id, kind, scope, id) DO NOTHING RETURNING 1) \
      SELECT count(*) FROM ins";
 
 /// The last token Postgres issued (0 before the first).
@@ -209,7 +258,7 @@ impl Side {
         }
     }
 
-    /// Rows in `table` (one of the three known tables).
+    /// Rows in `table` (one of the four tables a move copies or rebuilds).
     pub async fn count(&self, table: &'static str) -> Result<u64, MoveError> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"));
         let count: i64 = on_both!(self, |pool| sqlx::query_scalar(sql).fetch_one(pool).await?);
@@ -271,6 +320,43 @@ impl Side {
         Ok(on_both!(self, |pool| sqlx::query_as(sql)
             .bind(namespace)
             .bind(key)
+            .bind(limit as i64)
+            .fetch_all(pool)
+            .await?))
+    }
+
+    /// The columns of `records` as `StoredRecordRow` reads them.
+    fn stored_record_columns(&self) -> &'static str {
+        match self {
+            Side::Sqlite(_) => SQLITE_STORED_RECORD_COLUMNS,
+            Side::Postgres(_) => PG_STORED_RECORD_COLUMNS,
+        }
+    }
+
+    /// Up to `limit` records (RecordService) after the key `after`, in key
+    /// order: bytewise on both backends (SQLite's BINARY collation, the "C"
+    /// collation of Postgres's columns).
+    pub async fn stored_records_after(
+        &self,
+        after: Option<&RecordKey>,
+        limit: usize,
+    ) -> Result<Vec<StoredRecordRow>, MoveError> {
+        let (namespace, turn_id, kind, scope, id) = after.cloned().unwrap_or_default();
+        let filter = if after.is_some() {
+            format!("({STORED_RECORD_KEY}) > ($1, $2, $3, $4, $5)")
+        } else {
+            "$1 = $2 AND $3 = $4 AND $4 = $5".to_owned()
+        };
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM records WHERE {filter} ORDER BY {STORED_RECORD_KEY} LIMIT $6",
+            self.stored_record_columns()
+        ));
+        Ok(on_both!(self, |pool| sqlx::query_as(sql)
+            .bind(namespace)
+            .bind(turn_id)
+            .bind(kind)
+            .bind(scope)
+            .bind(id)
             .bind(limit as i64)
             .fetch_all(pool)
             .await?))
@@ -403,6 +489,57 @@ impl Side {
         }
     }
 
+    /// Inserts records (RecordService) whose key is not stored yet, in one
+    /// transaction. Returns how many were inserted.
+    pub async fn insert_stored_records(&self, rows: &[StoredRecordRow]) -> Result<u64, MoveError> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        match self {
+            Side::Sqlite(pool) => {
+                let mut builder = QueryBuilder::new(format!("INSERT INTO records ({SQLITE_STORED_RECORD_COLUMNS}) "));
+                builder.push_values(rows, |mut b, r| {
+                    b.push_bind(&r.namespace)
+                        .push_bind(&r.turn_id)
+                        .push_bind(&r.kind)
+                        .push_bind(&r.scope)
+                        .push_bind(&r.id)
+                        .push_bind(&r.parent_id)
+                        .push_bind(&r.content_type)
+                        .push_bind(&r.payload)
+                        .push_bind(&r.metadata)
+                        .push_bind(&r.refs)
+                        .push_bind(r.recorded_at_ns);
+                });
+                builder.push(format!(" ON CONFLICT ({STORED_RECORD_KEY}) DO NOTHING"));
+                let mut tx = pool.begin().await?;
+                let inserted = builder.build().execute(&mut *tx).await?.rows_affected();
+                tx.commit().await?;
+                Ok(inserted)
+            }
+            Side::Postgres(pool) => {
+                let text = |f: fn(&StoredRecordRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
+                let mut tx = pool.begin().await?;
+                let inserted: i64 = sqlx::query_scalar(PG_INSERT_STORED_RECORDS)
+                    .bind(text(|r| &r.namespace))
+                    .bind(text(|r| &r.turn_id))
+                    .bind(text(|r| &r.kind))
+                    .bind(text(|r| &r.scope))
+                    .bind(text(|r| &r.id))
+                    .bind(text(|r| &r.parent_id))
+                    .bind(text(|r| &r.content_type))
+                    .bind(rows.iter().map(|r| &r.payload[..]).collect::<Vec<&[u8]>>())
+                    .bind(rows.iter().map(|r| r.metadata.as_deref()).collect::<Vec<Option<&str>>>())
+                    .bind(text(|r| &r.refs))
+                    .bind(rows.iter().map(|r| r.recorded_at_ns).collect::<Vec<i64>>())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(inserted.max(0) as u64)
+            }
+        }
+    }
+
     /// Streams every turn summary in (namespace, turn_id) order.
     pub async fn for_each_turn(&self, mut each: impl FnMut(TurnRow)) -> Result<(), MoveError> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT {TURN_COLUMNS} FROM turns ORDER BY namespace, turn_id"));
@@ -417,7 +554,8 @@ impl Side {
 
     /// Counts and checksums every namespace, reading each table in its
     /// canonical order: checkpoints as Restore orders them (namespace, turn,
-    /// timestamp, insertion), turns and records by key.
+    /// timestamp, insertion), turns, idempotency records and records
+    /// (RecordService) by key.
     pub async fn tally(&self) -> Result<Tallies, MoveError> {
         let mut tallier = Tallier::default();
         let sql = sqlx::AssertSqlSafe(format!(
@@ -435,6 +573,16 @@ impl Side {
             let mut rows = sqlx::query_as::<_, RecordRow>(sql).fetch(pool);
             while let Some(row) = rows.try_next().await? {
                 tallier.record(&row.namespace, record_digest(&row));
+            }
+        });
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM records ORDER BY {STORED_RECORD_KEY}",
+            self.stored_record_columns()
+        ));
+        on_both!(self, |pool| {
+            let mut rows = sqlx::query_as::<_, StoredRecordRow>(sql).fetch(pool);
+            while let Some(row) = rows.try_next().await? {
+                tallier.stored_record(&row.namespace, stored_record_digest(&row));
             }
         });
         Ok(tallier.finish())

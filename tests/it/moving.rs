@@ -1,7 +1,9 @@
 //! Moving a store (`stepwell migrate`, `export`, `import`): a store built
-//! through a real sidecar with every kind of record is moved with the sidecar
-//! stopped, and a sidecar on the copy must answer Restore, ListTurns, Get and
-//! Begin exactly as on the original, and issue tokens above every old one.
+//! through a real sidecar with every kind of row (checkpoints, idempotency
+//! keys, RecordService records) is moved with the sidecar stopped, and a
+//! sidecar on the copy must answer Restore, ListTurns, Get, Begin and
+//! ListRecords exactly as on the original, and issue tokens above every old
+//! one.
 //! Moves between SQLite and Postgres need both backends, so they live in
 //! `postgres_only` below and run in the Postgres pass of scripts/test; the
 //! export/import round trip and the failed verification run on the pass's
@@ -11,20 +13,31 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use stepwell::api::pb::{BeginOutcome, BeginRequest, CheckpointRequest, GetRequest, ReleaseRequest, TurnStatus};
+use serde_json::Value;
+use stepwell::api::pb::{
+    BeginOutcome, BeginRequest, CheckpointRequest, GetRequest, ListRecordsRequest, PutRecordsRequest, Record,
+    ReleaseRequest, TurnStatus,
+};
 use stepwell::config::Database;
-use stepwell_test_support::IdempotencyClient;
+use stepwell::moving::{MoveError, Plan, migrate_stores};
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{
     T0, begin, begin_leased, complete, duration, list_all, list_turns, restore, restore_all, ts,
 };
 use stepwell_test_support::sidecar::Sidecar;
+use stepwell_test_support::{IdempotencyClient, RecordClient};
 
 use crate::STEPWELL;
 
 const NAMESPACES: [&str; 3] = ["", "alpha", "beta"];
 const TURNS: [&str; 4] = ["open", "done", "tied", "versions"];
 const KEYS: [&str; 5] = ["held", "completed", "failed", "released", "fingerprinted"];
+/// The turns holding records, and the kinds and scopes of their records.
+const RECORD_TURNS: [&str; 2] = ["graph", "tür|2"];
+const RECORD_KINDS: [&str; 3] = ["checkpoint", "blob", "write"];
+const RECORD_SCOPES: [&str; 2] = ["", "sub|graph:ü"];
+/// Records `populate` puts per namespace.
+const RECORDS_PER_NAMESPACE: u64 = 14;
 
 /// Fills `store` through a sidecar: in each namespace, an open turn, a
 /// terminal one, a turn whose checkpoints share a timestamp (so their
@@ -96,8 +109,166 @@ async fn populate(sidecar: &Sidecar) -> u64 {
         };
         max_token = max_token.max(acquire(&mut keys, fingerprinted).await);
         max_token = max_token.max(token);
+        put_records(&mut sidecar.records(), namespace).await;
     }
     max_token
+}
+
+/// Puts `RECORDS_PER_NAMESPACE` records in `namespace`: in two turns and
+/// two scopes, checkpoints (metadata written with spaces, unsorted keys,
+/// escapes and a 2.50 that jsonb prints otherwise; refs to blobs; the
+/// second one's parent the first), blobs of binary payloads (non-UTF-8,
+/// NUL) with no metadata, and writes whose parents are checkpoints; ids
+/// with '|' and non-ASCII, which sort bytewise.
+async fn put_records(records: &mut RecordClient, namespace: &str) {
+    let record = |turn: &str, scope: &str, kind: &str, id: &str| Record {
+        turn_id: turn.to_owned(),
+        scope: scope.to_owned(),
+        kind: kind.to_owned(),
+        id: id.to_owned(),
+        payload: format!("{namespace}/{turn}/{scope}/{kind}/{id}").into_bytes(),
+        content_type: "application/msgpack".to_owned(),
+        ..Default::default()
+    };
+    let mut all = Vec::new();
+    for turn in RECORD_TURNS {
+        for (s, scope) in RECORD_SCOPES.into_iter().enumerate() {
+            let first = Record {
+                metadata: format!(
+                    concat!(
+                        r#"{{ "step" : {s}, "source": "loop", "run|id": "r\u00e9-{namespace}", "score": 2.50, "#,
+                        r#""parents": {{"b": [1, {{"x": null}}], "a": true}} }}"#,
+                    ),
+                    s = s,
+                    namespace = namespace,
+                )
+                .into_bytes(),
+                refs: vec!["blob|1".to_owned(), "blöb-2".to_owned()],
+                ..record(turn, scope, "checkpoint", "0001|a")
+            };
+            let second = Record {
+                metadata: format!(r#"{{"step":{},"source":"update","writes":{{}}}}"#, s + 1).into_bytes(),
+                parent_id: "0001|a".to_owned(),
+                refs: vec!["blöb-2".to_owned()],
+                ..record(turn, scope, "checkpoint", "0002-ü")
+            };
+            all.extend([first, second]);
+        }
+        // The blobs and writes of the first scope only.
+        all.push(Record {
+            payload: b"\x00\xff\xfe binary \xc3\x28".to_vec(),
+            content_type: String::new(),
+            ..record(turn, "", "blob", "blob|1")
+        });
+        all.push(Record { payload: Vec::new(), ..record(turn, "", "blob", "blöb-2") });
+        all.push(Record { parent_id: "0001|a".to_owned(), ..record(turn, "", "write", "0001|a|task|0") });
+    }
+    assert_eq!(all.len() as u64, RECORDS_PER_NAMESPACE);
+    let request = PutRecordsRequest { namespace: namespace.to_owned(), records: all, fence: None };
+    records.put_records(request).await.expect("PutRecords");
+}
+
+/// JSON with its keys sorted and no whitespace: metadata compared as parsed
+/// JSON, whatever text the store printed it as.
+fn sorted_json(bytes: &[u8]) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (i, (key, item)) in entries.into_iter().enumerate() {
+                    out.push_str(if i > 0 { "," } else { "" });
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    write(item, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    out.push_str(if i > 0 { "," } else { "" });
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    if bytes.is_empty() {
+        return String::new();
+    }
+    let mut out = String::new();
+    write(&serde_json::from_slice(bytes).expect("metadata is JSON"), &mut out);
+    out
+}
+
+/// A listed record as text, its metadata as sorted JSON.
+fn record_text(record: &Record) -> String {
+    let metadata = sorted_json(&record.metadata);
+    format!("{:?} metadata={metadata}", Record { metadata: Vec::new(), ..record.clone() })
+}
+
+/// Every page of a ListRecords, each entry with its children and refs.
+async fn list_records(records: &mut RecordClient, mut request: ListRecordsRequest) -> Vec<String> {
+    let mut entries = Vec::new();
+    loop {
+        let page = records.list_records(request.clone()).await.expect("ListRecords").into_inner();
+        for entry in page.entries {
+            let children: Vec<String> = entry.children.iter().map(record_text).collect();
+            let refs: Vec<String> = entry.refs.iter().map(record_text).collect();
+            let record = entry.record.expect("a record");
+            entries.push(format!("{} children={children:?} refs={refs:?}", record_text(&record)));
+        }
+        if page.next_page_token.is_empty() {
+            return entries;
+        }
+        request.page_token = page.next_page_token;
+    }
+}
+
+/// What ListRecords answers in `namespace`: each kind across turns and in
+/// each turn and scope, with children and refs, paged by two; and filtered
+/// by metadata containment.
+async fn record_answers(sidecar: &Sidecar, namespace: &str) -> String {
+    let mut records = sidecar.records();
+    let mut all = String::new();
+    let base = ListRecordsRequest {
+        namespace: namespace.to_owned(),
+        children_kind: "write".to_owned(),
+        refs_kind: "blob".to_owned(),
+        page_size: 2,
+        ..Default::default()
+    };
+    for kind in RECORD_KINDS {
+        let request = ListRecordsRequest { kind: kind.to_owned(), ..base.clone() };
+        all += &format!("{namespace}/{kind}: {:?}\n", list_records(&mut records, request).await);
+        for turn in RECORD_TURNS {
+            for scope in RECORD_SCOPES {
+                let request = ListRecordsRequest {
+                    kind: kind.to_owned(),
+                    turn_id: turn.to_owned(),
+                    scope: scope.to_owned(),
+                    has_scope: true,
+                    ..base.clone()
+                };
+                let listed = list_records(&mut records, request).await;
+                all += &format!("{namespace}/{turn}/{scope}/{kind}: {listed:?}\n");
+            }
+        }
+    }
+    for filter in [r#"{"parents":{"b":[1]}}"#, r#"{"score":2.5}"#, r#"{"run|id":"ré-alpha"}"#, r#"{"writes":{}}"#] {
+        let request = ListRecordsRequest {
+            kind: "checkpoint".to_owned(),
+            metadata_contains: filter.as_bytes().to_vec(),
+            ..base.clone()
+        };
+        let listed = list_records(&mut records, request).await;
+        assert!(!listed.is_empty() || (filter.contains("alpha") && namespace != "alpha"), "{filter} matches");
+        all += &format!("{namespace} {filter}: {listed:?}\n");
+    }
+    all
 }
 
 async fn acquire(keys: &mut IdempotencyClient, request: BeginRequest) -> u64 {
@@ -146,6 +317,7 @@ async fn answers(sidecar: &Sidecar) -> String {
             let answer = keys.get(request).await.expect("Get").into_inner();
             all += &format!("{namespace}/{key} get: {answer:?}\n");
         }
+        all += &record_answers(sidecar, namespace).await;
     }
     all
 }
@@ -207,21 +379,102 @@ async fn export_then_import_gives_a_store_that_answers_alike() {
     let file = source.dir().join("backup.ndjson");
     let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("exported 27 checkpoints, 12 turns and 15 idempotency records"), "{stderr}");
+    assert!(stderr.contains("exported 27 checkpoints, 12 turns, 15 idempotency records and 42 records"), "{stderr}");
 
     let target = sqlite_in(source.dir(), "imported.db");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("nothing to copy"), "a second import copies nothing: {stderr}");
+    assert!(stderr.contains("records (RecordService): 0 copied, 42 already present"), "{stderr}");
 
     let again = source.dir().join("again.ndjson");
     let (code, stderr) = run(&["export", "--from", &target.url(), "--out", again.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(portable_lines(&file), portable_lines(&again), "exporting the import gives the same records");
+
+    let (after, token) = answers_on(&target, "new").await;
+    assert_eq!(before, after);
+    assert!(token > max_token, "a new token {token} is above every old one ({max_token})");
+}
+
+#[tokio::test]
+async fn an_export_in_format_1_still_imports_and_holds_no_records() {
+    let source = TestStore::new().await;
+    populated(&source).await;
+    let file = source.dir().join("backup.ndjson");
+    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    // As stepwell wrote it before records: format 1, no record lines, no count of them.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let (mut old, mut with_a_record) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+        match value["kind"].as_str().unwrap() {
+            "header" => value["format"] = 1.into(),
+            "end" => {
+                value.as_object_mut().unwrap().remove("stored_records").expect("format 2 counts records");
+            }
+            "record" => {
+                with_a_record.push(line.to_owned());
+                continue;
+            }
+            _ => {}
+        }
+        old.push(value.to_string());
+    }
+    assert_eq!(with_a_record.len(), 42);
+    let old_file = source.dir().join("format-1.ndjson");
+    std::fs::write(&old_file, old.join("\n")).unwrap();
+    let target = sqlite_in(source.dir(), "imported.db");
+    let (code, stderr) = run(&["import", "--to", &target.url(), "--in", old_file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 0 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
+    assert_eq!(target.inspect().await.count("records").await, 0);
+
+    // A record line in a format 1 file is refused, before anything of it is written.
+    let mut bad = old.clone();
+    bad.insert(old.len() - 1, with_a_record[0].clone());
+    std::fs::write(&old_file, bad.join("\n")).unwrap();
+    let other = sqlite_in(source.dir(), "other.db");
+    let (code, stderr) = run(&["import", "--to", &other.url(), "--in", old_file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("a record in a format 1 file"), "{stderr}");
+    assert_eq!(other.inspect().await.count("records").await, 0);
+}
+
+#[tokio::test]
+async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
+    let source = TestStore::new().await;
+    let (before, max_token) = populated(&source).await;
+    let target = sqlite_in(source.dir(), "target.db");
+
+    // Chunks of four: 7 of checkpoints, 4 of idempotency records, then 2 of records.
+    let plan = Plan { chunk_rows: 4, stop_after_chunks: Some(13) };
+    let stopped = migrate_stores(&source.database(), &target.database(), plan).await;
+    assert!(matches!(stopped, Err(MoveError::Stopped(13))), "{stopped:?}");
+    let inspect = target.inspect().await;
+    assert_eq!(inspect.count("idempotency").await, 15, "every idempotency record was copied");
+    assert_eq!(inspect.count("records").await, 8, "two chunks of four records were committed");
+
+    // Resumed in chunks of three, which page through keys with '|' and non-ASCII.
+    let plan = Plan { chunk_rows: 3, stop_after_chunks: None };
+    let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
+    assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 27));
+    assert_eq!((copied.records_copied, copied.records_present), (0, 15));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (34, 8));
+    assert_eq!(expected, found, "the target tallies as the source");
+    assert_eq!(found.values().map(|t| t.stored_records).collect::<Vec<_>>(), [14, 14, 14]);
+
+    let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 42), "nothing left to copy");
+    assert_eq!(expected, found);
 
     let (after, token) = answers_on(&target, "new").await;
     assert_eq!(before, after);
@@ -266,10 +519,9 @@ async fn a_target_that_disagrees_fails_verification() {
 /// Moves between SQLite and Postgres; both backends are needed, so these
 /// run in the Postgres pass only (scripts/test skips `postgres_only::` on SQLite).
 mod postgres_only {
-    use stepwell::moving::{MoveError, Plan, migrate_stores};
     use stepwell_test_support::backend::{TestStore, fresh_postgres_database};
 
-    use super::{answers_on, populated, run, sqlite_in};
+    use super::{MoveError, Plan, answers_on, migrate_stores, populated, run, sqlite_in};
     use stepwell::config::Database;
 
     #[tokio::test]
@@ -283,12 +535,14 @@ mod postgres_only {
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("idempotency records: 15 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         assert!(stderr.lines().filter(|l| l.ends_with(" ok")).count() == 3, "a row per namespace: {stderr}");
 
         let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 0 copied, 27 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 0 copied, 42 already present"), "{stderr}");
         assert!(stderr.contains("nothing to copy"), "a second run copies nothing: {stderr}");
 
         let (after, token) = answers_on(&target, "new").await;
@@ -298,6 +552,7 @@ mod postgres_only {
         let back = sqlite_in(dir.path(), "back.db");
         let (code, stderr) = run(&["migrate", "--from", &target.url(), "--to", &back.url()]);
         assert_eq!(code, 0, "{stderr}");
+        assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (again, newer) = answers_on(&back, "newer").await;
         assert_eq!(before, again, "back on SQLite, the same answers");
@@ -319,6 +574,7 @@ mod postgres_only {
         let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 15 copied, 12 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (after, token) = answers_on(&target, "new").await;
         assert_eq!(before, after);
