@@ -104,66 +104,19 @@ impl RecordApi {
         Ok(ListRecordsResponse { entries, next_page_token })
     }
 
-    async fn delete_records(&self, req: DeleteRecordsRequest) -> Result<DeleteRecordsResponse> {
+    async fn delete_records(&self, mut req: DeleteRecordsRequest) -> Result<DeleteRecordsResponse> {
         let limits = self.shared.limits();
-        let namespace = validate::namespace(req.namespace)?;
+        let namespace = validate::namespace(std::mem::take(&mut req.namespace))?;
         if req.turn_ids.len() > limits::DELETE_SELECTORS_MAX {
             let max = limits::DELETE_SELECTORS_MAX;
             return Err(Error::invalid("turn_ids", InvalidReason::TooLong, format!("must hold at most {max} turns")));
         }
-        let turn_ids = req
-            .turn_ids
+        let turn_ids = std::mem::take(&mut req.turn_ids)
             .into_iter()
             .enumerate()
             .map(|(i, turn_id)| validate::id(&format!("turn_ids[{i}]"), turn_id, limits::TURN_ID_BYTES_MAX, true))
             .collect::<Result<Vec<_>>>()?;
-        let kind = validate::kind("kind", req.kind, false)?;
-        let selection = if kind.is_empty() {
-            let needs_kind = |field: &str| Error::invalid(field, InvalidReason::Malformed, "needs kind");
-            if !req.metadata_any.is_empty() {
-                return Err(needs_kind("metadata_any"));
-            }
-            if req.keep_latest {
-                return Err(needs_kind("keep_latest"));
-            }
-            if turn_ids.is_empty() {
-                return Err(Error::invalid("turn_ids", InvalidReason::Required, "is required without kind"));
-            }
-            None
-        } else {
-            if req.metadata_any.len() > limits::DELETE_SELECTORS_MAX {
-                let max = limits::DELETE_SELECTORS_MAX;
-                return Err(Error::invalid(
-                    "metadata_any",
-                    InvalidReason::TooLong,
-                    format!("must hold at most {max} filters"),
-                ));
-            }
-            if turn_ids.is_empty() && req.metadata_any.is_empty() {
-                return Err(Error::invalid(
-                    "turn_ids",
-                    InvalidReason::Required,
-                    "is required unless metadata_any narrows the deletion",
-                ));
-            }
-            let metadata_any = req
-                .metadata_any
-                .into_iter()
-                .enumerate()
-                .map(|(i, filter)| {
-                    let field = format!("metadata_any[{i}]");
-                    validate::json_object(&field, filter, limits.record_metadata_bytes_max)?
-                        .ok_or_else(|| Error::invalid(field, InvalidReason::Required, "is required"))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Some(Selection {
-                kind,
-                metadata_any,
-                keep_latest: req.keep_latest,
-                children_kind: optional_kind("children_kind", req.children_kind)?,
-                refs_kind: optional_kind("refs_kind", req.refs_kind)?,
-            })
-        };
+        let selection = selection(req, &turn_ids, limits)?;
         let deleted = self
             .shared
             .writer()?
@@ -183,6 +136,54 @@ impl RecordApi {
         let copied = self.shared.writer()?.copy_turn(namespace, source, target).await?;
         Ok(CopyTurnResponse { copied: i64::try_from(copied).unwrap_or(i64::MAX) })
     }
+}
+
+/// What a DeleteRecords selects beyond its turns: nothing (whole turns,
+/// which then must be named) or a kind's records, narrowed by filters or
+/// turns (a deletion across every turn needs a filter).
+fn selection(req: DeleteRecordsRequest, turn_ids: &[String], limits: &Limits) -> Result<Option<Selection>> {
+    let kind = validate::kind("kind", req.kind, false)?;
+    if kind.is_empty() {
+        let needs_kind = |field: &str| Error::invalid(field, InvalidReason::Malformed, "needs kind");
+        if !req.metadata_any.is_empty() {
+            return Err(needs_kind("metadata_any"));
+        }
+        if req.keep_latest {
+            return Err(needs_kind("keep_latest"));
+        }
+        if turn_ids.is_empty() {
+            return Err(Error::invalid("turn_ids", InvalidReason::Required, "is required without kind"));
+        }
+        return Ok(None);
+    }
+    if req.metadata_any.len() > limits::DELETE_SELECTORS_MAX {
+        let max = limits::DELETE_SELECTORS_MAX;
+        return Err(Error::invalid("metadata_any", InvalidReason::TooLong, format!("must hold at most {max} filters")));
+    }
+    if turn_ids.is_empty() && req.metadata_any.is_empty() {
+        return Err(Error::invalid(
+            "turn_ids",
+            InvalidReason::Required,
+            "is required unless metadata_any narrows the deletion",
+        ));
+    }
+    let metadata_any = req
+        .metadata_any
+        .into_iter()
+        .enumerate()
+        .map(|(i, filter)| {
+            let field = format!("metadata_any[{i}]");
+            validate::json_object(&field, filter, limits.record_metadata_bytes_max)?
+                .ok_or_else(|| Error::invalid(field, InvalidReason::Required, "is required"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(Selection {
+        kind,
+        metadata_any,
+        keep_latest: req.keep_latest,
+        children_kind: optional_kind("children_kind", req.children_kind)?,
+        refs_kind: optional_kind("refs_kind", req.refs_kind)?,
+    }))
 }
 
 fn optional_kind(field: &str, value: String) -> Result<Option<String>> {

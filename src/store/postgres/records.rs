@@ -5,6 +5,8 @@
 //! refs. Metadata filters are jsonb's `@>`, read through the
 //! `records_metadata` index.
 
+use std::collections::HashMap;
+
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Postgres, Row};
 
@@ -146,21 +148,8 @@ pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sq
     if let Some(refs) = &selection.refs_kind
         && scopes != "[]"
     {
-        let done = sqlx::query(
-            "DELETE FROM records r \
-             USING (SELECT e->>0 AS turn_id, e->>1 AS scope FROM jsonb_array_elements(CAST($3 AS jsonb)) e) a \
-             WHERE r.namespace = $1 AND r.kind = $2 AND r.turn_id = a.turn_id AND r.scope = a.scope \
-               AND NOT EXISTS (SELECT 1 FROM records p \
-                               WHERE p.namespace = r.namespace AND p.turn_id = r.turn_id AND p.kind = $4 \
-                                 AND p.scope = r.scope AND p.refs ? r.id)",
-        )
-        .bind(&d.namespace)
-        .bind(refs)
-        .bind(&scopes)
-        .bind(&selection.kind)
-        .execute(&mut *conn)
-        .await?;
-        deleted += i64::try_from(done.rows_affected()).unwrap_or(i64::MAX);
+        let gone = delete_unused_refs(conn, &d.namespace, refs, &selection.kind, &scopes).await?;
+        deleted += i64::try_from(gone).unwrap_or(i64::MAX);
     }
     Ok(u64::try_from(deleted).unwrap_or(0))
 }
@@ -180,6 +169,32 @@ pub async fn idle_turns(conn: &mut PgConnection, q: &IdleQuery) -> Result<Vec<(S
     .bind(i64::from(q.limit))
     .fetch_all(&mut *conn)
     .await
+}
+
+/// Deletes the records of `refs` kind in `scopes` (a JSON array of [turn,
+/// scope] pairs) that no record of `kind` refers to any more.
+async fn delete_unused_refs(
+    conn: &mut PgConnection,
+    namespace: &str,
+    refs: &str,
+    kind: &str,
+    scopes: &str,
+) -> Result<u64, sqlx::Error> {
+    let done = sqlx::query(
+        "DELETE FROM records r \
+         USING (SELECT e->>0 AS turn_id, e->>1 AS scope FROM jsonb_array_elements(CAST($3 AS jsonb)) e) a \
+         WHERE r.namespace = $1 AND r.kind = $2 AND r.turn_id = a.turn_id AND r.scope = a.scope \
+           AND NOT EXISTS (SELECT 1 FROM records p \
+                           WHERE p.namespace = r.namespace AND p.turn_id = r.turn_id AND p.kind = $4 \
+                             AND p.scope = r.scope AND p.refs ? r.id)",
+    )
+    .bind(namespace)
+    .bind(refs)
+    .bind(scopes)
+    .bind(kind)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
 }
 
 /// Copies every record of `source` to `target`, replacing what is at an address there.
@@ -213,57 +228,7 @@ pub async fn copy(
 /// record it belongs to. The page is chosen by count (one more than asked,
 /// to tell whether more follow) and then cut where the byte budget ends.
 pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
-    let mut filters = String::new();
-    let mut n = 2;
-    let mut next = |sql: &str| {
-        n += 1;
-        filters.push_str(&sql.replace('#', &format!("${n}")));
-    };
-    if q.turn_id.is_some() {
-        next(" AND turn_id = #");
-    }
-    if q.scope.is_some() {
-        next(" AND scope = #");
-    }
-    if q.id.is_some() {
-        next(" AND id = #");
-    }
-    if q.before_id.is_some() {
-        next(" AND id < #");
-    }
-    if q.metadata_contains.is_some() {
-        next(" AND metadata @> CAST(# AS jsonb)");
-    }
-    if q.after.is_some() {
-        n += 3;
-        filters.push_str(&format!(" AND (id, turn_id, scope) < (${}, ${}, ${})", n - 2, n - 1, n));
-    }
-    let limit = n + 1;
-    let mut sql = format!(
-        "WITH page AS MATERIALIZED (\
-           SELECT * FROM records WHERE namespace = $1 AND kind = $2{filters} \
-           ORDER BY id DESC, turn_id DESC, scope DESC LIMIT ${limit}) \
-         SELECT 0 AS part, r.turn_id AS owner_turn, r.scope AS owner_scope, r.id AS owner_id, {COLUMNS} FROM page r"
-    );
-    let mut kinds = Vec::new();
-    if let Some(kind) = &q.children_kind {
-        kinds.push(kind);
-        sql.push_str(&format!(
-            " UNION ALL SELECT 1, p.turn_id, p.scope, p.id, {COLUMNS} FROM page p JOIN records r \
-               ON r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${} AND r.scope = p.scope \
-              AND r.parent_id = p.id",
-            limit + kinds.len()
-        ));
-    }
-    if let Some(kind) = &q.refs_kind {
-        kinds.push(kind);
-        sql.push_str(&format!(
-            " UNION ALL SELECT 2, p.turn_id, p.scope, p.id, {COLUMNS} \
-              FROM page p CROSS JOIN LATERAL jsonb_array_elements_text(p.refs) AS u(ref) JOIN records r \
-               ON r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${} AND r.scope = p.scope AND r.id = u.ref",
-            limit + kinds.len()
-        ));
-    }
+    let sql = list_sql(q);
     let mut query = sqlx::query::<Postgres>(sqlx::AssertSqlSafe(sql)).bind(&q.namespace).bind(&q.kind);
     for value in [&q.turn_id, &q.scope, &q.id, &q.before_id, &q.metadata_contains].into_iter().flatten() {
         query = query.bind(value);
@@ -272,43 +237,11 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
         query = query.bind(&after.id).bind(&after.turn_id).bind(&after.scope);
     }
     query = query.bind(i64::from(q.limit) + 1);
-    for kind in kinds {
+    for kind in [&q.children_kind, &q.refs_kind].into_iter().flatten() {
         query = query.bind(kind);
     }
     let rows = query.fetch_all(&mut *conn).await?;
-    let mut entries: Vec<RecordEntry> = Vec::new();
-    let mut related: Vec<(i32, (String, String, String), StoredRecord)> = Vec::new();
-    for row in &rows {
-        let part: i32 = row.try_get("part")?;
-        let record = stored(row)?;
-        if part == 0 {
-            entries.push(RecordEntry { record, children: Vec::new(), refs: Vec::new() });
-        } else {
-            let owner = (row.try_get("owner_turn")?, row.try_get("owner_scope")?, row.try_get("owner_id")?);
-            related.push((part, owner, record));
-        }
-    }
-    entries.sort_by(|a, b| {
-        let key = |e: &RecordEntry| {
-            let r = &e.record.record;
-            (r.id.clone(), r.turn_id.clone(), r.scope.clone())
-        };
-        key(b).cmp(&key(a))
-    });
-    related.sort_by(|a, b| a.2.record.id.cmp(&b.2.record.id));
-    let index: std::collections::HashMap<(String, String, String), usize> = entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let r = &e.record.record;
-            ((r.turn_id.clone(), r.scope.clone(), r.id.clone()), i)
-        })
-        .collect();
-    for (part, owner, record) in related {
-        if let Some(&i) = index.get(&owner) {
-            if part == 1 { entries[i].children.push(record) } else { entries[i].refs.push(record) }
-        }
-    }
+    let mut entries = assemble(&rows)?;
     let mut more = entries.len() > q.limit as usize;
     entries.truncate(q.limit as usize);
     let mut used = 0usize;
@@ -325,4 +258,88 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
         }
     }
     Ok((entries, more))
+}
+
+/// The list statement for `q`: only the filters asked for, numbered in the
+/// order `list` binds them (turn, scope, id, before, metadata, cursor, then
+/// the limit and the related kinds).
+fn list_sql(q: &RecordQuery) -> String {
+    let mut filters = String::new();
+    let mut n = 2;
+    let wanted = [
+        (q.turn_id.is_some(), " AND turn_id = #"),
+        (q.scope.is_some(), " AND scope = #"),
+        (q.id.is_some(), " AND id = #"),
+        (q.before_id.is_some(), " AND id < #"),
+        (q.metadata_contains.is_some(), " AND metadata @> CAST(# AS jsonb)"),
+    ];
+    for (_, filter) in wanted.into_iter().filter(|(on, _)| *on) {
+        n += 1;
+        filters.push_str(&filter.replace('#', &format!("${n}")));
+    }
+    if q.after.is_some() {
+        n += 3;
+        filters.push_str(&format!(" AND (id, turn_id, scope) < (${}, ${}, ${})", n - 2, n - 1, n));
+    }
+    let limit = n + 1;
+    let mut sql = format!(
+        "WITH page AS MATERIALIZED (\
+           SELECT * FROM records WHERE namespace = $1 AND kind = $2{filters} \
+           ORDER BY id DESC, turn_id DESC, scope DESC LIMIT ${limit}) \
+         SELECT 0 AS part, r.turn_id AS owner_turn, r.scope AS owner_scope, r.id AS owner_id, {COLUMNS} FROM page r"
+    );
+    let mut n = limit;
+    if q.children_kind.is_some() {
+        n += 1;
+        sql.push_str(&format!(
+            " UNION ALL SELECT 1, p.turn_id, p.scope, p.id, {COLUMNS} FROM page p JOIN records r \
+               ON r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${n} AND r.scope = p.scope \
+              AND r.parent_id = p.id"
+        ));
+    }
+    if q.refs_kind.is_some() {
+        n += 1;
+        sql.push_str(&format!(
+            " UNION ALL SELECT 2, p.turn_id, p.scope, p.id, {COLUMNS} \
+              FROM page p CROSS JOIN LATERAL jsonb_array_elements_text(p.refs) AS u(ref) JOIN records r \
+               ON r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${n} AND r.scope = p.scope AND r.id = u.ref"
+        ));
+    }
+    sql
+}
+
+/// The page's entries, newest id first, each with its children and refs by id.
+fn assemble(rows: &[PgRow]) -> Result<Vec<RecordEntry>, sqlx::Error> {
+    let mut entries: Vec<RecordEntry> = Vec::new();
+    let mut related: Vec<(i32, (String, String, String), StoredRecord)> = Vec::new();
+    for row in rows {
+        let part: i32 = row.try_get("part")?;
+        let record = stored(row)?;
+        if part == 0 {
+            entries.push(RecordEntry { record, children: Vec::new(), refs: Vec::new() });
+        } else {
+            let owner = (row.try_get("owner_turn")?, row.try_get("owner_scope")?, row.try_get("owner_id")?);
+            related.push((part, owner, record));
+        }
+    }
+    let key = |e: &RecordEntry| {
+        let r = &e.record.record;
+        (r.id.clone(), r.turn_id.clone(), r.scope.clone())
+    };
+    entries.sort_by_key(|e| std::cmp::Reverse(key(e)));
+    related.sort_by(|a, b| a.2.record.id.cmp(&b.2.record.id));
+    let index: HashMap<(String, String, String), usize> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let r = &e.record.record;
+            ((r.turn_id.clone(), r.scope.clone(), r.id.clone()), i)
+        })
+        .collect();
+    for (part, owner, record) in related {
+        if let Some(&i) = index.get(&owner) {
+            if part == 1 { entries[i].children.push(record) } else { entries[i].refs.push(record) }
+        }
+    }
+    Ok(entries)
 }

@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::model::UnixNanos;
-use crate::records::{self, NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, StoredRecord};
+use crate::records::{self, NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, Selection, StoredRecord};
 use crate::store::IdleQuery;
 
 /// A record's columns, in the order `stored` reads them.
@@ -125,35 +125,7 @@ pub fn delete(conn: &Connection, d: &RecordDelete) -> rusqlite::Result<u64> {
             .execute(rusqlite::params![d.namespace, turns])?;
         return Ok(deleted as u64);
     };
-    // The records chosen: of the kind, in the turns (or any turn), matching
-    // a filter (or all), and not the newest of their turn and scope when
-    // that one is kept.
-    let mut sql = "SELECT turn_id, scope, id FROM records p WHERE namespace = $1 AND kind = $2".to_owned();
-    if !d.turn_ids.is_empty() {
-        sql.push_str(" AND turn_id IN (SELECT value FROM json_each($3))");
-    }
-    if !selection.metadata_any.is_empty() {
-        sql.push_str(" AND EXISTS (SELECT 1 FROM json_each($4) f WHERE json_contains(p.metadata, f.value))");
-    }
-    if selection.keep_latest {
-        sql.push_str(
-            " AND id < (SELECT max(id) FROM records l \
-                        WHERE l.namespace = p.namespace AND l.turn_id = p.turn_id AND l.kind = p.kind \
-                          AND l.scope = p.scope)",
-        );
-    }
-    let filters = format!("[{}]", selection.metadata_any.join(","));
-    let mut statement = conn.prepare_cached(&sql)?;
-    let chosen: Vec<(String, String, String)> = {
-        let values: [&dyn ToSql; 4] = [&d.namespace, &selection.kind, &turns, &filters];
-        let mut found = Vec::new();
-        super::bind_numbered(&mut statement, &values)?;
-        let mut rows = statement.raw_query();
-        while let Some(row) = rows.next()? {
-            found.push((row.get(0)?, row.get(1)?, row.get(2)?));
-        }
-        found
-    };
+    let chosen = chosen(conn, d, selection, &turns)?;
     if chosen.is_empty() {
         return Ok(0);
     }
@@ -188,6 +160,41 @@ pub fn delete(conn: &Connection, d: &RecordDelete) -> rusqlite::Result<u64> {
             .execute(rusqlite::params![d.namespace, refs, addresses, selection.kind])?;
     }
     Ok(deleted as u64)
+}
+
+/// The records a selection chooses, as (turn, scope, id): of its kind, in
+/// the turns (`turns`, a JSON array; or any turn), matching a filter (or
+/// all), and not the newest of their turn and scope when that one is kept.
+fn chosen(
+    conn: &Connection,
+    d: &RecordDelete,
+    selection: &Selection,
+    turns: &str,
+) -> rusqlite::Result<Vec<(String, String, String)>> {
+    let mut sql = "SELECT turn_id, scope, id FROM records p WHERE namespace = $1 AND kind = $2".to_owned();
+    if !d.turn_ids.is_empty() {
+        sql.push_str(" AND turn_id IN (SELECT value FROM json_each($3))");
+    }
+    if !selection.metadata_any.is_empty() {
+        sql.push_str(" AND EXISTS (SELECT 1 FROM json_each($4) f WHERE json_contains(p.metadata, f.value))");
+    }
+    if selection.keep_latest {
+        sql.push_str(
+            " AND id < (SELECT max(id) FROM records l \
+                        WHERE l.namespace = p.namespace AND l.turn_id = p.turn_id AND l.kind = p.kind \
+                          AND l.scope = p.scope)",
+        );
+    }
+    let filters = format!("[{}]", selection.metadata_any.join(","));
+    let mut statement = conn.prepare_cached(&sql)?;
+    let values: [&dyn ToSql; 4] = [&d.namespace, &selection.kind, &turns, &filters];
+    super::bind_numbered(&mut statement, &values)?;
+    let mut rows = statement.raw_query();
+    let mut found = Vec::new();
+    while let Some(row) = rows.next()? {
+        found.push((row.get(0)?, row.get(1)?, row.get(2)?));
+    }
+    Ok(found)
 }
 
 /// Copies every record of `source` to `target`, replacing what is at an address there.
