@@ -4,6 +4,12 @@
 //! list in one statement that returns each record with its children and
 //! refs. Metadata filters are jsonb's `@>`, read through the
 //! `records_metadata` index.
+//!
+//! Every write to records first takes a transaction-scoped advisory lock
+//! on each turn it writes, in one sorted order (`lock_turns`), after any
+//! idempotency keys its batch locks: two batches that write the same turns
+//! then take their row locks one after the other, never crosswise, however
+//! their upserts and inserts interleave.
 
 use std::collections::HashMap;
 
@@ -43,6 +49,7 @@ pub async fn put(
     rows: &[(&str, &NewRecord)],
     recorded_at: UnixNanos,
 ) -> Result<(), sqlx::Error> {
+    lock_turns(conn, rows.iter().map(|(namespace, r)| (*namespace, r.turn_id.as_str()))).await?;
     for mode in [PutMode::Upsert, PutMode::InsertIfAbsent] {
         let chosen: Vec<&(&str, &NewRecord)> = rows.iter().filter(|(_, r)| r.mode == mode).collect();
         if chosen.is_empty() {
@@ -88,6 +95,24 @@ pub async fn put(
 /// references that no record of the kind uses any more (it must see the
 /// first's deletions, which a later part of the same statement would not).
 pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sqlx::Error> {
+    let mut d = std::borrow::Cow::Borrowed(d);
+    if d.turn_ids.is_empty() {
+        // A deletion across turns locks the turns it will touch first, then
+        // deletes within them only; across more turns than a transaction
+        // should lock, it runs unlocked (a deadlock then fails it alone,
+        // UNAVAILABLE, and its retry deletes what is left).
+        let turns = matching_turns(conn, &d).await?;
+        if turns.is_empty() {
+            return Ok(0);
+        }
+        if turns.len() <= LOCKED_TURNS_MAX {
+            d.to_mut().turn_ids = turns;
+        }
+    }
+    let d = d.as_ref();
+    if !d.turn_ids.is_empty() {
+        lock_turns(conn, d.turn_ids.iter().map(|turn| (d.namespace.as_str(), turn.as_str()))).await?;
+    }
     if let Some(idle_before) = d.idle_before {
         // Retention's turn, kept if any of its records was written since it was chosen.
         let written = sqlx::query(
@@ -197,6 +222,42 @@ async fn delete_unused_refs(
     Ok(done.rows_affected())
 }
 
+/// Most turns one deletion locks (as many as a DeleteRecords may name).
+const LOCKED_TURNS_MAX: usize = crate::config::limits::DELETE_SELECTORS_MAX;
+
+/// Takes the advisory lock of each (namespace, turn) of `turns`, in one
+/// sorted order, until the transaction ends (one round trip).
+async fn lock_turns<'a>(
+    conn: &mut PgConnection,
+    turns: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<(), sqlx::Error> {
+    let (namespaces, turns): (Vec<&str>, Vec<&str>) = turns.unzip();
+    sqlx::query(
+        "SELECT count(*) FROM (SELECT pg_advisory_xact_lock(h) FROM ( \
+           SELECT DISTINCT hashtextextended(n || '/' || t, 1) AS h \
+           FROM UNNEST($1::text[], $2::text[]) AS u(n, t) ORDER BY h) sorted) locked",
+    )
+    .bind(namespaces)
+    .bind(turns)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The turns that hold records a cross-turn deletion selects.
+async fn matching_turns(conn: &mut PgConnection, d: &RecordDelete) -> Result<Vec<String>, sqlx::Error> {
+    let Some(selection) = &d.selection else { return Ok(Vec::new()) };
+    sqlx::query_scalar(
+        "SELECT DISTINCT turn_id FROM records \
+         WHERE namespace = $1 AND kind = $2 AND metadata @> ANY(CAST($3 AS jsonb[])) ORDER BY turn_id",
+    )
+    .bind(&d.namespace)
+    .bind(&selection.kind)
+    .bind(&selection.metadata_any)
+    .fetch_all(&mut *conn)
+    .await
+}
+
 /// Copies every record of `source` to `target`, replacing what is at an address there.
 pub async fn copy(
     conn: &mut PgConnection,
@@ -205,6 +266,7 @@ pub async fn copy(
     target: &str,
     recorded_at: UnixNanos,
 ) -> Result<u64, sqlx::Error> {
+    lock_turns(conn, [(namespace, source), (namespace, target)].into_iter()).await?;
     let done = sqlx::query(
         "INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, metadata, refs, \
                               recorded_at_ns) \
@@ -223,12 +285,15 @@ pub async fn copy(
     Ok(done.rows_affected())
 }
 
-/// One page of a list in one statement: the page's records (part 0), their
-/// children (part 1) and their refs (part 2), each related row naming the
-/// record it belongs to. The page is chosen by count (one more than asked,
-/// to tell whether more follow) and then cut where the byte budget ends.
+/// One page of a list: the page's records (part 0), their children (part 1)
+/// and their refs (part 2) in one statement, each related row naming the
+/// record it belongs to. A page of more than one entry is first sized
+/// (`fitting`: each entry's bytes, read from the records' lengths without
+/// their payloads), so that only the entries within the byte budget are
+/// ever read whole.
 pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
-    let sql = list_sql(q);
+    let (take, mut more) = if q.limit > 1 { fitting(conn, q).await? } else { (1, false) };
+    let sql = list_sql(q, LIST_COLUMNS);
     let mut query = sqlx::query::<Postgres>(sqlx::AssertSqlSafe(sql)).bind(&q.namespace).bind(&q.kind);
     for value in [&q.turn_id, &q.scope, &q.id, &q.before_id, &q.metadata_contains].into_iter().flatten() {
         query = query.bind(value);
@@ -236,14 +301,15 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
     if let Some(after) = &q.after {
         query = query.bind(&after.id).bind(&after.turn_id).bind(&after.scope);
     }
-    query = query.bind(i64::from(q.limit) + 1);
+    // One more than the page holds, to tell whether more follow.
+    query = query.bind(i64::try_from(take).unwrap_or(i64::MAX) + 1);
     for kind in [&q.children_kind, &q.refs_kind].into_iter().flatten() {
         query = query.bind(kind);
     }
     let rows = query.fetch_all(&mut *conn).await?;
     let mut entries = assemble(&rows)?;
-    let mut more = entries.len() > q.limit as usize;
-    entries.truncate(q.limit as usize);
+    more |= entries.len() > take;
+    entries.truncate(take);
     let mut used = 0usize;
     if let Some(fit) = entries.iter().position(|entry| {
         used = used.saturating_add(entry.bytes());
@@ -260,10 +326,53 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
     Ok((entries, more))
 }
 
+/// How many entries of the page fit its byte budget (at least one, at most
+/// its size), and whether more follow: the page's records and the sizes of
+/// their related records, without their payloads.
+async fn fitting(conn: &mut PgConnection, q: &RecordQuery) -> Result<(usize, bool), sqlx::Error> {
+    let mut query = sqlx::query_scalar::<Postgres, i64>(sqlx::AssertSqlSafe(list_sql(q, SIZE_COLUMNS)))
+        .bind(&q.namespace)
+        .bind(&q.kind);
+    for value in [&q.turn_id, &q.scope, &q.id, &q.before_id, &q.metadata_contains].into_iter().flatten() {
+        query = query.bind(value);
+    }
+    if let Some(after) = &q.after {
+        query = query.bind(&after.id).bind(&after.turn_id).bind(&after.scope);
+    }
+    query = query.bind(i64::from(q.limit) + 1);
+    for kind in [&q.children_kind, &q.refs_kind].into_iter().flatten() {
+        query = query.bind(kind);
+    }
+    let sizes = query.fetch_all(&mut *conn).await?;
+    // One row per entry of the page, in list order.
+    let limit = q.limit as usize;
+    let (mut take, mut used) = (0usize, 0usize);
+    for size in sizes.iter().take(limit) {
+        let size = usize::try_from(*size).unwrap_or(usize::MAX);
+        if take > 0 && used.saturating_add(size) > q.bytes_max {
+            return Ok((take, true));
+        }
+        used = used.saturating_add(size);
+        take += 1;
+    }
+    Ok((take.max(1), sizes.len() > limit))
+}
+
+/// What each record of a list costs in a page, as `RecordEntry::bytes` counts it.
+const RECORD_BYTES: &str = "(octet_length(r.turn_id) + octet_length(r.scope) + octet_length(r.kind) \
+     + octet_length(r.id) + octet_length(r.parent_id) + octet_length(r.content_type) + octet_length(r.payload) \
+     + coalesce(octet_length(CAST(r.metadata AS text)), 0) + octet_length(CAST(r.refs AS text)) + 64)";
+
+/// The columns of a list's rows: whole records.
+const LIST_COLUMNS: bool = true;
+/// The columns of a sizing's rows: one size per page entry.
+const SIZE_COLUMNS: bool = false;
+
 /// The list statement for `q`: only the filters asked for, numbered in the
 /// order `list` binds them (turn, scope, id, before, metadata, cursor, then
-/// the limit and the related kinds).
-fn list_sql(q: &RecordQuery) -> String {
+/// the limit and the related kinds). With `whole` false, it answers each
+/// entry's size instead: the record's and its related records' bytes.
+fn list_sql(q: &RecordQuery, whole: bool) -> String {
     let mut filters = String::new();
     let mut n = 2;
     let wanted = [
@@ -282,6 +391,9 @@ fn list_sql(q: &RecordQuery) -> String {
         filters.push_str(&format!(" AND (id, turn_id, scope) < (${}, ${}, ${})", n - 2, n - 1, n));
     }
     let limit = n + 1;
+    if !whole {
+        return sized_sql(q, &filters, limit);
+    }
     let mut sql = format!(
         "WITH page AS MATERIALIZED (\
            SELECT * FROM records WHERE namespace = $1 AND kind = $2{filters} \
@@ -306,6 +418,36 @@ fn list_sql(q: &RecordQuery) -> String {
         ));
     }
     sql
+}
+
+/// `list_sql`'s sizing statement: per page entry, in list order, its bytes
+/// and its related records' (children by parent, refs named once each).
+fn sized_sql(q: &RecordQuery, filters: &str, limit: usize) -> String {
+    let mut n = limit;
+    let mut related = String::new();
+    if q.children_kind.is_some() {
+        n += 1;
+        related.push_str(&format!(
+            " + coalesce((SELECT sum({RECORD_BYTES}) FROM records r \
+                 WHERE r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${n} AND r.scope = p.scope \
+                   AND r.parent_id = p.id), 0)"
+        ));
+    }
+    if q.refs_kind.is_some() {
+        n += 1;
+        related.push_str(&format!(
+            " + coalesce((SELECT sum({RECORD_BYTES}) FROM records r \
+                 WHERE r.namespace = $1 AND r.turn_id = p.turn_id AND r.kind = ${n} AND r.scope = p.scope \
+                   AND r.id IN (SELECT jsonb_array_elements_text(p.refs))), 0)"
+        ));
+    }
+    format!(
+        "SELECT CAST(p.bytes{related} AS bigint) FROM (\
+           SELECT r.turn_id, r.scope, r.id, r.refs, {RECORD_BYTES} AS bytes FROM records r \
+           WHERE r.namespace = $1 AND r.kind = $2{filters} \
+           ORDER BY r.id DESC, r.turn_id DESC, r.scope DESC LIMIT ${limit}) p \
+         ORDER BY p.id DESC, p.turn_id DESC, p.scope DESC"
+    )
 }
 
 /// The page's entries, newest id first, each with its children and refs by id.
