@@ -1,0 +1,133 @@
+//! RecordService end to end, over real gRPC on a real store, one topic a
+//! module: what a put stores and which put wins an address (`put`), how
+//! ListRecords orders, filters and pages, with children and refs attached
+//! (`list`), metadata containment as Postgres's `@>` defines it
+//! (`metadata`), and the response byte budget (`budget`). This module holds what
+//! they share: record and request builders, and listings read to the end.
+
+mod budget;
+mod list;
+mod metadata;
+mod put;
+
+use stepwell::api::pb::{
+    ListRecordsRequest, ListRecordsResponse, PutMode, PutRecordsRequest, PutRecordsResponse, Record, RecordEntry,
+};
+use tonic::Code;
+
+use stepwell_test_support::RecordClient;
+use stepwell_test_support::errors::assert_invalid;
+
+/// The kind most tests write.
+const KIND: &str = "checkpoint";
+
+/// A record of `kind` at `id` in `turn` (empty scope), upserted, whose
+/// payload names its address so that any mix-up shows.
+fn record(turn: &str, kind: &str, id: &str) -> Record {
+    Record {
+        turn_id: turn.to_owned(),
+        kind: kind.to_owned(),
+        id: id.to_owned(),
+        payload: format!("{turn}/{kind}/{id}").into_bytes(),
+        ..Default::default()
+    }
+}
+
+/// `record` with an explicit payload.
+fn with_payload(mut record: Record, payload: &[u8]) -> Record {
+    record.payload = payload.to_vec();
+    record
+}
+
+/// `record` in `scope`.
+fn in_scope(mut record: Record, scope: &str) -> Record {
+    record.scope = scope.to_owned();
+    record
+}
+
+/// `record` with JSON `metadata`.
+fn with_metadata(mut record: Record, metadata: &str) -> Record {
+    record.metadata = metadata.as_bytes().to_vec();
+    record
+}
+
+/// `record` put in `mode`.
+fn with_mode(mut record: Record, mode: PutMode) -> Record {
+    record.mode = mode as i32;
+    record
+}
+
+/// A PutRecords of `records`, unfenced, in the default namespace.
+fn put(records: Vec<Record>) -> PutRecordsRequest {
+    PutRecordsRequest { records, ..Default::default() }
+}
+
+/// PutRecords, which must succeed.
+async fn put_ok(client: &mut RecordClient, records: Vec<Record>) -> PutRecordsResponse {
+    let response = client.put_records(put(records)).await.expect("PutRecords succeeds").into_inner();
+    assert!(response.recorded_at.is_some(), "recorded_at is set: {response:?}");
+    response
+}
+
+/// A ListRecords of `kind` across every turn of the default namespace.
+fn list(kind: &str) -> ListRecordsRequest {
+    ListRecordsRequest { kind: kind.to_owned(), ..Default::default() }
+}
+
+/// A ListRecords of `kind` in `turn`.
+fn list_turn(turn: &str, kind: &str) -> ListRecordsRequest {
+    ListRecordsRequest { turn_id: turn.to_owned(), ..list(kind) }
+}
+
+/// One page, which must be answered.
+async fn page(client: &mut RecordClient, request: ListRecordsRequest) -> ListRecordsResponse {
+    client.list_records(request).await.expect("ListRecords succeeds").into_inner()
+}
+
+/// Every entry `request` lists, following page tokens to the end; every
+/// page but a lone first one holds at least one entry.
+async fn list_all(client: &mut RecordClient, mut request: ListRecordsRequest) -> Vec<RecordEntry> {
+    let mut entries = Vec::new();
+    for pages in 0.. {
+        let answer = page(client, request.clone()).await;
+        assert!(pages == 0 || !answer.entries.is_empty(), "page {pages} after a next_page_token is empty");
+        entries.extend(answer.entries);
+        if answer.next_page_token.is_empty() {
+            break;
+        }
+        request.page_token = answer.next_page_token;
+    }
+    entries
+}
+
+/// The records `request` lists, without their children and refs.
+async fn records(client: &mut RecordClient, request: ListRecordsRequest) -> Vec<Record> {
+    list_all(client, request).await.into_iter().map(|e| e.record.expect("an entry holds its record")).collect()
+}
+
+/// The ids `request` lists, in order.
+async fn ids(client: &mut RecordClient, request: ListRecordsRequest) -> Vec<String> {
+    records(client, request).await.into_iter().map(|r| r.id).collect()
+}
+
+/// The payloads `request` lists, in order, as text.
+async fn payloads(client: &mut RecordClient, request: ListRecordsRequest) -> Vec<String> {
+    records(client, request).await.into_iter().map(|r| String::from_utf8_lossy(&r.payload).into_owned()).collect()
+}
+
+/// The ids of `records`, in order.
+fn ids_of(records: &[Record]) -> Vec<&str> {
+    records.iter().map(|r| r.id.as_str()).collect()
+}
+
+/// A record's metadata, parsed (Postgres normalizes jsonb, so bytes may differ).
+fn metadata_of(record: &Record) -> Option<serde_json::Value> {
+    (!record.metadata.is_empty()).then(|| serde_json::from_slice(&record.metadata).expect("stored metadata is JSON"))
+}
+
+/// `status` must be INVALID_ARGUMENT naming `field` with ErrorInfo `reason`.
+fn assert_refused_naming(status: Result<impl std::fmt::Debug, tonic::Status>, field: &str, reason: &str) {
+    let status = status.expect_err(&format!("refused, naming {field}"));
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_invalid(&status, field, reason);
+}
