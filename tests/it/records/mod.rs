@@ -2,13 +2,18 @@
 //! module: what a put stores and which put wins an address (`put`), how
 //! ListRecords orders, filters and pages, with children and refs attached
 //! (`list`), metadata containment as Postgres's `@>` defines it
-//! (`metadata`), and the response byte budget (`budget`). This module holds what
-//! they share: record and request builders, and listings read to the end.
+//! (`metadata`), the response byte budget (`budget`), DeleteRecords
+//! (`delete`), CopyTurn (`copy`), and invalid input and limits
+//! (`validation`). This module holds what they share: record and request
+//! builders, and listings read to the end.
 
 mod budget;
+mod copy;
+mod delete;
 mod list;
 mod metadata;
 mod put;
+mod validation;
 
 use stepwell::api::pb::{
     ListRecordsRequest, ListRecordsResponse, PutMode, PutRecordsRequest, PutRecordsResponse, Record, RecordEntry,
