@@ -3,15 +3,20 @@
 //! ListRecords orders, filters and pages, with children and refs attached
 //! (`list`), metadata containment as Postgres's `@>` defines it
 //! (`metadata`), the response byte budget (`budget`), DeleteRecords
-//! (`delete`), CopyTurn (`copy`), and invalid input and limits
-//! (`validation`). This module holds what they share: record and request
-//! builders, and listings read to the end.
+//! (`delete`), CopyTurn (`copy`), puts fenced by an idempotency lease
+//! (`fencing`), invalid input and limits (`validation`), and acknowledged
+//! puts surviving a SIGKILL of the real binary (`durability`); on Postgres,
+//! the plan of a metadata filter (`postgres_only`). This module holds what
+//! they share: record and request builders, and listings read to the end.
 
 mod budget;
 mod copy;
 mod delete;
+mod durability;
+mod fencing;
 mod list;
 mod metadata;
+mod postgres_only;
 mod put;
 mod validation;
 
