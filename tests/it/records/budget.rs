@@ -114,3 +114,18 @@ async fn an_entry_counts_its_children_and_refs() {
     let p2 = &listed[1][0];
     assert_eq!((p2.children.len(), p2.refs.len()), (2, 1), "an entry's related records are never cut");
 }
+
+#[tokio::test]
+async fn a_page_with_its_token_keeps_to_the_budget_even_with_the_longest_ids() {
+    let server = start().await;
+    let mut client = server.records();
+    // Ids, scope and turn at their limits make a page token of about 3 kB.
+    let (turn, scope) = ("t".repeat(256), "s".repeat(1024));
+    let long = |n: u8, payload: usize| Record {
+        scope: scope.clone(),
+        ..with_payload(record(&turn, KIND, &format!("{n}{}", "i".repeat(1023))), &vec![b'p'; payload])
+    };
+    put_ok(&mut client, (0..6).map(|n| long(n, 5_800)).collect()).await;
+    let listed = pages(&mut client, list_turn(&turn, KIND)).await;
+    assert_eq!(listed.iter().map(Vec::len).sum::<usize>(), 6, "every record, whatever the page sizes");
+}

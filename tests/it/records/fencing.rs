@@ -219,3 +219,16 @@ async fn a_fence_is_checked_as_a_field_first() {
     assert!(stored(&mut client, "t").await.is_empty());
     put_ok(&mut client, pair("t", "unfenced")).await;
 }
+
+#[tokio::test]
+async fn a_fence_names_any_key_begin_accepts() {
+    let server = Sidecar::builder().start().await;
+    let (mut client, mut keys) = (server.records(), server.idempotency());
+    // Begin takes keys of up to 512 bytes; a fence must be able to name them.
+    let key = "k".repeat(512);
+    let token = acquire(&mut keys, begin(&key)).await;
+    client.put_records(fenced(pair("t", "long key"), &key, token)).await.expect("the holder of a 512-byte key writes");
+    assert_eq!(stored(&mut client, "t").await, ["long key checkpoint", "long key blob"]);
+    let answer = client.put_records(fenced(pair("t", "x"), &"k".repeat(513), token)).await;
+    assert_refused_naming(answer, "fence.key", "FIELD_TOO_LONG");
+}
