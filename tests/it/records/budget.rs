@@ -1,16 +1,19 @@
 //! The response byte budget (`--response-bytes-max`) of ListRecords: a page
 //! stops early when the next entry would not fit, but always holds one
 //! entry; an entry larger than the budget, with its children and refs,
-//! comes alone; and the page that holds the last entry says so, whatever
-//! its size.
+//! comes alone; the page that holds the last entry says so, whatever its
+//! size; and a page costs the sidecar memory for that page, not for the
+//! records behind it (measured on the real binary's peak RSS).
 
 use prost::Message;
 use stepwell::api::pb::{ListRecordsRequest, Record, RecordEntry};
 
 use stepwell_test_support::RecordClient;
-use stepwell_test_support::sidecar::Sidecar;
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
 
 use super::{KIND, list_turn, page, put_ok, record, with_payload};
+use crate::STEPWELL;
 
 const BUDGET: usize = 16 * 1024;
 
@@ -128,4 +131,38 @@ async fn a_page_with_its_token_keeps_to_the_budget_even_with_the_longest_ids() {
     put_ok(&mut client, (0..6).map(|n| long(n, 5_800)).collect()).await;
     let listed = pages(&mut client, list_turn(&turn, KIND)).await;
     assert_eq!(listed.iter().map(Vec::len).sum::<usize>(), 6, "every record, whatever the page sizes");
+}
+
+/// The peak resident memory, in kB, of the sidecar process serving `socket`.
+fn peak_memory_kb(socket: &std::path::Path) -> u64 {
+    let socket = socket.to_string_lossy();
+    for entry in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if !String::from_utf8_lossy(&cmdline).contains(&*socket) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let peak = status.lines().find_map(|line| line.strip_prefix("VmHWM:"));
+        return peak.and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM in kB");
+    }
+    panic!("no process serves {socket}");
+}
+
+#[tokio::test]
+async fn a_page_costs_the_sidecar_memory_for_the_page_not_for_the_records_behind_it() {
+    const RECORDS: usize = 60;
+    const PAYLOAD: usize = 3 << 20;
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    let mut client = server.records().max_decoding_message_size(16 << 20);
+    for n in 0..RECORDS {
+        put_ok(&mut client, vec![sized("t", &format!("{n:03}"), PAYLOAD)]).await;
+    }
+    let before = peak_memory_kb(server.socket_path());
+    // The default budget (4 MiB less 64 KiB) holds one 3 MiB record a page.
+    let first = page(&mut client, list_turn("t", KIND)).await;
+    assert_eq!(first.entries.len(), 1);
+    let grown_mb = peak_memory_kb(server.socket_path()).saturating_sub(before) / 1024;
+    // 180 MB of records lie behind the page; a page of 3 MiB may cost a few copies of itself.
+    assert!(grown_mb < 64, "one page of 3 MiB raised the sidecar's peak memory by {grown_mb} MB");
 }
