@@ -255,3 +255,54 @@ async fn deletions_that_select_too_much_or_make_no_sense_are_refused_and_change_
     let thousand: Vec<String> = (0..999).map(|n| format!("turn-{n}")).chain(["t".to_owned()]).collect();
     assert_eq!(deleted(&mut client, DeleteRecordsRequest { turn_ids: thousand, ..delete(&[], "blob") }).await, 1);
 }
+
+/// A turn named after `name` (turn ids take no control characters).
+fn turn_of(n: usize, name: &str) -> String {
+    format!("turn {n} {}", name.replace(char::is_control, ""))
+}
+
+#[tokio::test]
+async fn odd_ids_scopes_and_turns_are_selected_exactly() {
+    let server = Sidecar::builder().start().await;
+    let mut client = server.records();
+    let odd = ["a\"b", "c\\d", "\u{1f}", "é|x", "\u{10000}", " ", "1.0", "1", "null", "[\"x\"]"];
+    let mut written = Vec::new();
+    for (n, name) in odd.iter().enumerate() {
+        let (turn, scope) = (turn_of(n, name), (*name).to_owned());
+        let matching = if n % 2 == 0 { r#"{"go": true}"# } else { r#"{"go": false}"# };
+        written.push(Record {
+            refs: vec![(*name).to_owned(), "shared".to_owned()],
+            ..with_metadata(in_scope(record(&turn, KIND, name), &scope), matching)
+        });
+        written.push(Record { parent_id: (*name).to_owned(), ..in_scope(record(&turn, "write", name), &scope) });
+        written.push(in_scope(record(&turn, "blob", name), &scope));
+        written.push(in_scope(record(&turn, "blob", "shared"), &scope));
+    }
+    put_ok(&mut client, written).await;
+    let before = everything(&mut client, "default").await;
+    let request = DeleteRecordsRequest {
+        kind: KIND.to_owned(),
+        metadata_any: vec![br#"{"go": true}"#.to_vec()],
+        children_kind: "write".to_owned(),
+        refs_kind: "blob".to_owned(),
+        ..Default::default()
+    };
+    // Each matching scope loses its checkpoint, its write and both blobs.
+    assert_eq!(deleted(&mut client, request).await, 4 * odd.len() as i64 / 2);
+    let mut expected = Vec::new();
+    for (n, name) in odd.iter().enumerate() {
+        if n % 2 == 1 {
+            for (kind, id) in [(KIND, *name), ("write", *name), ("blob", *name), ("blob", "shared")] {
+                expected.push(format!("{}/{name}/{kind}/{id}", turn_of(n, name)));
+            }
+        }
+    }
+    expected.sort();
+    assert_eq!(everything(&mut client, "default").await, expected, "from {before:#?}");
+
+    // Whole turns by odd names, too.
+    let turns: Vec<String> = odd.iter().enumerate().skip(1).step_by(2).map(|(n, name)| turn_of(n, name)).collect();
+    let whole = DeleteRecordsRequest { turn_ids: turns, ..Default::default() };
+    assert_eq!(deleted(&mut client, whole).await, expected.len() as i64);
+    assert!(everything(&mut client, "default").await.is_empty());
+}
