@@ -3,7 +3,8 @@
 //! out, while no one took over); otherwise refused FAILED_PRECONDITION with
 //! LEASE_LOST (another holder took over) or NOT_ACQUIRED (no lease held), and
 //! then nothing of the put is stored. A refused fenced put shares its batch
-//! with others' puts without affecting them. Leases expire on the store's
+//! with others' puts without affecting them (a batch built at the store,
+//! and concurrent calls queued behind a held write lock). Leases expire on the store's
 //! moved clock, never by sleeping.
 
 use std::time::Duration;
@@ -20,8 +21,12 @@ use stepwell_test_support::errors::{DOMAIN, Rejection, assert_error};
 use stepwell_test_support::requests::{begin, begin_leased, complete, release};
 use stepwell_test_support::sidecar::Sidecar;
 use stepwell_test_support::{IdempotencyClient, RecordClient, backend::TestStore};
+use tokio::task::JoinSet;
 
-use super::{KIND, assert_refused_naming, list_turn, payloads, put, put_ok, record, with_payload};
+use super::{
+    KIND, assert_refused_naming, hold_records_lock, list_turn, payloads, put, put_ok, record, waits_for_locks,
+    with_payload,
+};
 
 const KEY: &str = "turn-1/step-3";
 
@@ -231,4 +236,43 @@ async fn a_fence_names_any_key_begin_accepts() {
     assert_eq!(stored(&mut client, "t").await, ["long key checkpoint", "long key blob"]);
     let answer = client.put_records(fenced(pair("t", "x"), &"k".repeat(513), token)).await;
     assert_refused_naming(answer, "fence.key", "FIELD_TOO_LONG");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_unfenced_puts_are_written_beside_a_refused_fenced_one() {
+    let server = Sidecar::builder().configure(waits_for_locks).start().await;
+    let mut keys = server.idempotency();
+    let token = acquire(&mut keys, begin(KEY)).await;
+    // The writer waits on the lock, so the calls queue and commit together.
+    let lock = hold_records_lock(server.store()).await;
+    let mut calls = JoinSet::new();
+    for n in 0..12 {
+        let mut client = server.records();
+        let request = match n % 4 {
+            0 => fenced(pair("shared", &format!("stale {n}")), KEY, token + 1),
+            1 => fenced(pair(&format!("held-{n}"), "held"), KEY, token),
+            _ => put(pair(&format!("free-{n}"), "free")),
+        };
+        calls.spawn(async move { (n, client.put_records(request).await) });
+    }
+    lock.release().await;
+    let mut client = server.records();
+    for (n, answer) in calls.join_all().await {
+        match (n % 4, answer) {
+            (0, Err(status)) => assert_eq!(Rejection::of(&status).reason, "LEASE_LOST", "{status:?}"),
+            (0, Ok(_)) => panic!("put {n} under a stale token was written"),
+            (_, answer) => {
+                answer.unwrap_or_else(|status| panic!("put {n} was refused beside a fenced one: {status:?}"));
+            }
+        }
+    }
+    for n in 0..12 {
+        let turn = match n % 4 {
+            0 => continue,
+            1 => format!("held-{n}"),
+            _ => format!("free-{n}"),
+        };
+        assert_eq!(stored(&mut client, &turn).await.len(), 2, "{turn} holds both records of its put");
+    }
+    assert!(stored(&mut client, "shared").await.is_empty(), "nothing of a stale put");
 }

@@ -20,13 +20,17 @@ mod postgres_only;
 mod put;
 mod validation;
 
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
 use stepwell::api::pb::{
     ListRecordsRequest, ListRecordsResponse, PutMode, PutRecordsRequest, PutRecordsResponse, Record, RecordEntry,
 };
+use stepwell::config::{Config, Database};
 use tonic::Code;
 
-use stepwell_test_support::RecordClient;
+use stepwell_test_support::backend::{TestStore, WriteLock};
 use stepwell_test_support::errors::assert_invalid;
+use stepwell_test_support::{RecordClient, WAIT_LIMIT};
 
 /// The kind most tests write.
 const KIND: &str = "checkpoint";
@@ -140,4 +144,46 @@ fn assert_refused_naming(status: Result<impl std::fmt::Debug, tonic::Status>, fi
     let status = status.expect_err(&format!("refused, naming {field}"));
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert_invalid(&status, field, reason);
+}
+
+/// A sidecar configuration whose writes wait out a held lock (see `hold_records_lock`).
+fn waits_for_locks(config: &mut Config) {
+    config.store.sqlite_busy_timeout = WAIT_LIMIT * 2;
+    config.store.acquire_timeout = WAIT_LIMIT * 2;
+    config.store.postgres_lock_timeout = WAIT_LIMIT * 2;
+    config.store.postgres_statement_timeout = WAIT_LIMIT * 2;
+}
+
+/// The lock that keeps record writes waiting, held from outside the sidecar
+/// so that concurrent calls queue and then commit together: SQLite's write
+/// lock; on Postgres, the records and idempotency tables locked EXCLUSIVE
+/// (reads go on).
+enum RecordsLock {
+    Sqlite(WriteLock),
+    Postgres(PgConnection),
+}
+
+async fn hold_records_lock(store: &TestStore) -> RecordsLock {
+    match store.database() {
+        Database::Sqlite { .. } => RecordsLock::Sqlite(store.hold_write_lock().await),
+        Database::Postgres { url } => {
+            let mut conn = PgConnection::connect(&url).await.expect("connect to the test's database");
+            sqlx::raw_sql("BEGIN; LOCK TABLE records, idempotency IN EXCLUSIVE MODE")
+                .execute(&mut conn)
+                .await
+                .expect("lock the records");
+            RecordsLock::Postgres(conn)
+        }
+    }
+}
+
+impl RecordsLock {
+    async fn release(self) {
+        match self {
+            RecordsLock::Sqlite(lock) => lock.release().await,
+            RecordsLock::Postgres(mut conn) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.expect("release the records' lock");
+            }
+        }
+    }
 }

@@ -12,7 +12,6 @@ use stepwell::records::{NewRecord, PutMode as StorePutMode, RecordPut};
 use stepwell::store::{self, Write};
 use tokio::task::JoinSet;
 
-use stepwell_test_support::WAIT_LIMIT;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::nanos;
 use stepwell_test_support::sidecar::Sidecar;
@@ -132,15 +131,9 @@ async fn insert_if_absent_keeps_what_is_stored_across_calls_and_within_one_call(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn of_concurrent_puts_to_one_address_one_insert_if_absent_wins_whole() {
-    let server = Sidecar::builder()
-        .configure(|config| {
-            config.store.sqlite_busy_timeout = WAIT_LIMIT * 2;
-            config.store.acquire_timeout = WAIT_LIMIT * 2;
-        })
-        .start()
-        .await;
+    let server = Sidecar::builder().configure(super::waits_for_locks).start().await;
     // The writer waits on the lock, so the calls queue and commit together.
-    let lock = server.store().hold_write_lock().await;
+    let lock = super::hold_records_lock(server.store()).await;
     let mut calls = JoinSet::new();
     for n in 0..16 {
         let mut client = server.records();
