@@ -1,13 +1,21 @@
 //! On Postgres, a ListRecords metadata filter is jsonb containment that the
 //! `records_metadata` GIN index answers: with many records and a selective
 //! filter across turns, the plan of the list's statement reads that index
-//! rather than walking the kind's records; within a turn, an index too. Runs in the Postgres pass only (its module
+//! rather than walking the kind's records; within a turn, an index too.
+//! And two batches committing side by side (Postgres's writer runs several)
+//! that upsert and insert-if-absent the same addresses in opposite modes
+//! must both commit, not deadlock: a batch's row locks are meant to come in
+//! one order. Runs in the Postgres pass only (its module
 //! name is skipped in the SQLite one).
 
-use sqlx::PgPool;
+use sqlx::postgres::PgConnection;
+use sqlx::{Connection, PgPool};
 use stepwell::api::pb::ListRecordsRequest;
-use stepwell::config::Database;
+use stepwell::config::{Config, Database};
+use stepwell::records::{NewRecord, PutMode, RecordPut};
+use stepwell::store::{self, Write};
 
+use stepwell_test_support::WAIT_LIMIT;
 use stepwell_test_support::backend::{TestStore, fresh_postgres_database};
 use stepwell_test_support::sidecar::Sidecar;
 
@@ -65,4 +73,81 @@ async fn a_metadata_filter_reads_the_records_metadata_index() {
         // Within a turn, the turn's index narrows as well; never the whole table.
         assert!(plan.contains("Index") && !plan.contains("Seq Scan"), "no scan of the table:\n{plan}");
     }
+}
+
+fn new_record(id: &str, payload: &str, mode: PutMode) -> NewRecord {
+    NewRecord {
+        turn_id: "t".to_owned(),
+        scope: String::new(),
+        kind: KIND.to_owned(),
+        id: id.to_owned(),
+        parent_id: String::new(),
+        content_type: String::new(),
+        payload: payload.as_bytes().to_vec(),
+        metadata: None,
+        refs: "[]".to_owned(),
+        mode,
+    }
+}
+
+fn put_of(records: Vec<NewRecord>) -> Write {
+    Write::PutRecords(RecordPut { namespace: "default".to_owned(), records, fence: None })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_batches_upserting_and_inserting_the_same_addresses_both_commit() {
+    use PutMode::{InsertIfAbsent, Upsert};
+    let test_store = TestStore::on(Database::Postgres { url: fresh_postgres_database().await });
+    let store = store::open(&Config::for_database(test_store.database()).store).await.expect("open the store");
+    store
+        .write(vec![put_of(vec![new_record("x", "seed", Upsert), new_record("y", "seed", Upsert)])])
+        .await
+        .expect("the seed commits");
+    // Inserts of payload "hold" wait for the test's advisory lock, after
+    // their batch's upserts ran: the point where each batch holds the row it
+    // upserted and is about to insert-if-absent the other's.
+    test_store
+        .execute(
+            "unused: this test runs on Postgres only",
+            "CREATE FUNCTION hold_inserts() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF NEW.payload = convert_to('hold', 'UTF8') THEN PERFORM pg_advisory_xact_lock_shared(4242); END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER hold_inserts BEFORE INSERT ON records FOR EACH ROW EXECUTE FUNCTION hold_inserts()",
+        )
+        .await;
+    let mut gate = PgConnection::connect(&test_store.url()).await.expect("connect");
+    sqlx::query("SELECT pg_advisory_lock(4242)").execute(&mut gate).await.expect("close the gate");
+
+    // Each batch is what the writer commits for puts of several callers:
+    // one upserts x and inserts y if absent, the other the reverse.
+    let (a, b) = (store.clone(), store.clone());
+    let first = tokio::spawn(async move {
+        a.write(vec![put_of(vec![new_record("x", "a", Upsert)]), put_of(vec![new_record("y", "hold", InsertIfAbsent)])])
+            .await
+    });
+    let second = tokio::spawn(async move {
+        b.write(vec![put_of(vec![new_record("y", "b", Upsert)]), put_of(vec![new_record("x", "hold", InsertIfAbsent)])])
+            .await
+    });
+    // Wait until both batches stand at the gate (a condition, polled).
+    let deadline = std::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted",
+        )
+        .fetch_one(&mut gate)
+        .await
+        .expect("read pg_locks");
+        if waiting == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "both batches reach the gate");
+        tokio::task::yield_now().await;
+    }
+    sqlx::query("SELECT pg_advisory_unlock(4242)").execute(&mut gate).await.expect("open the gate");
+
+    let (first, second) = (first.await.expect("a batch task"), second.await.expect("a batch task"));
+    let failed: Vec<String> =
+        [first, second].into_iter().filter_map(|answer| answer.err().map(|e| e.to_string())).collect();
+    assert!(failed.is_empty(), "two batches of puts, each valid alone, must both commit: {failed:?}");
 }
