@@ -25,6 +25,7 @@ mod namespace;
 mod operator_cli;
 mod postgres_only;
 mod postgres_tls;
+mod records;
 mod response_size;
 mod restore;
 mod retention;
