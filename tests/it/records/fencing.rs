@@ -97,13 +97,14 @@ async fn a_put_under_the_held_lease_is_written_and_a_wrong_token_writes_nothing(
 }
 
 #[tokio::test]
-async fn a_lost_lease_is_failed_precondition_as_the_contract_says() {
+async fn a_lost_lease_is_aborted_and_no_lease_is_failed_precondition_as_the_contract_says() {
     let server = Sidecar::builder().start().await;
     let (mut client, mut keys) = (server.records(), server.idempotency());
     let token = acquire(&mut keys, begin(KEY)).await;
     let status = client.put_records(fenced(pair("t", "wrong"), KEY, token + 1)).await.expect_err("refused");
-    // records.proto, Fence: "refused with FAILED_PRECONDITION, reason LEASE_LOST ... or NOT_ACQUIRED".
-    assert_error(&status, Code::FailedPrecondition, "LEASE_LOST");
+    // records.proto, Fence: "ABORTED with reason LEASE_LOST when another holder took the key
+    // over, FAILED_PRECONDITION with reason NOT_ACQUIRED when no lease is held".
+    assert_error(&status, Code::Aborted, "LEASE_LOST");
     let status = client.put_records(fenced(pair("t", "none"), "never-begun", token)).await.expect_err("refused");
     assert_error(&status, Code::FailedPrecondition, "NOT_ACQUIRED");
 }

@@ -129,19 +129,20 @@ async fn concurrent_batches_upserting_and_inserting_the_same_addresses_both_comm
         b.write(vec![put_of(vec![new_record("y", "b", Upsert)]), put_of(vec![new_record("x", "hold", InsertIfAbsent)])])
             .await
     });
-    // Wait until both batches stand at the gate (a condition, polled).
+    // Wait until both batches wait (a condition, polled): one at the gate,
+    // holding its turn's lock; the other for that turn lock, before taking
+    // any row, which is what keeps the two from deadlocking.
     let deadline = std::time::Instant::now() + WAIT_LIMIT;
     loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted",
-        )
-        .fetch_one(&mut gate)
-        .await
-        .expect("read pg_locks");
+        let waiting: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                .fetch_one(&mut gate)
+                .await
+                .expect("read pg_locks");
         if waiting == 2 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "both batches reach the gate");
+        assert!(std::time::Instant::now() < deadline, "both batches wait: at the gate, or for the turn");
         tokio::task::yield_now().await;
     }
     sqlx::query("SELECT pg_advisory_unlock(4242)").execute(&mut gate).await.expect("open the gate");
