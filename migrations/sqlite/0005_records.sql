@@ -1,8 +1,10 @@
 -- Records (RecordService): addressed, updatable records within a turn.
--- A record's address is (namespace, turn_id, kind, scope, id); ids compare
--- bytewise (SQLite's BINARY collation), which is the order lists use.
--- metadata is a JSON object as text (NULL for none); refs a JSON array of
--- the ids this record uses.
+-- A record's address is (namespace, turn_id, kind, scope, id), unique;
+-- ids compare bytewise (SQLite's BINARY collation), which is the order
+-- lists use. metadata is a JSON object as text (NULL for none); refs a JSON
+-- array of the ids this record uses. A rowid table, not WITHOUT ROWID: a
+-- record's payload (often a kilobyte or more) then lives in the table's own
+-- b-tree, apart from the address index, whose entries stay small.
 CREATE TABLE records (
     namespace      TEXT    NOT NULL,
     turn_id        TEXT    NOT NULL,
@@ -14,10 +16,11 @@ CREATE TABLE records (
     payload        BLOB    NOT NULL,
     metadata       TEXT,
     refs           TEXT    NOT NULL,
-    recorded_at_ns INTEGER NOT NULL,
-    PRIMARY KEY (namespace, turn_id, kind, scope, id)
-) WITHOUT ROWID;
+    recorded_at_ns INTEGER NOT NULL
+);
 
+-- The address, which puts upsert on and lists within a turn read.
+CREATE UNIQUE INDEX records_address ON records (namespace, turn_id, kind, scope, id);
 -- A record's children (its kind's records whose parent_id is its id).
 CREATE INDEX records_children ON records (namespace, turn_id, kind, scope, parent_id);
 -- Listing a kind across the turns of a namespace, newest id first.
