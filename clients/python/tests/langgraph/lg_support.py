@@ -4,7 +4,9 @@ The store is SQLite, or Postgres when STEPWELL_TEST_POSTGRES_URL is set (as
 scripts/with-postgres sets it). Every test uses a namespace of its own, so
 runs against a shared database never see each other's records. Test modules
 import the fixtures they use from here (the tests folder's conftest.py is
-the one module named conftest).
+the one module named conftest). Helper modules here are named ``lg_*``: the
+folder is named like LangGraph's namespace package, and on ``sys.path`` it
+joins it, so a file named like one of LangGraph's modules would shadow it.
 """
 
 from __future__ import annotations
