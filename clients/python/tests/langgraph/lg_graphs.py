@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 from collections import Counter
-from typing import Annotated, Any, List, Optional, TypedDict
+from typing import Annotated, Any, Callable, Dict, List, Optional, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
@@ -80,9 +80,16 @@ class ChainState(TypedDict, total=False):
     log: Annotated[List[str], operator.add]
 
 
-def chain_builder(effects: Optional[str] = None, crash_in: Optional[str] = None) -> StateGraph:
+def chain_builder(
+    effects: Optional[str] = None, crash_in: Optional[str] = None, hooks: Optional[Dict[str, Callable[[], None]]] = None
+) -> StateGraph:
+    """a -> b -> c -> d; each node appends its name to ``log`` (and to the
+    ``effects`` file), and first calls ``hooks[name]`` if there is one."""
+
     def make(name: str) -> Any:
         def run(state: ChainState) -> ChainState:
+            if hooks and name in hooks:
+                hooks[name]()
             if effects:
                 with open(effects, "a") as f:
                     f.write(name + "\n")
@@ -117,8 +124,10 @@ def main() -> int:
     with StepwellSaver.from_address(args.target, namespace=args.namespace) as saver:
         graph = chain_builder(args.effects, args.crash_in).compile(checkpointer=saver)
         # A thread with saved progress resumes from it; a new one starts.
+        # Durability "sync": each step's checkpoint is stored before the next
+        # step starts, so a crash loses no finished node.
         resume = bool(graph.get_state(config).next)
-        out = graph.invoke(None if resume else {"log": []}, config)
+        out = graph.invoke(None if resume else {"log": []}, config, durability="sync")
     print(json.dumps({"resumed": resume, "log": out["log"]}))
     return 0
 
