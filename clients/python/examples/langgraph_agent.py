@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, TypedDict
+from typing import List, Optional, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -71,7 +72,7 @@ def build() -> StateGraph:
     return g
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description="A LangGraph agent checkpointed in stepwell.")
     p.add_argument("--target", default="127.0.0.1:50051")
     p.add_argument("--namespace", default="")
@@ -80,7 +81,7 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--answer", help="resume the paused thread with this approval (yes/no)")
     args = p.parse_args(argv)
 
-    config = {"configurable": {"thread_id": args.thread}}
+    config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
     with StepwellSaver.from_address(args.target, namespace=args.namespace) as saver:
         graph = build().compile(checkpointer=saver)
         if args.answer is not None:

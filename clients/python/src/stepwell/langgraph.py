@@ -91,7 +91,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import grpc
 from langchain_core.runnables import RunnableConfig
@@ -408,7 +408,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
         parent: Optional[RunnableConfig] = None
         if r.parent_id:
             parent = {"configurable": {"thread_id": r.turn_id, "checkpoint_ns": r.scope, "checkpoint_id": r.parent_id}}
-        metadata = json.loads(r.metadata) if r.metadata else {}
+        metadata = cast(CheckpointMetadata, json.loads(r.metadata) if r.metadata else {})
         return CheckpointTuple(config, checkpoint, metadata, parent, pending)
 
     # -- fencing ------------------------------------------------------------

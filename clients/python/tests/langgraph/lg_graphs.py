@@ -22,6 +22,7 @@ import sys
 from collections import Counter
 from typing import Annotated, Any, Callable, Dict, List, Optional, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
@@ -120,7 +121,7 @@ def main() -> int:
 
     from stepwell.langgraph import StepwellSaver
 
-    config = {"configurable": {"thread_id": args.thread}}
+    config: RunnableConfig = {"configurable": {"thread_id": args.thread}}
     with StepwellSaver.from_address(args.target, namespace=args.namespace) as saver:
         graph = chain_builder(args.effects, args.crash_in).compile(checkpointer=saver)
         # A thread with saved progress resumes from it; a new one starts.

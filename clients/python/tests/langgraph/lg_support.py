@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 from conftest import Sidecar, free_port, fresh_namespace
 
@@ -76,7 +77,7 @@ def lg_namespace() -> str:
     return fresh_namespace("lg")
 
 
-def thread_config(thread_id: str, **extra: Any) -> Dict[str, Any]:
+def thread_config(thread_id: str, **extra: Any) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, **extra}}
 
 
