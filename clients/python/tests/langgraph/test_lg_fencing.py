@@ -10,6 +10,7 @@ and B has taken the thread over, A's puts are refused by the sidecar
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any, List
 
@@ -192,3 +193,49 @@ def test_async_workers(lg_target: str, lg_namespace: str) -> None:
             assert len(history) == 12  # two runs of six checkpoints, nothing from the refused put
 
     asyncio.run(run())
+
+
+class ExtendWatchingClient(Client):
+    """Sets ``extended`` after every Extend that succeeded, and keeps the requests."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.extended = threading.Event()
+        self.sent: List[Any] = []
+
+    def _call(self, method: Any, request: Any, timeout: Any) -> Any:
+        self.sent.append(request)
+        out = super()._call(method, request, timeout)
+        if type(request).__name__ == "ExtendRequest":
+            self.extended.set()
+        return out
+
+
+def test_puts_extend_a_lease_they_took(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    with ExtendWatchingClient(lg_target, namespace=lg_namespace) as client, StepwellSaver(
+        client, fenced=True, lease=60
+    ) as a:
+        put_one(a, thread)
+        put_one(a, thread)
+        assert [type(r).__name__ for r in client.sent] == ["BeginRequest", "PutRecordsRequest", "PutRecordsRequest"]
+        # A third of the lease has gone by (as if): the next put extends it first.
+        a._leases[thread].extended_at -= 21
+        client.sent.clear()
+        put_one(a, thread)
+        assert [type(r).__name__ for r in client.sent] == ["ExtendRequest", "PutRecordsRequest"]
+        assert client.sent[0].lease.seconds == 60
+
+
+def test_thread_lease_extends_in_the_background(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    with ExtendWatchingClient(lg_target, namespace=lg_namespace) as client, StepwellSaver(
+        client, lease=1.5
+    ) as a:
+        with a.thread_lease(thread) as lease:
+            before = client.get(lease.key).lease_expires_at.ToNanoseconds()
+            # The heartbeat extends every lease/3 seconds, while nothing is put.
+            assert client.extended.wait(10)
+            after = client.get(lease.key).lease_expires_at.ToNanoseconds()
+            assert after > before and not lease.lost
+        assert client.get(lease.key).state == ip.RECORD_STATE_RELEASED
