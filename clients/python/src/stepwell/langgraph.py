@@ -113,7 +113,7 @@ from .errors import LeaseLost, NotAcquired, StepwellError, ThreadBusy
 from .v1 import idempotency_pb2 as ip
 from .v1 import records_pb2 as rec
 
-__all__ = ["AsyncStepwellSaver", "StepwellSaver", "thread_lease_key"]
+__all__ = ["AsyncStepwellSaver", "StepwellSaver", "ThreadLease", "thread_lease_key"]
 
 CHECKPOINT_KIND = "checkpoint"
 BLOB_KIND = "blob"
@@ -162,8 +162,11 @@ def _check_strategy(strategy: str) -> None:
 
 
 @dataclass
-class _Lease:
-    """A thread's lease as one saver holds it."""
+class ThreadLease:
+    """A thread's lease as a saver holds it (what ``thread_lease`` yields):
+    the idempotency ``key``, the fencing ``token`` every put of the thread
+    carries, and ``lost``, set when the background extension found the lease
+    taken over (the thread's puts are then refused)."""
 
     thread_id: str
     key: str
@@ -204,7 +207,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
         self.fenced = fenced
         self.lease = float(lease)
         self.timeout = timeout
-        self._leases: Dict[str, _Lease] = {}
+        self._leases: Dict[str, ThreadLease] = {}
 
     # -- versions -----------------------------------------------------------
 
@@ -413,10 +416,10 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
 
     # -- fencing ------------------------------------------------------------
 
-    def _leased(self, thread_id: str, r: ip.BeginResponse) -> _Lease:
+    def _leased(self, thread_id: str, r: ip.BeginResponse) -> ThreadLease:
         key = thread_lease_key(thread_id)
         if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
-            return _Lease(thread_id, key, int(r.lease_token), time.monotonic())
+            return ThreadLease(thread_id, key, int(r.lease_token), time.monotonic())
         if r.outcome == ip.BEGIN_OUTCOME_IN_PROGRESS:
             until = r.lease_expires_at.ToJsonString() if r.HasField("lease_expires_at") else ""
             raise ThreadBusy(
@@ -433,7 +436,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
             metadata={"key": key, "thread_id": thread_id},
         )
 
-    def _needs_extend(self, lease: _Lease) -> bool:
+    def _needs_extend(self, lease: ThreadLease) -> bool:
         return lease.holds == 0 and time.monotonic() - lease.extended_at > self.lease / 3.0
 
 
@@ -591,11 +594,11 @@ class StepwellSaver(_RecordSaverBase):
 
     # -- fencing --------------------------------------------------------------
 
-    def _begin(self, thread_id: str) -> _Lease:
+    def _begin(self, thread_id: str) -> ThreadLease:
         r = self.client.begin(thread_lease_key(thread_id), lease=self.lease, timeout=self.timeout)
         return self._leased(thread_id, r)
 
-    def _fence(self, thread_id: str) -> Optional[_Lease]:
+    def _fence(self, thread_id: str) -> Optional[ThreadLease]:
         with self._lock:
             lease = self._leases.get(thread_id)
             if lease is None:
@@ -608,19 +611,19 @@ class StepwellSaver(_RecordSaverBase):
                 lease.extended_at = time.monotonic()
             return lease
 
-    def _release(self, lease: _Lease) -> None:
+    def _release(self, lease: ThreadLease) -> None:
         try:
             self.client.release(lease.key, lease.token, timeout=self.timeout)
         except (LeaseLost, NotAcquired):
             pass  # another worker took it over: nothing of ours to release
 
-    def _stop_heartbeat(self, lease: _Lease) -> None:
+    def _stop_heartbeat(self, lease: ThreadLease) -> None:
         if lease.stop is not None and lease.thread is not None:
             lease.stop.set()
             lease.thread.join()
             lease.stop = lease.thread = None
 
-    def _heartbeat(self, lease: _Lease, stop: threading.Event) -> None:
+    def _heartbeat(self, lease: ThreadLease, stop: threading.Event) -> None:
         while not stop.wait(self.lease / 3.0):
             try:
                 self.client.extend(lease.key, lease.token, lease=self.lease, timeout=self.timeout)
@@ -632,7 +635,7 @@ class StepwellSaver(_RecordSaverBase):
                 continue  # transient: the next beat tries again
 
     @contextlib.contextmanager
-    def thread_lease(self, thread_id: str) -> Iterator[_Lease]:
+    def thread_lease(self, thread_id: str) -> Iterator[ThreadLease]:
         """Holds the lease of ``thread_id`` for the block: Begin now (raising
         :class:`stepwell.ThreadBusy` if another worker holds it), extend it in
         a background thread, fence every put of the thread with it, Release it
@@ -810,11 +813,11 @@ class AsyncStepwellSaver(_RecordSaverBase):
 
     # -- fencing --------------------------------------------------------------
 
-    async def _begin(self, thread_id: str) -> _Lease:
+    async def _begin(self, thread_id: str) -> ThreadLease:
         r = await self.client.begin(thread_lease_key(thread_id), lease=self.lease, timeout=self.timeout)
         return self._leased(thread_id, r)
 
-    async def _fence(self, thread_id: str) -> Optional[_Lease]:
+    async def _fence(self, thread_id: str) -> Optional[ThreadLease]:
         async with self._alock:
             lease = self._leases.get(thread_id)
             if lease is None:
@@ -827,20 +830,20 @@ class AsyncStepwellSaver(_RecordSaverBase):
                 lease.extended_at = time.monotonic()
             return lease
 
-    async def _release(self, lease: _Lease) -> None:
+    async def _release(self, lease: ThreadLease) -> None:
         try:
             await self.client.release(lease.key, lease.token, timeout=self.timeout)
         except (LeaseLost, NotAcquired):
             pass
 
-    async def _stop_heartbeat(self, lease: _Lease) -> None:
+    async def _stop_heartbeat(self, lease: ThreadLease) -> None:
         task, lease.task = lease.task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _heartbeat(self, lease: _Lease) -> None:
+    async def _heartbeat(self, lease: ThreadLease) -> None:
         while True:
             await asyncio.sleep(self.lease / 3.0)
             try:
@@ -853,7 +856,7 @@ class AsyncStepwellSaver(_RecordSaverBase):
                 continue
 
     @contextlib.asynccontextmanager
-    async def thread_lease(self, thread_id: str) -> AsyncIterator[_Lease]:
+    async def thread_lease(self, thread_id: str) -> AsyncIterator[ThreadLease]:
         """``async with saver.thread_lease(thread_id):`` — like
         :meth:`StepwellSaver.thread_lease`, the heartbeat an asyncio task."""
         thread_id = str(thread_id)

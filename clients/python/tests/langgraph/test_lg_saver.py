@@ -161,3 +161,25 @@ def test_async_saver_calls_match(lg_target: str, lg_namespace: str) -> None:
             ]
 
     asyncio.run(run())
+
+
+def test_metadata_filters_are_json_containment(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    with StepwellSaver.from_address(lg_target, namespace=lg_namespace) as saver:
+        cfg = thread_config(thread, checkpoint_ns="")
+        for step, user, tags in ((0, "Zoë", {"tier": "gold", "n": 1}), (1, "Zoë", {"tier": "free"}), (2, "Åsa", {})):
+            cfg = saver.put(cfg, checkpoint({}, {}), {"step": step, "user": user, "tags": tags}, {})
+
+        def steps(**f: Any) -> List[int]:
+            return [t.metadata["step"] for t in saver.list(thread_config(thread), filter=f)]
+
+        assert steps(user="Zoë") == [1, 0]
+        assert steps(tags={"tier": "gold"}) == [0]
+        assert steps(user="Zoë", tags={"n": 1}) == [0]
+        assert steps(tags={}) == [2, 1, 0]
+        assert steps(user="Zoe") == []
+        # Across threads, newest first, with before.
+        other = saver.put(thread_config(new_thread(), checkpoint_ns=""), checkpoint({}, {}), {"step": 9, "user": "Zoë"}, {})
+        across = [t.metadata["step"] for t in saver.list(None, filter={"user": "Zoë"})]
+        assert across == [9, 1, 0]
+        assert [t.metadata["step"] for t in saver.list(None, filter={"user": "Zoë"}, before=other)] == [1, 0]
