@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Annotated, Any, Dict, List
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 import lg_graphs
@@ -249,3 +250,54 @@ def test_states_of_several_megabytes(big_sidecar: Sidecar, lg_namespace: str) ->
         client.calls.clear()
         assert len(list(saver.list(config, limit=1))) == 1
         assert client.calls == {"ListRecordsRequest": 1}
+        # A limit the budget cuts short is made up from the next pages, and no more.
+        client.calls.clear()
+        three = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config, limit=3)]
+        assert three == [h.config["configurable"]["checkpoint_id"] for h in history[:3]]
+        assert client.calls["ListRecordsRequest"] > 1
+
+
+class FanState(TypedDict, total=False):
+    done: Annotated[List[str], operator.add]
+
+
+def fan_graph() -> StateGraph:
+    """START -> (quick, asks) in parallel -> join: "asks" interrupts after
+    "quick" finished in the same step."""
+
+    def quick(state: FanState) -> FanState:
+        lg_graphs.RUNS["quick"] += 1
+        return {"done": ["quick"]}
+
+    def asks(state: FanState) -> FanState:
+        lg_graphs.RUNS["asks"] += 1
+        return {"done": [f"asks:{interrupt('go?')}"]}
+
+    def join(state: FanState) -> FanState:
+        lg_graphs.RUNS["join"] += 1
+        return {"done": ["join"]}
+
+    g = StateGraph(FanState)
+    g.add_node("quick", quick)
+    g.add_node("asks", asks)
+    g.add_node("join", join)
+    g.add_edge(START, "quick")
+    g.add_edge(START, "asks")
+    g.add_edge(["quick", "asks"], "join")
+    g.add_edge("join", END)
+    return g
+
+
+def test_finished_parallel_node_is_not_run_again_on_resume(lg_target: str, lg_namespace: str) -> None:
+    config = thread_config(new_thread())
+    lg_graphs.RUNS.clear()
+    with StepwellSaver.from_address(lg_target, namespace=lg_namespace) as saver:
+        graph = fan_graph().compile(checkpointer=saver)
+        first = graph.invoke({"done": []}, config)
+        assert [i.value for i in first["__interrupt__"]] == ["go?"]
+        # quick's writes wait as pending writes of the paused step.
+        tup = saver.get_tuple(config)
+        assert tup is not None and ("done", ["quick"]) in [(w[1], w[2]) for w in tup.pending_writes or []]
+        out = graph.invoke(Command(resume="yes"), config)
+    assert sorted(out["done"][:2]) == ["asks:yes", "quick"] and out["done"][2] == "join"
+    assert dict(lg_graphs.RUNS) == {"quick": 1, "asks": 2, "join": 1}
