@@ -12,7 +12,7 @@ hours later, and the run continues where it stopped.
     # later, anywhere: approve (or --answer no) and finish
     python examples/langgraph_agent.py --target 127.0.0.1:50051 --thread ticket-42 --answer yes
 
-Needs ``pip install "stepwell[langgraph]"`` and a running sidecar.
+Needs ``pip install "./clients/python[langgraph]" langgraph`` and a running sidecar.
 """
 
 from __future__ import annotations
