@@ -183,3 +183,53 @@ def test_metadata_filters_are_json_containment(lg_target: str, lg_namespace: str
         across = [t.metadata["step"] for t in saver.list(None, filter={"user": "Zoë"})]
         assert across == [9, 1, 0]
         assert [t.metadata["step"] for t in saver.list(None, filter={"user": "Zoë"}, before=other)] == [1, 0]
+
+
+def records(client: Client, namespace: str, thread: str, kind: str) -> List[str]:
+    """The ids of a thread's records of one kind (root namespace), read raw."""
+    resp = client._call(client.record_stub.ListRecords, rec.ListRecordsRequest(
+        namespace=namespace, turn_id=thread, scope="", has_scope=True, kind=kind), None)
+    return sorted(e.record.id for e in resp.entries)
+
+
+def test_deletes_take_writes_and_unused_blobs_along(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    client = counting(lg_target, lg_namespace)
+    with client, StepwellSaver(client) as saver:
+        c1 = saver.put(thread_config(thread, checkpoint_ns=""), checkpoint({"a": "1", "b": "1"}, {"a": 1, "b": 1}),
+                       {"step": 0, "run_id": "r1"}, {"a": 1, "b": 1})
+        saver.put_writes(c1, [("a", "w1")], "t1")
+        c2 = saver.put(c1, checkpoint({"a": "2", "b": "1"}, {"a": 2, "b": 1}), {"step": 1, "run_id": "r2"}, {"a": 2})
+        saver.put_writes(c2, [("a", "w2")], "t2")
+        c3 = saver.put(c2, checkpoint({"a": "3", "b": "1"}, {"a": 3, "b": 1}), {"step": 2, "run_id": "r3"}, {"a": 3})
+        # The copy has everything: three checkpoints, both writes, every blob.
+        copy = thread + "-copy"
+        saver.copy_thread(thread, copy)
+        assert len(list(saver.list(thread_config(copy)))) == 3
+        assert len(records(client, lg_namespace, copy, "write")) == 2
+        assert len(records(client, lg_namespace, copy, "blob")) == 4
+        t2 = saver.get_tuple(thread_config(copy, checkpoint_ns="", checkpoint_id=c2["configurable"]["checkpoint_id"]))
+        assert t2 is not None and t2.pending_writes == [("t2", "a", "w2")]
+        assert t2.checkpoint["channel_values"] == {"a": "2", "b": "1"}
+
+        # delete_for_runs, in every thread: r2's checkpoint, its write, and
+        # blob a@2 that only it used.
+        saver.delete_for_runs(["r2"])
+        for t in (thread, copy):
+            assert saver.get_tuple(thread_config(t, checkpoint_ns="", checkpoint_id=c2["configurable"]["checkpoint_id"])) is None
+            assert records(client, lg_namespace, t, "blob") == sorted([blob_id("a", 1), blob_id("a", 3), blob_id("b", 1)])
+            assert len(records(client, lg_namespace, t, "write")) == 1
+
+        # prune keep_latest: c3 and what it uses stay.
+        saver.prune([thread])
+        assert [t.config for t in saver.list(thread_config(thread))] == [c3]
+        assert records(client, lg_namespace, thread, "blob") == sorted([blob_id("a", 3), blob_id("b", 1)])
+        assert records(client, lg_namespace, thread, "write") == []
+        t3 = saver.get_tuple(c3)
+        assert t3 is not None and t3.checkpoint["channel_values"] == {"a": "3", "b": "1"}
+
+        # delete_thread: nothing of the thread is left, the copy is untouched.
+        saver.delete_thread(thread)
+        for kind in ("checkpoint", "blob", "write"):
+            assert records(client, lg_namespace, thread, kind) == []
+        assert len(list(saver.list(thread_config(copy)))) == 2
