@@ -77,7 +77,9 @@ or is released by ``close()``.
 Not covered: checkpoints of format version < 4 written by old LangGraph
 versions (their pending sends are not migrated from the parent's writes), and
 ``prune("keep_latest")`` does not preserve the ancestors a ``DeltaChannel``
-(beta) needs to rebuild its value.
+(beta) needs to rebuild its value. ``prune("keep_latest")`` keeps the newest
+checkpoint of every namespace of a thread, the namespaces of subgraph calls
+that finished long ago included.
 """
 
 from __future__ import annotations
