@@ -239,3 +239,51 @@ def test_thread_lease_extends_in_the_background(lg_target: str, lg_namespace: st
             after = client.get(lease.key).lease_expires_at.ToNanoseconds()
             assert after > before and not lease.lost
         assert client.get(lease.key).state == ip.RECORD_STATE_RELEASED
+
+
+def test_two_workers_starting_a_thread_at_once(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    barrier = threading.Barrier(2)
+    outcomes: List[str] = []
+
+    def worker(saver: StepwellSaver) -> None:
+        barrier.wait()
+        try:
+            put_one(saver, thread)
+            outcomes.append("stored")
+        except ThreadBusy:
+            outcomes.append("busy")
+
+    with StepwellSaver.from_address(lg_target, namespace=lg_namespace, fenced=True) as a, StepwellSaver.from_address(
+        lg_target, namespace=lg_namespace, fenced=True
+    ) as b:
+        threads = [threading.Thread(target=worker, args=(s,)) for s in (a, b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # Exactly one of them runs the thread; the other stored nothing.
+        assert sorted(outcomes) == ["busy", "stored"]
+        assert len(list(a.list(thread_config(thread)))) == 1
+
+
+def test_heartbeat_notices_a_takeover(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    key = thread_lease_key(thread)
+    with Client(lg_target, namespace=lg_namespace) as admin, StepwellSaver.from_address(
+        lg_target, namespace=lg_namespace, lease=1.5
+    ) as a:
+        with a.thread_lease(thread) as lease:
+            admin.release(key, lease.token)
+            taken = admin.begin(key)
+            assert taken.outcome == ip.BEGIN_OUTCOME_ACQUIRED
+            # The heartbeat stops at its first refused Extend, marking the lease lost.
+            heartbeat = lease.thread
+            assert heartbeat is not None
+            heartbeat.join(10)
+            assert not heartbeat.is_alive() and lease.lost
+            with pytest.raises(LeaseLost):
+                put_one(a, thread)
+        # A's exit released nothing of the new holder's.
+        got = admin.get(key)
+        assert got.lease_token == taken.lease_token and got.state == ip.RECORD_STATE_IN_PROGRESS
