@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import pytest
 from langchain_core.runnables import RunnableConfig
