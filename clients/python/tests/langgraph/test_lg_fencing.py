@@ -234,7 +234,9 @@ def test_thread_lease_extends_in_the_background(lg_target: str, lg_namespace: st
     ) as a:
         with a.thread_lease(thread) as lease:
             before = client.get(lease.key).lease_expires_at.ToNanoseconds()
-            # The heartbeat extends every lease/3 seconds, while nothing is put.
+            # The heartbeat extends every lease/3 seconds, while nothing is put:
+            # wait for an Extend that ends after the read above.
+            client.extended.clear()
             assert client.extended.wait(10)
             after = client.get(lease.key).lease_expires_at.ToNanoseconds()
             assert after > before and not lease.lost
