@@ -8,11 +8,13 @@ import asyncio
 import json
 from typing import Any, Dict, List
 
+import pytest
+
 from langgraph.checkpoint.base import WRITES_IDX_MAP, empty_checkpoint, writes_sort_key
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from lg_support import lg_namespace, lg_sidecar, lg_target, new_thread, thread_config  # noqa: F401  (fixtures)
-from stepwell import AsyncClient, Client
+from stepwell import AsyncClient, Client, InvalidArgument
 from stepwell.langgraph import AsyncStepwellSaver, StepwellSaver, blob_id, write_id
 from stepwell.v1 import records_pb2 as rec
 
@@ -233,3 +235,16 @@ def test_deletes_take_writes_and_unused_blobs_along(lg_target: str, lg_namespace
         for kind in ("checkpoint", "blob", "write"):
             assert records(client, lg_namespace, thread, kind) == []
         assert len(list(saver.list(thread_config(copy)))) == 2
+
+
+def test_metadata_numbers_the_sidecar_cannot_compare_exactly_are_refused(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    with StepwellSaver.from_address(lg_target, namespace=lg_namespace) as saver:
+        cfg = thread_config(thread, checkpoint_ns="")
+        for bad in (0.1 + 0.2, 2**70):
+            with pytest.raises(InvalidArgument) as refused:
+                saver.put(cfg, checkpoint({}, {}), {"step": 0, "score": bad}, {})
+            assert refused.value.field == "records[0].metadata"
+        assert saver.get_tuple(cfg) is None
+        saver.put(cfg, checkpoint({}, {}), {"step": 0, "score": 0.7, "big": 2**62}, {})
+        assert [t.metadata["score"] for t in saver.list(cfg, filter={"score": 0.7, "big": 2**62})] == [0.7]
