@@ -96,7 +96,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Coroutine, Dict, List, Optional, Tuple, TypeVar, cast
 
 import grpc
 from langchain_core.runnables import RunnableConfig
@@ -117,6 +117,8 @@ from .client import Client
 from .errors import LeaseLost, NotAcquired, StepwellError, ThreadBusy
 from .v1 import idempotency_pb2 as ip
 from .v1 import records_pb2 as rec
+
+T = TypeVar("T")
 
 __all__ = ["AsyncStepwellSaver", "StepwellSaver", "ThreadLease", "thread_lease_key"]
 
@@ -216,7 +218,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
 
     # -- versions -----------------------------------------------------------
 
-    def get_next_version(self, current: Optional[str], channel: None) -> str:  # type: ignore[override]
+    def get_next_version(self, current: Optional[str], channel: None) -> str:
         if current is None:
             current_v = 0
         elif isinstance(current, int):
@@ -887,7 +889,7 @@ class AsyncStepwellSaver(_RecordSaverBase):
 
     # -- blocking twins, for graphs run with invoke() in another thread --------
 
-    def _run(self, coro: Any) -> Any:
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         try:
             if asyncio.get_running_loop() is self.loop:
                 coro.close()
@@ -911,9 +913,13 @@ class AsyncStepwellSaver(_RecordSaverBase):
         limit: Optional[int] = None,
     ) -> Iterator[CheckpointTuple]:
         it = self.alist(config, filter=filter, before=before, limit=limit)
+
+        async def step() -> CheckpointTuple:
+            return await it.__anext__()
+
         while True:
             try:
-                yield self._run(it.__anext__())
+                yield self._run(step())
             except StopAsyncIteration:
                 return
 

@@ -146,11 +146,17 @@ def test_async_saver_runs_nested_graph_with_interrupt(lg_target: str, lg_namespa
             # The blocking methods work from another thread, on the saver's loop.
             tup = await asyncio.to_thread(saver.get_tuple, config)
             assert tup is not None and tup.checkpoint["channel_values"]["answer"] == "42"
+            listed = await asyncio.to_thread(lambda: list(saver.list(config, limit=2)))
+            assert [t.config for t in listed] == [h.config for h in history[:2]]
+            # A blocking graph run in another thread, on the async saver.
+            sync_config = thread_config(new_thread())
+            paused = await asyncio.to_thread(graph.invoke, {"log": ["start"]}, sync_config)
+            assert paused["__interrupt__"][0].value["question"] == "proceed?"
             with pytest.raises(asyncio.InvalidStateError):
                 saver.get_tuple(config)
 
     asyncio.run(run())
-    assert dict(lg_graphs.RUNS) == {"pre": 1, "middle_pre": 1, "inner_ask": 2, "middle_post": 1, "post": 1}
+    assert dict(lg_graphs.RUNS) == {"pre": 2, "middle_pre": 2, "inner_ask": 3, "middle_post": 1, "post": 1}
 
 
 def run_worker(target: str, namespace: str, thread: str, effects: Path, *extra: str) -> subprocess.CompletedProcess:
