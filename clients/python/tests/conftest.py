@@ -75,7 +75,10 @@ def security_from_env() -> Optional[Security]:
 
 
 class Sidecar:
-    """A sidecar process; ``extra_args`` go after ``serve``'s own, ``extra_env`` into its environment."""
+    """A sidecar process; ``extra_args`` go after ``serve``'s own, ``extra_env`` into its environment.
+
+    ``database_url`` is the store (default: a new SQLite file in ``workdir``).
+    """
 
     def __init__(
         self,
@@ -85,6 +88,7 @@ class Sidecar:
         *,
         extra_args: Sequence[str] = (),
         extra_env: Optional[Dict[str, str]] = None,
+        database_url: Optional[str] = None,
     ) -> None:
         self.listen = listen
         self.target = listen
@@ -102,7 +106,7 @@ class Sidecar:
                 "--listen",
                 listen,
                 "--database-url",
-                f"sqlite://{workdir}/x-{uuid.uuid4().hex[:6]}.db",
+                database_url or f"sqlite://{workdir}/x-{uuid.uuid4().hex[:6]}.db",
                 *(security.serve_args() if security is not None else []),
                 *extra_args,
             ],

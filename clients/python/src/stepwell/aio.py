@@ -21,6 +21,7 @@ from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2 as ip
 from .v1 import idempotency_pb2_grpc as ip_grpc
+from .v1 import records_pb2_grpc as rec_grpc
 
 T = TypeVar("T")
 
@@ -64,6 +65,7 @@ class AsyncClient:
         self.metadata = list(metadata or [])
         self.checkpoint_stub = cp_grpc.CheckpointServiceStub(self._channel)
         self.idempotency_stub = ip_grpc.IdempotencyServiceStub(self._channel)
+        self.record_stub = rec_grpc.RecordServiceStub(self._channel)
 
     async def close(self) -> None:
         await self._channel.close()

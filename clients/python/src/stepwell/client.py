@@ -25,6 +25,7 @@ from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2 as ip
 from .v1 import idempotency_pb2_grpc as ip_grpc
+from .v1 import records_pb2_grpc as rec_grpc
 
 T = TypeVar("T")
 
@@ -59,7 +60,8 @@ class Client:
         metadata: extra call metadata.
         options: extra gRPC channel options.
 
-    The raw one-to-one stubs are ``checkpoint_stub`` and ``idempotency_stub``.
+    The raw one-to-one stubs are ``checkpoint_stub``, ``idempotency_stub`` and
+    ``record_stub`` (RecordService, which :mod:`stepwell.langgraph` uses).
 
     With OpenTelemetry installed (the ``otel`` extra), every call made inside
     a span carries its trace context (W3C ``traceparent``), so the sidecar's
@@ -101,6 +103,7 @@ class Client:
         self.metadata = list(metadata or [])
         self.checkpoint_stub = cp_grpc.CheckpointServiceStub(self._channel)
         self.idempotency_stub = ip_grpc.IdempotencyServiceStub(self._channel)
+        self.record_stub = rec_grpc.RecordServiceStub(self._channel)
 
     # -- plumbing ---------------------------------------------------------
 

@@ -130,6 +130,17 @@ class PermissionDenied(StepwellError):
     role for the namespace. Never retried: only an operator's grant helps."""
 
 
+class ThreadBusy(StepwellError):
+    """Raised by a fenced :mod:`stepwell.langgraph` saver when another worker
+    holds the lease of the thread (Begin answered IN_PROGRESS): the thread is
+    being run elsewhere right now. ``.metadata`` has ``key``, ``thread_id``
+    and, when known, ``lease_expires_at`` (RFC 3339)."""
+
+    @property
+    def thread_id(self) -> str:
+        return self.metadata.get("thread_id", "")
+
+
 class Unavailable(StepwellError):
     """UNAVAILABLE: the store could not commit or the sidecar is unreachable."""
 
