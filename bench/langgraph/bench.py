@@ -71,7 +71,12 @@ SYSTEMS = {
     "stepwell-postgres": "stepwell (Postgres)",
     "stepwell-sqlite": "stepwell (SQLite)",
     "memory": "InMemorySaver (no store)",
+    "postgres-saver-per-task": "PostgresSaver, one saver per task",
 }
+# PostgresSaver runs every call of one saver under one asyncio.Lock; one
+# saver per task (on the same pool) shows it without that lock, at the points
+# of the targets only.
+SYSTEM_POINTS = {"postgres-saver-per-task": ("aput/c64", "graph/c16")}
 BASELINE = "postgres-saver"
 STEPWELL_SYSTEMS = ("stepwell-postgres", "stepwell-sqlite")
 PUT_CONCURRENCY = (1, 16, 64)
@@ -84,7 +89,7 @@ POOL_MIN, POOL_MAX = 16, 64
 MODES = {
     # warm-up and measured window per point, in seconds; rounds
     "smoke": {"warm": 0.5, "window": 1.5, "rounds": 1},
-    "full": {"warm": 2.0, "window": 7.0, "rounds": 3},
+    "full": {"warm": 1.5, "window": 7.0, "rounds": 3},
 }
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -293,7 +298,7 @@ class Round:
     async def __aenter__(self) -> "Round":
         a = self.args
         tag = f"lgbench_{os.getpid()}_r{self.index}"
-        if BASELINE in a.systems:
+        if BASELINE in a.systems or "postgres-saver-per-task" in a.systems:
             self.pg_db = self._create_db(f"{tag}_saver")
             self.pool = AsyncConnectionPool(
                 database_url(a.postgres_url, self.pg_db), min_size=POOL_MIN, max_size=POOL_MAX, open=False,
@@ -332,14 +337,21 @@ class Round:
                 os.remove(os.path.join(self.tmp, name))
 
     @contextlib.asynccontextmanager
-    async def saver(self, system: str, namespace: str):
+    async def savers(self, system: str, namespace: str):
+        """Yields saver_for(task): the saver task number `task` uses, one
+        shared by all tasks, or for postgres-saver-per-task one per task."""
         async with contextlib.AsyncExitStack() as stack:
+            if system == "postgres-saver-per-task":
+                made: Dict[int, Any] = {}
+                yield lambda task: made.setdefault(task, AsyncPostgresSaver(conn=self.pool))
+                return
             if system == BASELINE:
-                yield AsyncPostgresSaver(conn=self.pool)
+                shared = AsyncPostgresSaver(conn=self.pool)
             elif system == "memory":
-                yield InMemorySaver()
+                shared = InMemorySaver()
             else:
-                yield await open_stepwell_saver(stack, self.sidecars[system].address, namespace)
+                shared = await open_stepwell_saver(stack, self.sidecars[system].address, namespace)
+            yield lambda task: shared
 
     def server_pid(self, system: str) -> Optional[int]:
         s = self.sidecars.get(system)
@@ -501,12 +513,13 @@ async def measure(w: Window, meter: Meter, workers: List[Callable[[], Any]], ops
     return out
 
 
-async def put_point(saver: Any, prefix: str, threads: int, warm: float, window: float, meter: Meter) -> Dict[str, Any]:
+async def put_point(saver_for: Callable[[int], Any], prefix: str, threads: int, warm: float, window: float,
+                    meter: Meter) -> Dict[str, Any]:
     w = Window(warm, window)
-    chains = [Chain(saver, f"{prefix}-t{i}") for i in range(threads)]
+    chains = [Chain(saver_for(i), f"{prefix}-t{i}") for i in range(threads)]
     # InMemorySaver's aput never suspends: without a yield one task would
     # run alone to the end of the window.
-    yield_each = isinstance(saver, InMemorySaver)
+    yield_each = isinstance(chains[0].saver, InMemorySaver)
 
     def worker(chain: Chain) -> Callable[[], Any]:
         async def run() -> None:
@@ -517,7 +530,7 @@ async def put_point(saver: Any, prefix: str, threads: int, warm: float, window: 
                 if w.start <= h0 and t0 <= w.end:
                     w.harness_s += t0 - h0
                 try:
-                    config = await saver.aput(chain.config, checkpoint, metadata, new_versions)
+                    config = await chain.saver.aput(chain.config, checkpoint, metadata, new_versions)
                 except Exception as e:  # noqa: BLE001 - every failure is reported
                     w.errors.append(f"aput: {type(e).__name__}: {e}")
                     return
@@ -529,13 +542,14 @@ async def put_point(saver: Any, prefix: str, threads: int, warm: float, window: 
 
     result = await measure(w, meter, [worker(c) for c in chains])
     result["puts_total"] = sum(len(c.ids) for c in chains)
-    result["checks"] = await check_chain(saver, chains[0]) if chains[0].ids else ["no checkpoint was put"]
+    result["checks"] = await check_chain(chains[0]) if chains[0].ids else ["no checkpoint was put"]
     return result
 
 
-async def check_chain(saver: Any, chain: Chain) -> List[str]:
+async def check_chain(chain: Chain) -> List[str]:
     """A thread's newest checkpoint reads back as written, and its newest
     checkpoints list newest first."""
+    saver = chain.saver
     problems = []
     config = {"configurable": {"thread_id": chain.config["configurable"]["thread_id"], "checkpoint_ns": ""}}
     try:
@@ -579,8 +593,10 @@ def build_graph(saver: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-async def graph_point(saver: Any, prefix: str, tasks: int, warm: float, window: float, meter: Meter) -> Dict[str, Any]:
-    graph = build_graph(saver)
+async def graph_point(saver_for: Callable[[int], Any], prefix: str, tasks: int, warm: float, window: float,
+                      meter: Meter) -> Dict[str, Any]:
+    compiled: Dict[int, Any] = {}
+    graphs = [compiled.setdefault(id(saver_for(k)), build_graph(saver_for(k))) for k in range(tasks)]
     w = Window(warm, window)
     want = [f"n{i}" for i in range(GRAPH_NODES)]
     last: Dict[str, Any] = {}
@@ -593,7 +609,7 @@ async def graph_point(saver: Any, prefix: str, tasks: int, warm: float, window: 
                 n += 1
                 t0 = time.perf_counter()
                 try:
-                    out = await graph.ainvoke({"items": []}, {"configurable": {"thread_id": thread_id}})
+                    out = await graphs[k].ainvoke({"items": []}, {"configurable": {"thread_id": thread_id}})
                 except Exception as e:  # noqa: BLE001
                     w.errors.append(f"ainvoke: {type(e).__name__}: {e}")
                     return
@@ -601,14 +617,14 @@ async def graph_point(saver: Any, prefix: str, tasks: int, warm: float, window: 
                 if out.get("items") != want:
                     w.errors.append(f"ainvoke answered items={out.get('items')}")
                     return
-                last["thread_id"] = thread_id
+                last["thread_id"], last["graph"] = thread_id, graphs[k]
         return run
 
     result = await measure(w, meter, [worker(k) for k in range(tasks)], ops_per_latency=GRAPH_NODES)
     problems = []
     if "thread_id" in last:
         try:
-            snap = await graph.aget_state({"configurable": {"thread_id": last["thread_id"]}})
+            snap = await last["graph"].aget_state({"configurable": {"thread_id": last["thread_id"]}})
             if snap.values.get("items") != want:
                 problems.append(f"aget_state answered items={snap.values.get('items')}")
             if snap.metadata.get("step") != GRAPH_NODES:
@@ -658,6 +674,8 @@ async def run_rounds(args: argparse.Namespace, results: Dict[str, Any]) -> None:
                 for point in args.points:
                     shift = (r - 1) % len(systems)
                     for system in systems[shift:] + systems[:shift]:
+                        if not planned(point, system):
+                            continue
                         kind, c = point.split("/")
                         conc = int(c[1:])
                         prefix = f"r{r}-{kind}{conc}-{system}"
@@ -666,17 +684,17 @@ async def run_rounds(args: argparse.Namespace, results: Dict[str, Any]) -> None:
                         sample: Dict[str, Any] = {"round": r, "point": point, "system": system,
                                                   "order": (systems[shift:] + systems[:shift]).index(system)}
                         try:
-                            async with rnd.saver(system, f"lgbench-r{r}-{kind}{conc}") as saver:
+                            async with rnd.savers(system, f"lgbench-r{r}-{kind}{conc}") as saver_for:
                                 if kind == "aput":
-                                    res = await put_point(saver, prefix, conc, args.warm, args.window, meter)
+                                    res = await put_point(saver_for, prefix, conc, args.warm, args.window, meter)
                                 else:
-                                    res = await graph_point(saver, prefix, conc, args.warm, args.window, meter)
+                                    res = await graph_point(saver_for, prefix, conc, args.warm, args.window, meter)
                         except Exception as e:  # noqa: BLE001
                             res = {"errors": [f"{type(e).__name__}: {e}"], "checks": []}
                         if sidecar is not None and not sidecar.alive():
                             res.setdefault("errors", []).append(
                                 f"sidecar exited with {sidecar.proc.returncode}: {sidecar.log_tail()}")
-                        if system == BASELINE and rnd.pool is not None:
+                        if system.startswith(BASELINE) and rnd.pool is not None:
                             res["pool"] = {k: v for k, v in rnd.pool.get_stats().items()
                                            if k in ("pool_min", "pool_max", "pool_size", "requests_waiting",
                                                     "requests_num", "requests_wait_ms")}
@@ -711,6 +729,10 @@ def spread(values: List[float]) -> Optional[Dict[str, float]]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
+def planned(point: str, system: str) -> bool:
+    return point in SYSTEM_POINTS.get(system, (point,))
+
+
 def failed(sample: Dict[str, Any]) -> bool:
     return bool(sample.get("errors") or sample.get("checks"))
 
@@ -725,6 +747,8 @@ def summarize(results: Dict[str, Any]) -> Dict[str, Any]:
               "postgres_cpu_pct", "machine_busy_pct")
     for point in results["points"]:
         for system in results["systems"]:
+            if not planned(point, system):
+                continue
             mine = [s for s in samples if s["point"] == point and s["system"] == system]
             row = {f: spread([s.get(f) for s in mine]) for f in fields}
             row["failed_samples"] = sum(1 for s in results["samples"]
@@ -773,6 +797,8 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
 def fmt(v: Optional[float], digits: int = 3) -> str:
     if v is None:
         return "–"
+    if 0 < abs(v) < 0.01:
+        return "<0.01"
     if abs(v) >= 100:
         return f"{v:.0f}"
     return f"{v:.{digits}g}"
@@ -816,6 +842,8 @@ def markdown(results: Dict[str, Any]) -> str:
 
     for point in results["points"]:
         for system in results["systems"]:
+            if not planned(point, system):
+                continue
             row = summary[f"{point} {system}"]
             lines.append("| " + " | ".join([
                 point_label(point), SYSTEMS[system],
@@ -929,7 +957,8 @@ def main() -> int:
         f.write(table)
     print(table)
     failures = sum(len(s.get("errors") or []) + len(s.get("checks") or []) for s in results["samples"])
-    missing = len(results["systems"]) * len(results["points"]) * args.rounds - len(results["samples"])
+    missing = args.rounds * sum(1 for p in results["points"] for s in results["systems"] if planned(p, s)) \
+        - len(results["samples"])
     if failures or missing or interrupted:
         log(f"==> {failures} error(s) or failed check(s), {missing} point(s) not run")
         return 1
