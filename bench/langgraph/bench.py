@@ -755,7 +755,8 @@ def summarize(results: Dict[str, Any]) -> Dict[str, Any]:
                                         if s["point"] == point and s["system"] == system and failed(s))
             row["writes_per_batch"] = spread(
                 [s.get("sidecar_metrics", {}).get("writes_per_batch") for s in mine])
-            row["commit_ms_mean"] = spread([s.get("sidecar_metrics", {}).get("commit_ms_mean") for s in mine])
+            for f in ("commit_ms_mean", "queue_wait_ms_mean", "batches_per_op"):
+                row[f] = spread([s.get("sidecar_metrics", {}).get(f) for s in mine])
             if system != BASELINE:
                 for f in ("ops_per_s", "p99_ms", "p50_ms"):
                     ratios = []
@@ -857,6 +858,18 @@ def markdown(results: Dict[str, Any]) -> str:
                 median(row, "writes_per_batch"),
                 str(row["failed_samples"]),
             ]) + " |")
+    lines += ["", "The sidecars' group commit, from their metrics over each window (medians): a put is one "
+              "PutRecords, one write of a batch.", "",
+              "| Point | Saver | writes/batch | batches/op | commit ms/batch | queue wait ms/write |",
+              "|---|---|--:|--:|--:|--:|"]
+    for point in results["points"]:
+        for system in results["systems"]:
+            row = summary.get(f"{point} {system}")
+            if system in STEPWELL_SYSTEMS and row and row.get("writes_per_batch"):
+                lines.append("| " + " | ".join([
+                    point_label(point), SYSTEMS[system], median(row, "writes_per_batch"),
+                    median(row, "batches_per_op"), median(row, "commit_ms_mean"),
+                    median(row, "queue_wait_ms_mean")]) + " |")
     lines += ["", "| Target | Saver | median [min–max] | met |", "|---|---|--:|---|"]
     for t in results["targets"]:
         if t["met"] is None:
