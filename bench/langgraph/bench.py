@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import importlib.metadata as md
 import inspect
 import json
@@ -878,6 +879,10 @@ def markdown(results: Dict[str, Any]) -> str:
             lines.append(f"| {t['target']} | {SYSTEMS[t['system']]} | {fmt(t['median'])}× "
                          f"[{fmt(t['min'])}–{fmt(t['max'])}] | {'yes' if t['met'] else 'no'} |")
     lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + "."]
+    if results.get("stepwell_binary"):
+        lines += ["", f"Sidecar: `{results['stepwell_binary']}` (sha256 "
+                  f"{results.get('stepwell_binary_sha256', '?')[:16]}…, built {results.get('stepwell_binary_mtime', '?')})"
+                  + (f"; Python client: {results['python_client']}" if results.get("python_client") else "") + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -947,8 +952,14 @@ def main() -> int:
         try:
             results["stepwell_version"] = subprocess.run(
                 [args.stepwell, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+            # Which build ran: a binary may be replaced by a newer one later.
+            with open(args.stepwell, "rb") as f:
+                results["stepwell_binary_sha256"] = hashlib.sha256(f.read()).hexdigest()
+            results["stepwell_binary_mtime"] = dt.datetime.fromtimestamp(
+                os.stat(args.stepwell).st_mtime, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         except OSError as e:
             p.error(f"--stepwell {args.stepwell}: {e}")
+    results["python_client"] = os.environ.get("STEPWELL_PYTHON_CLIENT_SOURCE", "")
     log(f"==> {args.rounds} round(s) × {len(results['points'])} points × {len(results['systems'])} savers, "
         f"{args.warm:g} s + {args.window:g} s each (load {loadavg()})")
     interrupted = False
