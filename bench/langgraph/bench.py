@@ -6,7 +6,9 @@ PostgresSaver (``AsyncPostgresSaver`` of langgraph-checkpoint-postgres over an
 whose store is that Postgres server, and ``AsyncStepwellSaver`` on a sidecar
 whose store is a fresh SQLite file; and LangGraph's InMemorySaver, which
 stores nothing, as the reference for what LangGraph and this process cost
-without a store. Two workloads:
+without a store; and, at the targets' points only, PostgresSaver with one
+saver per task (one AsyncPostgresSaver runs all its calls under one lock).
+Two workloads:
 
 * ``aput`` at 1, 16 and 64 concurrent LangGraph threads (distinct thread_ids,
   one asyncio task each) through one shared saver: puts/s, p50 and p99 of
