@@ -199,8 +199,9 @@ pub fn json_contains(target: &Value, filter: &Value) -> bool {
 
 /// Whether two JSON numbers are the same value: integers exactly (64-bit
 /// integers parse exactly), an integer and a double only if the double is
-/// that very integer, doubles by value. The API admits only doubles of at
-/// most 15 significant digits, so two different decimals are never one double.
+/// that very integer, doubles by value. The API admits only decimals of at
+/// most 17 significant digits (the shortest form of any double), so the
+/// numbers a program's floats produce compare as Postgres compares them.
 fn same_number(a: &serde_json::Number, b: &serde_json::Number) -> bool {
     let integer = |n: &serde_json::Number| n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from));
     match (integer(a), integer(b)) {

@@ -290,19 +290,20 @@ fn numbers(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
-/// Most significant digits of a non-integer number in metadata: few enough
-/// that two different decimals are two different doubles, so SQLite's
-/// containment compares numbers exactly, as Postgres's jsonb does.
-const NUMBER_DIGITS_MAX: usize = 15;
+/// Most significant digits of a non-integer number in metadata: as many as
+/// the shortest form of any double has (what JSON encoders write for a
+/// float), so SQLite's containment, which compares doubles, agrees with
+/// Postgres's exact decimals on every number a program's floats produce.
+const NUMBER_DIGITS_MAX: usize = 17;
 /// Largest decimal exponent of a non-integer number in metadata, either
-/// way: Postgres prints jsonb numbers in full, so `1e-300` would list back
-/// as 302 characters.
-const NUMBER_EXPONENT_MAX: i64 = 20;
+/// way: a double's range, subnormals included. (Postgres prints jsonb numbers in full, so such a
+/// number lists back longer than it was sent: `1e-300` as 302 characters.)
+const NUMBER_EXPONENT_MAX: i64 = 324;
 
 /// Why a number of metadata (or of a filter) is refused: an integer must
-/// fit 64 bits; any other number must have at most 15 significant digits
-/// and a decimal exponent within ±20. Such numbers compare alike on both
-/// backends, and none can fail or swell a Postgres statement.
+/// fit 64 bits; any other number must have at most 17 significant digits
+/// and lie within a double's range. Such numbers compare alike on both
+/// backends, and none can fail a Postgres statement.
 fn number_refused(token: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(token).ok()?;
     let unsigned = text.strip_prefix('-').unwrap_or(text);
@@ -459,6 +460,7 @@ mod tests {
             r#"{"a":1}"#,
             r#"{"a":-9223372036854775808,"b":18446744073709551615}"#,
             r#"{"a":1.5,"b":2.0,"c":0.000001,"d":1e20,"e":1.23456789012345e-5,"f":0e-40,"g":12e19}"#,
+            r#"{"a":0.30000000000000004,"b":1e-300,"c":1.7976931348623157e308,"d":5e-324}"#,
             r#"{"s":"1e-20000 123456789012345678901234567890","n":[1,2,{"x":3}]}"#,
         ] {
             assert!(ok(good), "{good}");
@@ -466,7 +468,7 @@ mod tests {
         for bad in [
             r#"{"a":18446744073709551616}"#,
             r#"{"a":1e-20000}"#,
-            r#"{"a":1e21}"#,
+            r#"{"a":1e309}"#,
             r#"{"a":[1.00000000000000001]}"#,
             r#"{"a":{"b":-1E-16384}}"#,
             r#"{"a":0.0e-99999}"#,

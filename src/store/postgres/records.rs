@@ -49,7 +49,12 @@ pub async fn put(
     rows: &[(&str, &NewRecord)],
     recorded_at: UnixNanos,
 ) -> Result<(), sqlx::Error> {
-    lock_turns(conn, rows.iter().map(|(namespace, r)| (*namespace, r.turn_id.as_str()))).await?;
+    // Every turn of the batch, both modes', locked by the first statement.
+    let mut turns: Vec<(&str, &str)> = rows.iter().map(|(namespace, r)| (*namespace, r.turn_id.as_str())).collect();
+    turns.sort_unstable();
+    turns.dedup();
+    let (lock_namespaces, lock_turns): (Vec<&str>, Vec<&str>) = turns.into_iter().unzip();
+    let mut locked = false;
     for mode in [PutMode::Upsert, PutMode::InsertIfAbsent] {
         let chosen: Vec<&(&str, &NewRecord)> = rows.iter().filter(|(_, r)| r.mode == mode).collect();
         if chosen.is_empty() {
@@ -63,13 +68,16 @@ pub async fn put(
             }
             PutMode::InsertIfAbsent => "DO NOTHING",
         };
+        // The turn locks ride in the first statement (no round trip of
+        // their own): its one-row `locks` is read before any row is written.
+        let (with_locks, join_locks) = if locked { ("", "") } else { (LOCK_TURNS_CTE, ", locks") };
         let text = |f: fn(&NewRecord) -> &str| chosen.iter().map(|(_, r)| f(r)).collect::<Vec<&str>>();
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, metadata, \
-                                  refs, recorded_at_ns) \
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{with_locks}INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, \
+                                  metadata, refs, recorded_at_ns) \
              SELECT n, t, k, s, i, p, c, b, CAST(m AS jsonb), CAST(f AS jsonb), $11 \
              FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
-                         $8::bytea[], $9::text[], $10::text[]) AS u(n, t, k, s, i, p, c, b, m, f) \
+                         $8::bytea[], $9::text[], $10::text[]) AS u(n, t, k, s, i, p, c, b, m, f){join_locks} \
              ON CONFLICT (namespace, turn_id, kind, scope, id) {on_conflict}"
         )))
         .bind(chosen.iter().map(|(namespace, _)| *namespace).collect::<Vec<&str>>())
@@ -82,12 +90,22 @@ pub async fn put(
         .bind(chosen.iter().map(|(_, r)| &r.payload[..]).collect::<Vec<&[u8]>>())
         .bind(chosen.iter().map(|(_, r)| r.metadata.as_deref()).collect::<Vec<Option<&str>>>())
         .bind(text(|r| &r.refs))
-        .bind(recorded_at)
-        .execute(&mut *conn)
-        .await?;
+        .bind(recorded_at);
+        if !locked {
+            query = query.bind(&lock_namespaces).bind(&lock_turns);
+        }
+        query.execute(&mut *conn).await?;
+        locked = true;
     }
     Ok(())
 }
+
+/// The turn locks of `lock_turns` as the head of a put's first statement,
+/// over its parameters `$12` (namespaces) and `$13` (turns).
+const LOCK_TURNS_CTE: &str = "WITH locks AS MATERIALIZED (\
+       SELECT count(*) AS turns_locked FROM (SELECT pg_advisory_xact_lock(h) FROM ( \
+         SELECT DISTINCT hashtextextended(n || '/' || t, 1) AS h \
+         FROM UNNEST($12::text[], $13::text[]) AS u(n, t) ORDER BY h) sorted) taken) ";
 
 /// Deletes what `d` selects; answers how many records went. With a
 /// selection: one statement deletes the chosen records and their children

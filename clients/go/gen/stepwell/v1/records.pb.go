@@ -116,9 +116,10 @@ type Record struct {
 	ContentType string `protobuf:"bytes,7,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// A UTF-8 JSON object, or empty for none; at most
 	// --record-metadata-bytes-max (default 64 KiB). Its integers must fit 64
-	// bits, and its other numbers have at most 15 significant digits within
-	// 1e-20..1e20 (so containment compares them exactly on every store). It
-	// is returned as an equal object, not byte for byte (Postgres keeps jsonb).
+	// bits, and its other numbers have at most 17 significant digits within a
+	// double's range (any float a JSON encoder writes), so containment
+	// compares them alike on every store. It is returned as an equal object,
+	// not byte for byte (Postgres keeps jsonb, and prints numbers in full).
 	Metadata []byte `protobuf:"bytes,8,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// Ids of records of another kind in the same turn and scope that this
 	// record uses (ListRecordsRequest.refs_kind); at most 4096, each 1..1024

@@ -105,9 +105,10 @@ class Record(_message.Message):
     metadata: _builtins.bytes
     """A UTF-8 JSON object, or empty for none; at most
     --record-metadata-bytes-max (default 64 KiB). Its integers must fit 64
-    bits, and its other numbers have at most 15 significant digits within
-    1e-20..1e20 (so containment compares them exactly on every store). It
-    is returned as an equal object, not byte for byte (Postgres keeps jsonb).
+    bits, and its other numbers have at most 17 significant digits within a
+    double's range (any float a JSON encoder writes), so containment
+    compares them alike on every store. It is returned as an equal object,
+    not byte for byte (Postgres keeps jsonb, and prints numbers in full).
     """
     mode: Global___PutMode.ValueType
     """How a put treats a stored record at the same address. Not stored."""
