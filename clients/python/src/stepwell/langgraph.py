@@ -81,9 +81,8 @@ versions (their pending sends are not migrated from the parent's writes), and
 checkpoint of every namespace of a thread, the namespaces of subgraph calls
 that finished long ago included. Checkpoint metadata goes to the sidecar as
 JSON that its filters compare exactly on every store, so its integers must
-fit 64 bits and its other numbers have at most 17 significant digits (any
-float's ``json.dumps`` form is accepted): a put
-whose metadata has others is refused (INVALID_ARGUMENT), not rounded.
+fit 64 bits: a put whose metadata has a larger one is refused
+(INVALID_ARGUMENT), not altered.
 """
 
 from __future__ import annotations
