@@ -1,8 +1,8 @@
 //! What stepwell's fuzz targets and its seed generator share: the table from
 //! the first byte of a `request` input to the RPC it calls, a real SQLite
 //! store opened once per process in a temporary directory, and the call of
-//! the real handlers (`CheckpointApi`, `IdempotencyApi`) with the checks
-//! every successful answer must pass.
+//! the real handlers (`CheckpointApi`, `IdempotencyApi`, `RecordApi`) with
+//! the checks every successful answer must pass.
 //!
 //! The store lives as long as the process, so one input can see the records
 //! earlier inputs left: a Begin followed later by a Complete with its lease
@@ -18,13 +18,15 @@ use stepwell::api::checkpoint::CheckpointApi;
 use stepwell::api::idempotency::IdempotencyApi;
 use stepwell::api::pb::checkpoint_service_server::CheckpointService;
 use stepwell::api::pb::idempotency_service_server::IdempotencyService;
+use stepwell::api::pb::record_service_server::RecordService;
 use stepwell::api::pb::{self, *};
+use stepwell::api::records::RecordApi;
 use stepwell::api::{Shared, validate};
 use stepwell::config::{Config, Database};
 use stepwell::store::Handle;
 use stepwell::store::writer::Writer;
 
-/// The RPCs of stepwell's two services; a selector byte picks one by its
+/// The RPCs of stepwell's three services; a selector byte picks one by its
 /// place in `Rpc::ALL`.
 pub use stepwell::auth::Rpc;
 
@@ -63,6 +65,7 @@ pub struct Harness {
     runtime: tokio::runtime::Runtime,
     checkpoints: CheckpointApi,
     idempotency: IdempotencyApi,
+    records: RecordApi,
     shared: Arc<Shared>,
     /// The directory of the store's files.
     pub dir: PathBuf,
@@ -103,6 +106,7 @@ impl Harness {
             runtime,
             checkpoints: CheckpointApi::new(shared.clone()),
             idempotency: IdempotencyApi::new(shared.clone()),
+            records: RecordApi::new(shared.clone()),
             shared,
             dir,
         }
@@ -124,6 +128,16 @@ impl Harness {
             Rpc::Release => self.release(ReleaseRequest::decode(body).ok()?),
             Rpc::Extend => self.extend(ExtendRequest::decode(body).ok()?),
             Rpc::Get => self.get(GetRequest::decode(body).ok()?),
+            Rpc::PutRecords => self.put_records(PutRecordsRequest::decode(body).ok()?),
+            Rpc::ListRecords => self.list_records(ListRecordsRequest::decode(body).ok()?),
+            Rpc::DeleteRecords => {
+                let request = DeleteRecordsRequest::decode(body).ok()?;
+                self.runtime.block_on(self.records.delete_records(Request::new(request))).map(drop)
+            }
+            Rpc::CopyTurn => {
+                let request = CopyTurnRequest::decode(body).ok()?;
+                self.runtime.block_on(self.records.copy_turn(Request::new(request))).map(drop)
+            }
         };
         Some(answer)
     }
@@ -268,6 +282,61 @@ impl Harness {
         let response = self.runtime.block_on(self.idempotency.get(Request::new(req)))?.into_inner();
         let state = pb::RecordState::try_from(response.state);
         assert!(matches!(state, Ok(s) if s != pb::RecordState::Unspecified), "Get answered state {state:?}");
+        Ok(())
+    }
+}
+
+impl Harness {
+    /// A put that succeeded stored each address's last upsert (or, with
+    /// none, something): every record it wrote lists back at its address.
+    fn put_records(&self, req: PutRecordsRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.records.put_records(Request::new(req.clone())))?.into_inner();
+        assert!(response.recorded_at.is_some(), "PutRecords answered no recorded_at");
+        let last = req.records.last().expect("an accepted put has a record");
+        let list = ListRecordsRequest {
+            namespace: req.namespace.clone(),
+            turn_id: last.turn_id.clone(),
+            scope: last.scope.clone(),
+            has_scope: true,
+            kind: last.kind.clone(),
+            id: last.id.clone(),
+            page_size: 1,
+            ..Default::default()
+        };
+        let listed = self.runtime.block_on(self.records.list_records(Request::new(list)))?.into_inner();
+        let entry = listed.entries.first().expect("a record just put lists back");
+        let stored = entry.record.as_ref().expect("an entry holds its record");
+        let upserted = last.mode != pb::PutMode::InsertIfAbsent as i32;
+        if upserted {
+            assert_eq!(stored.payload, last.payload, "the last upsert of an address is what is stored");
+        }
+        Ok(())
+    }
+
+    /// A page holds at most its size, of the kind, turn and scope asked,
+    /// newest id first, below `before_id`.
+    fn list_records(&self, req: ListRecordsRequest) -> Result<(), Status> {
+        let response = self.runtime.block_on(self.records.list_records(Request::new(req.clone())))?.into_inner();
+        let limit = effective_page_size(req.page_size, self.shared.limits());
+        assert!(response.entries.len() <= limit, "ListRecords answered more than a page");
+        let mut previous: Option<String> = None;
+        for entry in &response.entries {
+            let record = entry.record.as_ref().expect("an entry holds its record");
+            assert_eq!(record.kind, req.kind, "ListRecords answered another kind");
+            if !req.turn_id.is_empty() {
+                assert_eq!(record.turn_id, req.turn_id, "ListRecords answered another turn");
+            }
+            if req.has_scope || !req.scope.is_empty() {
+                assert_eq!(record.scope, req.scope, "ListRecords answered another scope");
+            }
+            if !req.before_id.is_empty() {
+                assert!(record.id < req.before_id, "ListRecords answered an id at or above before_id");
+            }
+            if let Some(previous) = &previous {
+                assert!(record.id <= *previous, "ListRecords answered ids out of order");
+            }
+            previous = Some(record.id.clone());
+        }
         Ok(())
     }
 }
