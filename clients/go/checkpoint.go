@@ -91,13 +91,32 @@ type StoreCheckpoint struct {
 	namespace string
 
 	mu   sync.Mutex
-	last map[string]time.Time // newest timestamp used per run, to keep them strictly increasing
+	last map[string]time.Time // newest timestamp used or seen per run, to keep them strictly increasing
+	now  func() time.Time
 }
 
 // NewCheckpoint returns the Checkpoint of the flow named flowName, stored in
 // the namespace FlowNamespace(flowName).
 func NewCheckpoint(client *Client, flowName string) *StoreCheckpoint {
-	return &StoreCheckpoint{client: client, flow: flowName, namespace: FlowNamespace(flowName), last: map[string]time.Time{}}
+	return &StoreCheckpoint{
+		client:    client,
+		flow:      flowName,
+		namespace: FlowNamespace(flowName),
+		last:      map[string]time.Time{},
+		now:       time.Now,
+	}
+}
+
+// WithClock makes the checkpoint stamp saves from now instead of the
+// system clock (tests inject skewed clocks with it). Order never depends on
+// clocks agreeing: a save is always stamped after the newest checkpoint of
+// its run this checkpoint has loaded, saved, or (before its first save of a
+// run) read from the store.
+func (s *StoreCheckpoint) WithClock(now func() time.Time) *StoreCheckpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
+	return s
 }
 
 // Namespace returns the namespace the flow's runs are stored in.
@@ -132,12 +151,19 @@ func FlowNamespace(flow string) string {
 func (s *StoreCheckpoint) timestamp(runID string) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t := time.Now().UTC()
+	t := s.now().UTC()
 	if l, ok := s.last[runID]; ok && !t.After(l) {
 		t = l.Add(time.Nanosecond)
 	}
 	s.last[runID] = t
 	return t
+}
+
+func (s *StoreCheckpoint) known(runID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.last[runID]
+	return ok
 }
 
 func (s *StoreCheckpoint) seen(runID string, t time.Time) {
@@ -163,6 +189,17 @@ func (s *StoreCheckpoint) Save(ctx context.Context, run Run) error {
 	phase := run.State.Stage
 	if phase == "" {
 		phase = "run"
+	}
+	if !s.known(run.ID) {
+		// A run this checkpoint has not seen may have newer checkpoints from
+		// another worker whose clock is ahead: stamp after the newest stored.
+		resp, err := s.client.Restore(ctx, &pb.RestoreRequest{Namespace: s.namespace, TurnId: run.ID, PageSize: 1, NewestFirst: true})
+		if err != nil {
+			return err
+		}
+		for _, cp := range resp.GetCheckpoints() {
+			s.seen(run.ID, cp.GetTimestamp().AsTime())
+		}
 	}
 	_, err = s.client.Checkpoint(ctx, &pb.CheckpointRequest{
 		Namespace: s.namespace,

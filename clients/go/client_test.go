@@ -360,3 +360,42 @@ func TestRestoreAllOfATurnLargerThanAMessage(t *testing.T) {
 		}
 	}
 }
+
+// Two workers whose clocks are an hour apart take turns on one run: the
+// newest save is what Load returns, whichever clock stamped it, with or
+// without a Load before the save.
+func TestStoreCheckpointOrderDoesNotDependOnClocks(t *testing.T) {
+	c := dial(t)
+	flow := freshNS(t, "skew")
+	ahead := stepwell.NewCheckpoint(c, flow)
+	behindClock := func() time.Time { return time.Now().Add(-time.Hour) }
+	behind := stepwell.NewCheckpoint(c, flow).WithClock(behindClock)
+	save := func(cp *stepwell.StoreCheckpoint, stage string) {
+		t.Helper()
+		if err := cp.Save(ctx, stepwell.Run{ID: "r", Status: "running", State: stepwell.State{Stage: stage}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newest := func() string {
+		t.Helper()
+		run, ok, err := stepwell.NewCheckpoint(c, flow).Load(ctx, "r")
+		if err != nil || !ok {
+			t.Fatalf("Load: %v %v", ok, err)
+		}
+		return run.State.Stage
+	}
+	save(ahead, "one")
+	if _, _, err := behind.Load(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	save(behind, "two")
+	if got := newest(); got != "two" {
+		t.Fatalf("after the worker behind loaded and saved, Load returned %q", got)
+	}
+	save(ahead, "three")
+	// A third worker, also an hour behind, saves without loading first.
+	save(stepwell.NewCheckpoint(c, flow).WithClock(behindClock), "four")
+	if got := newest(); got != "four" {
+		t.Fatalf("after a save without a load, Load returned %q", got)
+	}
+}
