@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 
@@ -59,3 +60,59 @@ def test_list_by_status_and_cleanup(client: Client) -> None:
     assert other.load("z") is not None
     assert store.delete("p") == 1
     assert [s.execution_id for s in store.list()] == ["r"]
+
+
+HOUR_NS = 3600 * 1_000_000_000
+
+
+def _behind(offset_ns: int):
+    """A clock ``offset_ns`` behind this machine's."""
+    return lambda: time.time_ns() - offset_ns
+
+
+def test_resume_on_a_worker_whose_clock_is_behind_keeps_its_save(client: Client) -> None:
+    # Worker B's clock is one hour behind A's: far more than the gap between
+    # their saves. B's save must still be the newest version.
+    a = CheckpointStore(client)
+    b = CheckpointStore(client, clock=_behind(HOUR_NS))
+    saved_a = a.save("ex-skew", {"by": "a"}, step_index=0)
+    loaded = b.load("ex-skew")
+    assert (loaded.state, loaded.timestamp_ns) == ({"by": "a"}, saved_a.timestamp_ns)
+    saved_b = b.save("ex-skew", {"by": "b"}, step_index=1)
+    assert saved_b.timestamp_ns > saved_a.timestamp_ns
+    b.save("ex-skew", {"by": "b"}, status="paused", step_index=2)
+    for store in (a, b, CheckpointStore(client)):
+        last = store.load("ex-skew")
+        assert (last.state, last.step_index, last.status) == ({"by": "b"}, 2, "paused")
+    assert [h.step_index for h in a.history("ex-skew")] == [0, 1, 2]
+    # A, having loaded B's save, stamps above it too (its own clock is ahead anyway).
+    a.save("ex-skew", {"by": "a"}, step_index=3)
+    assert a.load("ex-skew").step_index == 3
+
+
+def test_save_without_load_on_a_worker_whose_clock_is_behind(client: Client) -> None:
+    a = CheckpointStore(client)
+    b = CheckpointStore(client, clock=_behind(HOUR_NS))
+    saved_a = a.save("ex-blind", {"by": "a"}, step_index=0)
+    saved_b = b.save("ex-blind", {"by": "b"}, step_index=1)  # b never loaded it
+    assert saved_b.timestamp_ns == saved_a.timestamp_ns + 1
+    last = CheckpointStore(client).load("ex-blind")
+    assert (last.state, last.step_index) == ({"by": "b"}, 1)
+    # A clock behind on a fresh execution is used as it is.
+    fresh = b.save("ex-fresh", {}, step_index=0)
+    assert fresh.timestamp_ns < saved_a.timestamp_ns - HOUR_NS // 2
+
+
+def test_injected_clock_stamps_saves_strictly_increasing(client: Client) -> None:
+    t0 = 1_700_000_000 * 1_000_000_000
+    store = CheckpointStore(client, clock=lambda: t0)  # a clock that stands still
+    assert store.save("ex-clock", {"n": 0}).timestamp_ns == t0
+    assert store.save("ex-clock", {"n": 1}).timestamp_ns == t0 + 1
+    # A store that stamps from the same stopped clock and never loaded: above what is stored.
+    other = CheckpointStore(client, clock=lambda: t0)
+    assert other.save("ex-clock", {"n": 2}).timestamp_ns == t0 + 2
+    assert store.load("ex-clock").state == {"n": 2}
+    assert store.save("ex-clock", {"n": 3}).timestamp_ns == t0 + 3
+    # Deleting forgets the execution: a new one starts from the clock again.
+    assert store.delete("ex-clock") == 4
+    assert store.save("ex-clock", {"n": 0}).timestamp_ns == t0

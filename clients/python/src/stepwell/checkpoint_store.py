@@ -6,6 +6,10 @@ completed), on top of stepwell's append-only log:
 
 * ``save()`` appends a checkpoint with a new, strictly increasing timestamp
   (the log keeps every version: "overwrite" means "the newest wins");
+  the timestamp is the store's clock, but never at or below the newest
+  timestamp the store has seen for that execution (by its own saves and
+  loads), so a worker whose clock is behind another's still saves the
+  newest version: the guarantee does not depend on clocks agreeing;
 * ``load()`` is Restore(newest_first, page_size=1): the latest checkpoint;
 * ``history()`` restores every version, oldest first;
 * ``list()`` lists executions by status (ListTurns);
@@ -25,7 +29,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .client import Client
 from .v1 import checkpoint_pb2 as cp
@@ -113,19 +117,45 @@ class CheckpointStore:
     the client's namespace, filtered by ``session_id`` when one is given.
     """
 
-    def __init__(self, client: Client, *, session_id: str = "", workflow_version: str = "") -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        session_id: str = "",
+        workflow_version: str = "",
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        """``clock`` returns the current time in nanoseconds since the epoch
+        (default ``time.time_ns``); it stamps saves, subject to the
+        per-execution floor described in :meth:`save`."""
         self.client = client
         self.session_id = session_id
         self.workflow_version = workflow_version
-        self._last_ns = 0
+        self._clock = clock
+        # Newest timestamp seen per execution (saved or loaded by this store).
+        self._last: Dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def _next_ns(self) -> int:
-        # Strictly increasing within this process so two saves never share a
-        # dedup key (which would make the second a CHECKPOINT_CONFLICT).
+    def _seen(self, execution_id: str, ns: int) -> None:
         with self._lock:
-            ns = max(time.time_ns(), self._last_ns + 1)
-            self._last_ns = ns
+            if ns > self._last.get(execution_id, 0):
+                self._last[execution_id] = ns
+
+    def _next_ns(self, execution_id: str) -> int:
+        # Strictly above every timestamp seen for the execution, so a save is
+        # the newest version whatever the clocks of earlier savers said, and
+        # two saves never share a dedup key (which would make the second a
+        # CHECKPOINT_CONFLICT).
+        with self._lock:
+            known = execution_id in self._last
+        if not known:
+            # Never saved nor loaded here: read the newest stored timestamp
+            # once (one Restore newest_first, page_size=1).
+            ck = self.client.latest(execution_id)
+            self._seen(execution_id, ExecutionCheckpoint.from_proto(ck).timestamp_ns if ck is not None else 0)
+        with self._lock:
+            ns = max(self._clock(), self._last.get(execution_id, 0) + 1)
+            self._last[execution_id] = ns
             return ns
 
     def save(
@@ -144,6 +174,13 @@ class CheckpointStore:
 
         ``error`` (an exception, a string or a dict) is preserved as
         ``{"type": …, "message": …}`` so a failed step can be inspected and retried.
+
+        The timestamp is ``clock()``, raised to one nanosecond above the newest
+        timestamp this store has seen for the execution (by its saves and
+        loads), so a worker whose clock is behind the previous saver's still
+        appends the newest version. The first save of an execution this store
+        has neither saved nor loaded reads the newest stored timestamp first:
+        one extra Restore (newest_first, page_size=1), once per execution.
         """
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, not {status!r}")
@@ -169,7 +206,7 @@ class CheckpointStore:
             execution_id,
             status,
             doc,
-            timestamp=self._next_ns(),
+            timestamp=self._next_ns(execution_id),
             session_id=self.session_id,
             terminal=status in TERMINAL_STATUSES,
             workflow_version=version,
@@ -177,9 +214,16 @@ class CheckpointStore:
         return ExecutionCheckpoint.from_proto(resp.checkpoint)
 
     def load(self, execution_id: str, *, expect_workflow_version: str = "") -> Optional[ExecutionCheckpoint]:
-        """The latest checkpoint of the execution, or None if it has none."""
+        """The latest checkpoint of the execution, or None if it has none.
+
+        Later saves of the execution are stamped above its timestamp."""
         ck = self.client.latest(execution_id, expect_workflow_version=expect_workflow_version)
-        return ExecutionCheckpoint.from_proto(ck) if ck is not None else None
+        if ck is None:
+            self._seen(execution_id, 0)
+            return None
+        out = ExecutionCheckpoint.from_proto(ck)
+        self._seen(execution_id, out.timestamp_ns)
+        return out
 
     def history(self, execution_id: str) -> List[ExecutionCheckpoint]:
         """Every saved version, oldest first."""
@@ -219,7 +263,10 @@ class CheckpointStore:
 
     def delete(self, execution_id: str) -> int:
         """Deletes an execution and its whole history; returns the versions deleted."""
-        return self.client.delete_turn(execution_id)
+        n = self.client.delete_turn(execution_id)
+        with self._lock:
+            self._last.pop(execution_id, None)
+        return n
 
     def cleanup(self, *, older_than: Optional[_dt.timedelta] = None, status: Optional[str] = COMPLETED) -> int:
         """Deletes executions with ``status`` (default completed; None = any) whose
