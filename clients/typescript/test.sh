@@ -67,7 +67,17 @@ JS
 (
   cd "$install_dir/app"
   export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error
-  printf '%s\n' "${install_cmds//\/path\/to\/stepwell/$install_dir/stepwell}" | bash -euxo pipefail
+  # Line by line; the app's install with engine-strict, so a runtime
+  # dependency that refuses this Node fails here (the first line's generator
+  # tools, protoc-gen-es and google-proto-files, declare Node >=22 and only warn).
+  while IFS= read -r cmd; do
+    cmd="${cmd//\/path\/to\/stepwell/$install_dir/stepwell}"
+    echo "+ $cmd"
+    case "$cmd" in
+      "npm install "*) npm_config_engine_strict=true bash -euo pipefail -c "$cmd" ;;
+      *) bash -euo pipefail -c "$cmd" ;;
+    esac
+  done <<<"$install_cmds"
   test ! -L node_modules/@stepwell/client  # a copy, not a link into the checkout
   test -f node_modules/@stepwell/client/dist/src/index.js
   test -d node_modules/@connectrpc/connect-node
