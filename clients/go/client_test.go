@@ -1,3 +1,5 @@
+// Tests of the Client, Once and StoreCheckpoint against a real sidecar.
+
 package stepwell_test
 
 import (
