@@ -1,3 +1,5 @@
+// Bearer token and TLS options of Dial.
+
 package stepwell
 
 import (

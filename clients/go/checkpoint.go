@@ -1,3 +1,6 @@
+// StoreCheckpoint: the flow engine's Checkpoint on stepwell's checkpoint log,
+// with its Run, State and StepRecord types and skew-proof ordering of saves.
+
 package stepwell
 
 import (

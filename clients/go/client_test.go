@@ -1,3 +1,5 @@
+// Tests of the Client, Once and StoreCheckpoint against a real sidecar.
+
 package stepwell_test
 
 import (
@@ -363,7 +365,8 @@ func TestRestoreAllOfATurnLargerThanAMessage(t *testing.T) {
 
 // Two workers whose clocks are an hour apart take turns on one run: the
 // newest save is what Load returns, whichever clock stamped it, with or
-// without a Load before the save.
+// without a Load before the save, and when a worker that saved the run
+// before loads it again after others moved it on.
 func TestStoreCheckpointOrderDoesNotDependOnClocks(t *testing.T) {
 	c := dial(t)
 	flow := freshNS(t, "skew")
@@ -397,5 +400,14 @@ func TestStoreCheckpointOrderDoesNotDependOnClocks(t *testing.T) {
 	save(stepwell.NewCheckpoint(c, flow).WithClock(behindClock), "four")
 	if got := newest(); got != "four" {
 		t.Fatalf("after a save without a load, Load returned %q", got)
+	}
+	// The worker behind, which saved "two", resumes: it loads the newest
+	// ("four", stamped from the clock ahead) and saves after it.
+	if run, _, err := behind.Load(ctx, "r"); err != nil || run.State.Stage != "four" {
+		t.Fatalf("Load: %q %v", run.State.Stage, err)
+	}
+	save(behind, "five")
+	if got := newest(); got != "five" {
+		t.Fatalf("after the worker behind loaded again and saved, Load returned %q", got)
 	}
 }

@@ -1,3 +1,6 @@
+// Error, decoded from the status and google.rpc details of a failed RPC,
+// and the sentinels it matches with errors.Is.
+
 package stepwell
 
 import (

@@ -1,3 +1,6 @@
+// Test harness: TestMain starts the sidecar the tests share; ownSidecar is a
+// sidecar of one test's own that it can crash and start again.
+
 package stepwell_test
 
 import (
@@ -8,8 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	stepwell "stepwell.dev/client"
 	pb "stepwell.dev/client/gen/stepwell/v1"
@@ -26,6 +34,9 @@ var (
 	secureSetup func() (serveArgs []string, clientOpts []stepwell.Option, err error)
 	// secureOpts are those client options (nil in plaintext).
 	secureOpts []stepwell.Option
+	// secureArgs are those serve flags (nil in plaintext); a scenario's own
+	// sidecar gets them too.
+	secureArgs []string
 )
 
 func sidecarBin() string {
@@ -115,14 +126,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	target = fmt.Sprintf("127.0.0.1:%d", port)
-	var serveArgs []string
 	if secureSetup != nil {
-		if serveArgs, secureOpts, err = secureSetup(); err != nil {
+		if secureArgs, secureOpts, err = secureSetup(); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
-	cmd, err := startSidecarWith(target, target, filepath.Join(tmpDir, "x.db"), serveArgs, secureOpts)
+	cmd, err := startSidecarWith(target, target, filepath.Join(tmpDir, "x.db"), secureArgs, secureOpts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -145,12 +155,121 @@ func freshNS(t *testing.T, prefix string) string {
 
 func dial(t *testing.T, opts ...stepwell.Option) *stepwell.Client {
 	t.Helper()
+	return dialTo(t, target, opts...)
+}
+
+// dialTo is dial to another sidecar than the shared one.
+func dialTo(t *testing.T, target string, opts ...stepwell.Option) *stepwell.Client {
+	t.Helper()
 	c, err := stepwell.Dial(target, append(append([]stepwell.Option{}, secureOpts...), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// ownSidecar is a sidecar of one test's own, on a SQLite file in a
+// temporary folder and a loopback port that both stay the same across
+// Stop and Start, so that the test can crash it and bring it back.
+type ownSidecar struct {
+	t      *testing.T
+	target string // host:port
+	db     string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+// newOwnSidecar starts a sidecar for t on a fresh database and a free port
+// (with the secure pass's TLS and auth flags, if any) and stops it when t
+// ends.
+func newOwnSidecar(t *testing.T) *ownSidecar {
+	t.Helper()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &ownSidecar{t: t, target: fmt.Sprintf("127.0.0.1:%d", port), db: filepath.Join(t.TempDir(), "own.db")}
+	s.Start()
+	t.Cleanup(func() {
+		if s.cmd != nil {
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+	})
+	return s
+}
+
+// Stop kills the sidecar with SIGKILL, as a crash would, and waits for the
+// process to exit.
+func (s *ownSidecar) Stop() {
+	s.t.Helper()
+	if s.cmd == nil {
+		s.t.Fatal("sidecar stop: it is not running")
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		s.t.Fatalf("sidecar stop: %v", err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(30 * time.Second):
+		s.t.Fatal("sidecar stop: the process did not exit within 30s of SIGKILL")
+	}
+	s.cmd = nil
+}
+
+// Start starts the sidecar on the same file and port, then waits until its
+// health service answers SERVING on a connection of its own (bounded).
+func (s *ownSidecar) Start() {
+	s.t.Helper()
+	if s.cmd != nil {
+		s.t.Fatal("sidecar start: it is already running")
+	}
+	args := append([]string{"serve", "--listen", s.target, "--database-url", "sqlite://" + s.db}, secureArgs...)
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = append(os.Environ(), "STEPWELL_ADMIN_LISTEN=off")
+	if os.Getenv("STEPWELL_TEST_VERBOSE") != "" {
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("sidecar start: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+
+	// The probe is a connection of the runner's own, fresh at every start,
+	// with a short reconnect backoff so that it sees the sidecar come up
+	// promptly; the scenario's client keeps its defaults.
+	probe, err := stepwell.Dial(s.target, append(append([]stepwell.Option{}, secureOpts...),
+		stepwell.WithDialOptions(grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		})))...)
+	if err != nil {
+		s.t.Fatalf("sidecar start: %v", err)
+	}
+	defer probe.Close()
+	health := healthpb.NewHealthClient(probe.Conn())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+		select {
+		case <-exited:
+			s.cmd = nil
+			s.t.Fatalf("sidecar start: the process exited (%v)", cmd.ProcessState)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("sidecar start: health not SERVING on %s within 30s (last: %v, %v)", s.target, resp, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func asError(err error, target **stepwell.Error) bool { return errors.As(err, target) }

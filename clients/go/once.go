@@ -1,3 +1,5 @@
+// Once: run a side effect at most once per key on IdempotencyService.
+
 package stepwell
 
 import (

@@ -1,3 +1,5 @@
+// Tests that no client call writes into the caller's request message.
+
 package stepwell_test
 
 import (

@@ -1,3 +1,7 @@
+// The scenario runner: runs every clients/scenarios/*.json against a real
+// sidecar (the shared one, or a sidecar of the scenario's own when it has
+// sidecar steps), following clients/scenarios/README.md.
+
 package stepwell_test
 
 import (
@@ -15,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -24,22 +27,35 @@ import (
 )
 
 type scenario struct {
-	Name  string         `json:"name"`
-	Steps []scenarioStep `json:"steps"`
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Steps       []scenarioStep `json:"steps"`
 }
 
+// scenarioStep is one step: an RPC (call), an adapter step (adapter) or a
+// sidecar step (sidecar); see clients/scenarios/README.md.
 type scenarioStep struct {
-	Call        string         `json:"call"`
-	Request     map[string]any `json:"request"`
-	Expect      map[string]any `json:"expect"`
+	Call        string          `json:"call"`
+	Request     map[string]any  `json:"request"`
+	Expect      json.RawMessage `json:"expect"`
 	ExpectError *struct {
 		Code   string `json:"code"`
 		Reason string `json:"reason"`
 		Field  string `json:"field"`
 	} `json:"expectError"`
-	Save      map[string]string `json:"save"`
-	Until     map[string]any    `json:"until"`
-	TimeoutMs int               `json:"timeoutMs"`
+	Save       map[string]string `json:"save"`
+	Until      map[string]any    `json:"until"`
+	RetryWhile string            `json:"retryWhile"`
+	TimeoutMs  int               `json:"timeoutMs"`
+
+	Adapter string          `json:"adapter"`
+	Worker  string          `json:"worker"`
+	Clock   string          `json:"clock"`
+	Run     string          `json:"run"`
+	Step    string          `json:"step"`
+	State   json.RawMessage `json:"state"`
+
+	Sidecar string `json:"sidecar"`
 }
 
 // rpc maps a call name onto its request type and the raw stub method (the
@@ -55,7 +71,6 @@ func rpc(c *stepwell.Client, call string) (proto.Message, func(context.Context, 
 			return out[0].Interface().(proto.Message), nil
 		}
 	}
-	_ = grpc.CallOption(nil)
 	switch call {
 	case "Checkpoint":
 		return wrap(&pb.CheckpointRequest{}, func(ctx context.Context, r *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
@@ -271,7 +286,7 @@ func TestScenarios(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scenarios found: %v", err)
 	}
-	c := dial(t)
+	shared := dial(t)
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
@@ -279,71 +294,252 @@ func TestScenarios(t *testing.T) {
 		}
 		var sc scenario
 		d := json.NewDecoder(bytes.NewReader(raw))
+		d.DisallowUnknownFields()
 		if err := d.Decode(&sc); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
 		t.Run(sc.Name, func(t *testing.T) {
 			t.Parallel()
-			ns := fmt.Sprintf("sc-%s-%08x", strings.ReplaceAll(sc.Name, "_", "-"), rand.Uint32())
-			saved := map[string]any{}
-			for i, st := range sc.Steps {
-				req, call := rpc(c, st.Call)
-				if req == nil {
-					t.Fatalf("step %d: unknown call %q", i, st.Call)
-				}
-				buildRequest(t, st.Call, st.Request, ns, saved, req)
-				do := func() (proto.Message, error) {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					defer cancel()
-					return call(ctx, req)
-				}
-				resp, err := do()
-				if st.Until != nil {
-					timeout := time.Duration(st.TimeoutMs) * time.Millisecond
-					if timeout == 0 {
-						timeout = 5 * time.Second
-					}
-					deadline := time.Now().Add(timeout)
-					for err != nil || match(st.Until, responseJSON(t, resp), "") != "" {
-						if time.Now().After(deadline) {
-							t.Fatalf("step %d %s: until %v not reached (last %v, %v)", i, st.Call, st.Until, resp, err)
-						}
-						time.Sleep(20 * time.Millisecond)
-						resp, err = do()
-					}
-				}
-				if st.ExpectError != nil {
-					if err == nil {
-						t.Fatalf("step %d %s: want error %+v, got %v", i, st.Call, *st.ExpectError, resp)
-					}
-					var se *stepwell.Error
-					if !asError(stepwell.FromError(err), &se) {
-						t.Fatalf("step %d: not a *stepwell.Error: %v", i, err)
-					}
-					code := strings.ToUpper(toSnake(se.Code.String()))
-					if code != st.ExpectError.Code || se.Reason != st.ExpectError.Reason ||
-						(st.ExpectError.Field != "" && se.Field != st.ExpectError.Field) {
-						t.Fatalf("step %d %s: want %+v, got %s %s field %q (%v)", i, st.Call, *st.ExpectError, code, se.Reason, se.Field, se)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("step %d %s: %v", i, st.Call, err)
-				}
-				act := responseJSON(t, resp)
-				if st.Expect != nil {
-					var exp map[string]any
-					b, _ := json.Marshal(st.Expect)
-					_ = json.Unmarshal(b, &exp)
-					if msg := match(exp, act, st.Call); msg != "" {
-						t.Fatalf("step %d: %s\nresponse: %v", i, msg, act)
-					}
-				}
-				for name, field := range st.Save {
-					saved[name] = act[field]
+			r := &scenarioRun{
+				t:       t,
+				c:       shared,
+				ns:      fmt.Sprintf("sc-%s-%08x", strings.ReplaceAll(sc.Name, "_", "-"), rand.Uint32()),
+				saved:   map[string]any{},
+				workers: map[string]*worker{},
+			}
+			for _, st := range sc.Steps {
+				if st.Sidecar != "" {
+					// A sidecar of the scenario's own, started before the
+					// first step; the scenario's client is made once, on
+					// it, and never remade.
+					r.sidecar = newOwnSidecar(t)
+					r.c = dialTo(t, r.sidecar.target)
+					break
 				}
 			}
+			for i, st := range sc.Steps {
+				r.step(i, st)
+			}
 		})
+	}
+}
+
+// scenarioRun is the state of one scenario run.
+type scenarioRun struct {
+	t       *testing.T
+	c       *stepwell.Client // the scenario's client: made once, never remade
+	ns      string           // the run's fresh namespace
+	saved   map[string]any
+	workers map[string]*worker
+	sidecar *ownSidecar // nil unless the scenario has sidecar steps
+}
+
+// worker is one adapter of an adapter step's worker, with its own clock.
+type worker struct {
+	cp    *stepwell.StoreCheckpoint
+	clock time.Time // zero until a step sets it: then the system clock
+}
+
+func (r *scenarioRun) step(i int, st scenarioStep) {
+	t := r.t
+	t.Helper()
+	kinds := 0
+	for _, k := range []string{st.Call, st.Adapter, st.Sidecar} {
+		if k != "" {
+			kinds++
+		}
+	}
+	if kinds != 1 {
+		t.Fatalf("step %d: give exactly one of call, adapter, sidecar", i)
+	}
+	switch {
+	case st.Sidecar != "":
+		switch st.Sidecar {
+		case "stop":
+			r.sidecar.Stop()
+		case "start":
+			r.sidecar.Start()
+		case "restart":
+			r.sidecar.Stop()
+			r.sidecar.Start()
+		default:
+			t.Fatalf("step %d: unknown sidecar step %q", i, st.Sidecar)
+		}
+	case st.Adapter != "":
+		r.adapterStep(i, st)
+	default:
+		r.callStep(i, st)
+	}
+}
+
+// errorCode names err's gRPC status code as the scenarios do ("ALREADY_EXISTS").
+func errorCode(err error) string {
+	var se *stepwell.Error
+	if !asError(stepwell.FromError(err), &se) {
+		return ""
+	}
+	return strings.ToUpper(toSnake(se.Code.String()))
+}
+
+func (r *scenarioRun) callStep(i int, st scenarioStep) {
+	t := r.t
+	t.Helper()
+	req, call := rpc(r.c, st.Call)
+	if req == nil {
+		t.Fatalf("step %d: unknown call %q", i, st.Call)
+	}
+	buildRequest(t, st.Call, st.Request, r.ns, r.saved, req)
+	do := func() (proto.Message, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return call(ctx, req)
+	}
+	timeout := time.Duration(st.TimeoutMs) * time.Millisecond
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	deadline := time.Now().Add(timeout)
+	resp, err := do()
+	for time.Now().Before(deadline) {
+		retry := st.RetryWhile != "" && err != nil && errorCode(err) == st.RetryWhile
+		if !retry && st.Until != nil {
+			retry = err != nil || match(st.Until, responseJSON(t, resp), "") != ""
+		}
+		if !retry {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+		resp, err = do()
+	}
+	if st.Until != nil && (err != nil || match(st.Until, responseJSON(t, resp), "") != "") {
+		t.Fatalf("step %d %s: until %v not reached in %v (last %v, %v)", i, st.Call, st.Until, timeout, resp, err)
+	}
+	if st.ExpectError != nil {
+		if err == nil {
+			t.Fatalf("step %d %s: want error %+v, got %v", i, st.Call, *st.ExpectError, resp)
+		}
+		var se *stepwell.Error
+		if !asError(stepwell.FromError(err), &se) {
+			t.Fatalf("step %d: not a *stepwell.Error: %v", i, err)
+		}
+		code := errorCode(err)
+		if code != st.ExpectError.Code ||
+			(st.ExpectError.Reason != "" && se.Reason != st.ExpectError.Reason) ||
+			(st.ExpectError.Field != "" && se.Field != st.ExpectError.Field) {
+			t.Fatalf("step %d %s: want %+v, got %s %s field %q (%v)", i, st.Call, *st.ExpectError, code, se.Reason, se.Field, se)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("step %d %s: %v", i, st.Call, err)
+	}
+	act := responseJSON(t, resp)
+	if exp := expectation(t, i, st); exp != nil {
+		if msg := match(exp, act, st.Call); msg != "" {
+			t.Fatalf("step %d: %s\nresponse: %v", i, msg, act)
+		}
+	}
+	for name, field := range st.Save {
+		r.saved[name] = act[field]
+	}
+}
+
+// expectation decodes a step's expect (nil when the step has none).
+func expectation(t *testing.T, i int, st scenarioStep) any {
+	t.Helper()
+	if len(st.Expect) == 0 {
+		return nil
+	}
+	var exp any
+	if err := json.Unmarshal(st.Expect, &exp); err != nil {
+		t.Fatalf("step %d: expect: %v", i, err)
+	}
+	return exp
+}
+
+// worker returns the adapter of the named worker, made on first use: a
+// StoreCheckpoint on the scenario's client, in the flow named after the
+// run's fresh namespace (so its namespace is fresh too), reading the
+// worker's own clock.
+func (r *scenarioRun) worker(name string) *worker {
+	if w, ok := r.workers[name]; ok {
+		return w
+	}
+	w := &worker{}
+	w.cp = stepwell.NewCheckpoint(r.c, r.ns).WithClock(func() time.Time {
+		if w.clock.IsZero() {
+			return time.Now()
+		}
+		return w.clock
+	})
+	r.workers[name] = w
+	return w
+}
+
+func (r *scenarioRun) adapterStep(i int, st scenarioStep) {
+	t := r.t
+	t.Helper()
+	if st.Worker == "" || st.Run == "" {
+		t.Fatalf("step %d: an adapter step needs worker and run", i)
+	}
+	if st.ExpectError != nil || st.RetryWhile != "" || st.Until != nil || st.Save != nil {
+		t.Fatalf("step %d: adapter steps take no expectError, retryWhile, until or save", i)
+	}
+	w := r.worker(st.Worker)
+	if st.Clock != "" {
+		c, err := time.Parse(time.RFC3339Nano, st.Clock)
+		if err != nil {
+			t.Fatalf("step %d: clock: %v", i, err)
+		}
+		w.clock = c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var act any
+	switch st.Adapter {
+	case "save":
+		var state any
+		if err := json.Unmarshal(st.State, &state); err != nil {
+			t.Fatalf("step %d: state: %v", i, err)
+		}
+		run := stepwell.Run{ID: st.Run, State: stepwell.State{Stage: st.Step}}
+		if err := run.State.Set(state); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.cp.Save(ctx, run); err != nil {
+			t.Fatalf("step %d: adapter save (worker %s, run %s, step %s): %v", i, st.Worker, st.Run, st.Step, err)
+		}
+		return
+	case "load":
+		run, ok, err := w.cp.Load(ctx, st.Run)
+		if err != nil {
+			t.Fatalf("step %d: adapter load (worker %s, run %s): %v", i, st.Worker, st.Run, err)
+		}
+		if ok {
+			var state any
+			if err := run.State.Scan(&state); err != nil {
+				t.Fatalf("step %d: state: %v", i, err)
+			}
+			act = map[string]any{"step": run.State.Stage, "state": state}
+		}
+	case "history":
+		runs, err := w.cp.History(ctx, st.Run)
+		if err != nil {
+			t.Fatalf("step %d: adapter history (worker %s, run %s): %v", i, st.Worker, st.Run, err)
+		}
+		steps := make([]any, len(runs))
+		for j, run := range runs {
+			steps[j] = run.State.Stage
+		}
+		act = map[string]any{"steps": steps}
+	default:
+		t.Fatalf("step %d: unknown adapter step %q", i, st.Adapter)
+	}
+	if len(st.Expect) == 0 {
+		return
+	}
+	if msg := match(expectation(t, i, st), act, st.Adapter); msg != "" {
+		t.Fatalf("step %d: adapter %s (worker %s, run %s): %s\ngot: %v", i, st.Adapter, st.Worker, st.Run, msg, act)
 	}
 }
 
