@@ -152,7 +152,7 @@ def call_once(client: Client, call: str, msg: Any) -> Any:
         raise from_rpc_error(e) from None
 
 
-def call_until_not(client: Client, step: Dict[str, Any], msg: Any) -> Tuple[Any, Optional[StepwellError]]:
+def call_retrying_while(client: Client, step: Dict[str, Any], msg: Any) -> Tuple[Any, Optional[StepwellError]]:
     """One call, repeated every 20 ms while it fails with the step's
     ``retryWhile`` code (at most ``timeoutMs``): the response (as JSON) or
     the last error."""
@@ -241,7 +241,7 @@ def run_call_step(client: Client, step: Dict[str, Any], ns: str, saved: Dict[str
         resp_json = got
     elif "expectError" in step:
         want = step["expectError"]
-        resp_json, err = call_until_not(client, step, msg)
+        resp_json, err = call_retrying_while(client, step, msg)
         assert err is not None, f"{where}: expected {want}, got {resp_json}"
         assert err.code.name == want["code"], f"{where}: {err}"
         # Without a reason only the code is checked (a refused connection carries no ErrorInfo).
@@ -251,7 +251,7 @@ def run_call_step(client: Client, step: Dict[str, Any], ns: str, saved: Dict[str
             assert err.field == want["field"], f"{where}: {err}"
         return
     else:
-        resp_json, err = call_until_not(client, step, msg)
+        resp_json, err = call_retrying_while(client, step, msg)
         assert err is None, f"{where}: {err}"
         errs = matches(step.get("expect", {}), resp_json)
         assert not errs, f"{where}: {errs} in {resp_json}"
