@@ -11,7 +11,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+import grpc
 import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from stepwell import TLS, Client, KeyNotFound, NO_RETRY, StepwellError
 
@@ -38,6 +40,37 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _health_messages() -> Any:
+    """grpc.health.v1's HealthCheckRequest and HealthCheckResponse, built from
+    their two-field definitions in a pool of their own (no extra package)."""
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="stepwell_tests/health.proto", package="grpc.health.v1", syntax="proto3")
+    fdp.message_type.add(name="HealthCheckRequest").field.add(
+        name="service", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL
+    )
+    resp = fdp.message_type.add(name="HealthCheckResponse")
+    status = resp.enum_type.add(name="ServingStatus")
+    for number, name in enumerate(("UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN")):
+        status.value.add(name=name, number=number)
+    resp.field.add(
+        name="status",
+        number=1,
+        type=F.TYPE_ENUM,
+        type_name=".grpc.health.v1.HealthCheckResponse.ServingStatus",
+        label=F.LABEL_OPTIONAL,
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return tuple(
+        message_factory.GetMessageClass(pool.FindMessageTypeByName(f"grpc.health.v1.{n}"))
+        for n in ("HealthCheckRequest", "HealthCheckResponse")
+    )
+
+
+_HealthCheckRequest, _HealthCheckResponse = _health_messages()
+_SERVING = 1
 
 
 class Security:
@@ -78,6 +111,7 @@ class Sidecar:
     """A sidecar process; ``extra_args`` go after ``serve``'s own, ``extra_env`` into its environment.
 
     ``database_url`` is the store (default: a new SQLite file in ``workdir``).
+    ``kill()`` and ``start()`` crash it and bring it back on the same store and address.
     """
 
     def __init__(
@@ -99,36 +133,83 @@ class Sidecar:
             {"token": security.token, "tls": security.tls()} if security is not None else {}
         )
         self.log = open(workdir / f"stepwell-{uuid.uuid4().hex[:6]}.log", "w+")
-        self.proc = subprocess.Popen(
-            [
-                stepwell_bin(),
-                "serve",
-                "--listen",
-                listen,
-                "--database-url",
-                database_url or f"sqlite://{workdir}/x-{uuid.uuid4().hex[:6]}.db",
-                *(security.serve_args() if security is not None else []),
-                *extra_args,
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            # No admin listener unless a test asks: sidecars side by side would contend for its port.
-            env={
-                **os.environ,
-                "STEPWELL_LOG": os.environ.get("STEPWELL_LOG", "warn"),
-                "STEPWELL_ADMIN_LISTEN": "off",
-                **(extra_env or {}),
-            },
-        )
+        self.database_url = database_url or f"sqlite://{workdir}/x-{uuid.uuid4().hex[:6]}.db"
+        self._argv = [
+            stepwell_bin(),
+            "serve",
+            "--listen",
+            listen,
+            "--database-url",
+            self.database_url,
+            *(security.serve_args() if security is not None else []),
+            *extra_args,
+        ]
+        # No admin listener unless a test asks: sidecars side by side would contend for its port.
+        self._env = {
+            **os.environ,
+            "STEPWELL_LOG": os.environ.get("STEPWELL_LOG", "warn"),
+            "STEPWELL_ADMIN_LISTEN": "off",
+            **(extra_env or {}),
+        }
+        self.proc = self._spawn()
         self._wait_ready()
+
+    def _spawn(self) -> "subprocess.Popen[bytes]":
+        # Every run of the process appends to the one log.
+        return subprocess.Popen(self._argv, stdout=self.log, stderr=subprocess.STDOUT, env=self._env)
+
+    def _exited(self) -> RuntimeError:
+        self.log.seek(0)
+        return RuntimeError(f"stepwell exited with {self.proc.returncode}:\n{self.log.read()}")
+
+    def kill(self) -> None:
+        """Kills the sidecar with SIGKILL, as a crash or the OOM killer would,
+        and returns once the process has exited."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def start(self, limit: float = 60.0) -> None:
+        """Starts the killed sidecar again, on the same store and address, and
+        returns once its health service answers SERVING (see ``wait_serving``)."""
+        if self.proc.poll() is None:
+            raise RuntimeError("stepwell is still running; kill() it first")
+        self.proc = self._spawn()
+        self.wait_serving(limit)
+
+    def wait_serving(self, limit: float = 60.0) -> None:
+        """Polls grpc.health.v1.Health/Check (the whole server, service "") on a
+        connection of its own until it answers SERVING."""
+        tls = self.security.tls() if self.security is not None else None
+        if tls is None:
+            channel = grpc.insecure_channel(self.target)
+        else:
+            channel = grpc.secure_channel(self.target, tls.channel_credentials(), options=tls.channel_options())
+        metadata = [("authorization", f"Bearer {self.security.token}")] if self.security is not None else None
+        deadline = time.monotonic() + limit
+        with channel:
+            check = channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=_HealthCheckRequest.SerializeToString,
+                response_deserializer=_HealthCheckResponse.FromString,
+            )
+            while True:
+                if self.proc.poll() is not None:
+                    raise self._exited()
+                try:
+                    if check(_HealthCheckRequest(service=""), timeout=1.0, metadata=metadata).status == _SERVING:
+                        return
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"stepwell's health did not answer SERVING within {limit}s")
+                time.sleep(0.05)
 
     def _wait_ready(self, limit: float = 60.0) -> None:
         deadline = time.monotonic() + limit
         with Client(self.target, retry=NO_RETRY, timeout=1.0, **self.connect) as c:
             while True:
                 if self.proc.poll() is not None:
-                    self.log.seek(0)
-                    raise RuntimeError(f"stepwell exited with {self.proc.returncode}:\n{self.log.read()}")
+                    raise self._exited()
                 try:
                     c.get("readiness-probe")
                 except KeyNotFound:

@@ -1,5 +1,11 @@
-"""Runs every language-neutral scenario of clients/scenarios through the client's
-one-to-one layer (the raw stubs, no retries), per clients/scenarios/README.md."""
+"""Runs every language-neutral scenario of clients/scenarios, per
+clients/scenarios/README.md: `call` steps through the client's one-to-one layer
+(the raw stubs, no retries), adapter steps through stepwell.CheckpointStore,
+sidecar steps against a sidecar of the scenario's own that they kill and start.
+
+The TLS/auth pass of clients/python/test runs this file too: a scenario with
+sidecar steps then gets its own sidecar with that pass's TLS and auth, so it
+runs in both passes."""
 
 from __future__ import annotations
 
@@ -7,14 +13,16 @@ import base64
 import json
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
 
-from stepwell import Client, NO_RETRY, StepwellError
+from conftest import Sidecar, free_port, security_from_env
+from stepwell import CheckpointStore, Client, StepwellError
 from stepwell.errors import from_rpc_error
 from stepwell.v1 import checkpoint_pb2 as cp
 from stepwell.v1 import idempotency_pb2 as ip
@@ -144,46 +152,148 @@ def call_once(client: Client, call: str, msg: Any) -> Any:
         raise from_rpc_error(e) from None
 
 
+def call_retrying_while(client: Client, step: Dict[str, Any], msg: Any) -> Tuple[Any, Optional[StepwellError]]:
+    """One call, repeated every 20 ms while it fails with the step's
+    ``retryWhile`` code (at most ``timeoutMs``): the response (as JSON) or
+    the last error."""
+    retry_while = step.get("retryWhile")
+    deadline = time.monotonic() + step.get("timeoutMs", 5000) / 1000
+    while True:
+        try:
+            return response_to_json(call_once(client, step["call"], msg)), None
+        except StepwellError as err:
+            if retry_while is None or err.code.name != retry_while or time.monotonic() >= deadline:
+                return None, err
+        time.sleep(0.02)
+
+
+def instant_ns(rfc3339: str) -> int:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromJsonString(rfc3339)
+    return ts.seconds * 1_000_000_000 + ts.nanos
+
+
+class Worker:
+    """One adapter (a CheckpointStore) with a clock of its own: it reads the
+    instant its worker's last step set (the system clock until one does)."""
+
+    def __init__(self, client: Client) -> None:
+        self.now_ns: Optional[int] = None
+        self.store = CheckpointStore(client, clock=self.clock)
+
+    def clock(self) -> int:
+        return time.time_ns() if self.now_ns is None else self.now_ns
+
+
+def run_adapter_step(workers: Dict[str, Worker], client: Client, step: Dict[str, Any], where: str) -> None:
+    worker = workers.get(step["worker"])
+    if worker is None:
+        worker = workers[step["worker"]] = Worker(client)
+    if "clock" in step:
+        worker.now_ns = instant_ns(step["clock"])
+    kind = step["adapter"]
+    got: Any
+    try:
+        if kind == "save":
+            worker.store.save(step["run"], step["state"], step_name=step["step"])
+            got = {}
+        elif kind == "load":
+            ck = worker.store.load(step["run"])
+            got = None if ck is None else {"step": ck.step_name, "state": ck.state}
+        elif kind == "history":
+            got = {"steps": [ck.step_name for ck in worker.store.history(step["run"])]}
+        else:
+            pytest.fail(f"{where}: unknown adapter step {kind!r}")
+    except StepwellError as err:
+        pytest.fail(f"{where}: the adapter raised {err!r}")
+    if "expect" in step:
+        errs = matches(step["expect"], got)
+        assert not errs, f"{where}: {errs} in {got!r}"
+
+
+def run_sidecar_step(own: Optional[Sidecar], step: Dict[str, Any], where: str) -> None:
+    assert own is not None, f"{where}: no sidecar of the scenario's own"
+    kind = step["sidecar"]
+    if kind not in ("stop", "start", "restart"):
+        pytest.fail(f"{where}: unknown sidecar step {kind!r}")
+    if kind in ("stop", "restart"):
+        own.kill()
+    if kind in ("start", "restart"):
+        own.start()
+
+
+def run_call_step(client: Client, step: Dict[str, Any], ns: str, saved: Dict[str, Any], where: str) -> None:
+    msg = build_request(step["call"], step.get("request", {}), ns, saved)
+    if "until" in step:
+        deadline = time.monotonic() + step.get("timeoutMs", 5000) / 1000
+        while True:
+            try:
+                got = response_to_json(call_once(client, step["call"], msg))
+                if not matches(step["until"], got):
+                    break
+            except StepwellError:
+                pass
+            assert time.monotonic() < deadline, f"{where}: 'until' not reached"
+            time.sleep(0.02)
+        if "expect" in step:
+            errs = matches(step["expect"], got)
+            assert not errs, f"{where}: {errs}"
+        resp_json = got
+    elif "expectError" in step:
+        want = step["expectError"]
+        resp_json, err = call_retrying_while(client, step, msg)
+        assert err is not None, f"{where}: expected {want}, got {resp_json}"
+        assert err.code.name == want["code"], f"{where}: {err}"
+        # Without a reason only the code is checked (a refused connection carries no ErrorInfo).
+        if "reason" in want:
+            assert err.reason == want["reason"], f"{where}: {err}"
+        if "field" in want:
+            assert err.field == want["field"], f"{where}: {err}"
+        return
+    else:
+        resp_json, err = call_retrying_while(client, step, msg)
+        assert err is None, f"{where}: {err}"
+        errs = matches(step.get("expect", {}), resp_json)
+        assert not errs, f"{where}: {errs} in {resp_json}"
+    for name, fieldname in step.get("save", {}).items():
+        saved[name] = resp_json.get(fieldname)
+
+
+def step_kind(step: Dict[str, Any]) -> str:
+    kinds = [k for k in ("call", "adapter", "sidecar") if k in step]
+    assert len(kinds) == 1, f"a step has exactly one of call, adapter, sidecar: {step}"
+    return kinds[0]
+
+
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
-def test_scenario(path: Path, target: str, connect: Dict[str, Any]) -> None:
+def test_scenario(path: Path, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     scenario = json.loads(path.read_text())
     ns = f"sc-{scenario['name'].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     saved: Dict[str, Any] = {}
-    with Client(target, retry=NO_RETRY, **connect) as client:
+    workers: Dict[str, Worker] = {}
+    with ExitStack() as stack:
+        own: Optional[Sidecar] = None
+        if any(step_kind(step) == "sidecar" for step in scenario["steps"]):
+            # A sidecar of the scenario's own: a fresh SQLite file in a
+            # temporary folder, a free loopback port, this pass's security.
+            own = Sidecar(f"127.0.0.1:{free_port()}", tmp_path, security_from_env())
+            stack.callback(own.stop)
+            target, connect = own.target, own.connect
+        else:
+            target, connect = request.getfixturevalue("target"), request.getfixturevalue("connect")
+        # Made once and never remade, whatever happens to the sidecar. Its
+        # retry policy is the default one, which the adapters use as they do
+        # for their users; `call` steps use the raw stubs, which never retry.
+        client = stack.enter_context(Client(target, namespace=ns, **connect))
         for i, step in enumerate(scenario["steps"]):
-            where = f"{path.name} step {i} ({step['call']})"
-            msg = build_request(step["call"], step.get("request", {}), ns, saved)
-            if "until" in step:
-                deadline = time.monotonic() + step.get("timeoutMs", 5000) / 1000
-                while True:
-                    try:
-                        got = response_to_json(call_once(client, step["call"], msg))
-                        if not matches(step["until"], got):
-                            break
-                    except StepwellError:
-                        pass
-                    assert time.monotonic() < deadline, f"{where}: 'until' not reached"
-                    time.sleep(0.02)
-                if "expect" in step:
-                    errs = matches(step["expect"], got)
-                    assert not errs, f"{where}: {errs}"
-                resp_json = got
-            elif "expectError" in step:
-                want = step["expectError"]
-                with pytest.raises(StepwellError) as info:
-                    call_once(client, step["call"], msg)
-                err = info.value
-                assert err.code.name == want["code"], f"{where}: {err}"
-                assert err.reason == want["reason"], f"{where}: {err}"
-                if "field" in want:
-                    assert err.field == want["field"], f"{where}: {err}"
-                continue
+            kind = step_kind(step)
+            where = f"{path.name} step {i} ({kind} {step[kind]})"
+            if kind == "call":
+                run_call_step(client, step, ns, saved, where)
+            elif kind == "adapter":
+                run_adapter_step(workers, client, step, where)
             else:
-                resp_json = response_to_json(call_once(client, step["call"], msg))
-                errs = matches(step.get("expect", {}), resp_json)
-                assert not errs, f"{where}: {errs} in {resp_json}"
-            for name, fieldname in step.get("save", {}).items():
-                saved[name] = resp_json.get(fieldname)
+                run_sidecar_step(own, step, where)
 
 
 def test_matcher_rejects_mismatches() -> None:
