@@ -18,7 +18,16 @@ import java.util.Objects;
 public record RunCheckpoint(
     String runId, String step, String stateJson, Instant timestamp, boolean terminal) {
 
-  /** Checks that no component is null. */
+  /**
+   * A version of a run's checkpoint; no component may be null.
+   *
+   * @param runId the run (the stepwell turn id)
+   * @param step the step the run was at (the stepwell phase)
+   * @param stateJson the state: a JSON document
+   * @param timestamp the checkpoint's timestamp
+   * @param terminal whether the version completed the run
+   * @throws NullPointerException when a component is null
+   */
   public RunCheckpoint {
     Objects.requireNonNull(runId, "runId");
     Objects.requireNonNull(step, "step");
