@@ -23,9 +23,11 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
 
@@ -42,6 +44,8 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   private final List<String> args;
   private Process process;
   private final Path log;
+  /** The temporary folder of the SQLite file and the log, deleted by {@link #close()}. */
+  private final Path dir;
 
   /**
    * The directory ./test makes for its second pass (CA, server and client certificates, auth.toml,
@@ -54,6 +58,7 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   private Sidecar(String listen, Path dir, boolean secure) throws IOException {
     this.target = listen;
     this.secure = secure;
+    this.dir = dir;
     this.log = dir.resolve("stepwell-" + UUID.randomUUID().toString().substring(0, 6) + ".log");
     List<String> args =
         new ArrayList<>(
@@ -269,9 +274,10 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
           channel.shutdownNow();
         }
         if (System.nanoTime() > deadline) {
+          String output = Files.readString(log);
           close();
           throw new IllegalStateException(
-              "stepwell did not become SERVING (" + last + "):\n" + Files.readString(log));
+              "stepwell did not become SERVING (" + last + "):\n" + output);
         }
         Thread.sleep(50);
       }
@@ -285,10 +291,19 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   public void close() {
     process.destroy();
     try {
-      if (!process.waitFor(10, java.util.concurrent.TimeUnit.SECONDS)) process.destroyForcibly();
+      if (!process.waitFor(10, TimeUnit.SECONDS)) {
+        process.destroyForcibly();
+        process.waitFor(10, TimeUnit.SECONDS);
+      }
     } catch (InterruptedException e) {
       process.destroyForcibly();
       Thread.currentThread().interrupt();
+    }
+    if (process.isAlive()) return; // keep the files of a process that would not die
+    try (Stream<Path> files = Files.walk(dir)) {
+      files.sorted(Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
+    } catch (IOException e) {
+      // a leftover temporary folder is no test failure
     }
   }
 
