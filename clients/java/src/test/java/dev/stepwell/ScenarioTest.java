@@ -1,3 +1,4 @@
+// ScenarioTest: runs the language-neutral scenarios of clients/scenarios against live sidecars.
 package dev.stepwell;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -7,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.NullNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.fasterxml.jackson.databind.node.TextNode;
 import com.google.protobuf.Message;
@@ -26,18 +28,26 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.time.Instant;
 import java.util.Base64;
 import java.util.HashMap;
 import java.util.Iterator;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.UUID;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.TestFactory;
 import org.junit.jupiter.api.extension.ExtendWith;
 
-/** Runs every scenario of ../scenarios/*.json against the sidecar, per scenarios/README.md. */
+/**
+ * Runs every scenario of ../scenarios/*.json against a sidecar, per scenarios/README.md: RPC steps
+ * through the client's one-to-one layer without retries, adapter steps through a {@link
+ * CheckpointStore} per worker (each with its own client and a clock the steps set), and sidecar
+ * steps against a sidecar of the scenario's own, killed and started again on its SQLite file.
+ */
 @ExtendWith(Sidecar.Extension.class)
 class ScenarioTest {
   private static final ObjectMapper M = new ObjectMapper();
@@ -54,19 +64,100 @@ class ScenarioTest {
         .map(f -> DynamicTest.dynamicTest(f.getFileName().toString(), () -> run(f)));
   }
 
+  /** One worker of adapter steps: its clock and its adapter, sharing nothing with the others. */
+  private record Worker(SetClock clock, CheckpointStore store) {}
+
   private void run(Path file) throws Exception {
     JsonNode scenario = M.readTree(file.toFile());
     String name = scenario.get("name").asText();
     String ns = "sc-" + name.replace('_', '-') + "-" + UUID.randomUUID().toString().substring(0, 8);
     Map<String, JsonNode> saved = new HashMap<>();
-    try (StepwellClient client = Sidecar.client()) {
+    boolean ownSidecar = false;
+    List<String> workerNames = new java.util.ArrayList<>();
+    for (JsonNode step : scenario.get("steps")) {
+      if (step.has("sidecar")) ownSidecar = true;
+      if (step.has("worker") && !workerNames.contains(step.get("worker").asText())) {
+        workerNames.add(step.get("worker").asText());
+      }
+    }
+    Sidecar sidecar = ownSidecar ? Sidecar.own() : null;
+    // The scenario's client and every worker's are made once, before the first step.
+    Map<String, StepwellClient> workerClients = new LinkedHashMap<>();
+    try (StepwellClient client = ownSidecar ? sidecar.builder().build() : Sidecar.client()) {
+      for (String w : workerNames) {
+        workerClients.put(w, ownSidecar ? sidecar.builder().build() : Sidecar.client());
+      }
       StepwellClient raw = client.withRetry(RetryPolicy.NONE);
+      Map<String, Worker> workers = new HashMap<>();
       int i = 0;
       for (JsonNode step : scenario.get("steps")) {
         i++;
-        String where = name + " step " + i + " (" + step.get("call").asText() + ")";
-        runStep(raw, step, ns, saved, where);
+        if (step.has("adapter")) {
+          String where = name + " step " + i + " (adapter " + step.get("adapter").asText() + ")";
+          Worker w =
+              workers.computeIfAbsent(
+                  step.get("worker").asText(),
+                  n -> {
+                    SetClock clock = new SetClock();
+                    return new Worker(
+                        clock, new CheckpointStore(workerClients.get(n).withNamespace(ns), clock));
+                  });
+          adapterStep(w, step, where);
+        } else if (step.has("sidecar")) {
+          String what = step.get("sidecar").asText();
+          switch (what) {
+            case "stop" -> sidecar.kill();
+            case "start" -> sidecar.startAgain();
+            case "restart" -> {
+              sidecar.kill();
+              sidecar.startAgain();
+            }
+            default -> fail(name + " step " + i + ": unknown sidecar step " + what);
+          }
+        } else {
+          String where = name + " step " + i + " (" + step.get("call").asText() + ")";
+          runStep(raw, step, ns, saved, where);
+        }
       }
+    } finally {
+      for (StepwellClient c : workerClients.values()) c.close();
+      if (sidecar != null) sidecar.close();
+    }
+  }
+
+  /** An adapter step: sets the worker's clock if given, then save, load or history. */
+  private void adapterStep(Worker w, JsonNode step, String where) throws Exception {
+    if (step.has("clock")) w.clock().set(Instant.parse(step.get("clock").asText()));
+    String run = step.get("run").asText();
+    String op = step.get("adapter").asText();
+    switch (op) {
+      case "save" -> w.store().save(run, step.get("step").asText(), M.writeValueAsString(step.get("state")));
+      case "load" -> {
+        Optional<RunCheckpoint> got = w.store().load(run);
+        JsonNode actual = NullNode.getInstance();
+        if (got.isPresent()) {
+          ObjectNode o = M.createObjectNode();
+          o.put("step", got.get().step());
+          o.set("state", M.readTree(got.get().stateJson()));
+          actual = o;
+        }
+        if (step.has("expect")) {
+          JsonNode expect = step.get("expect");
+          boolean ok = expect.isNull() ? actual.isNull() : !actual.isNull() && matches(expect, actual);
+          assertTrue(ok, where + ": expected " + expect + "\n got " + actual);
+        }
+      }
+      case "history" -> {
+        ObjectNode actual = M.createObjectNode();
+        ArrayNode steps = actual.putArray("steps");
+        for (RunCheckpoint c : w.store().history(run)) steps.add(c.step());
+        if (step.has("expect")) {
+          assertTrue(
+              matches(step.get("expect"), actual),
+              where + ": expected " + step.get("expect") + "\n got " + actual);
+        }
+      }
+      default -> fail(where + ": unknown adapter step " + op);
     }
   }
 
@@ -108,20 +199,40 @@ class ScenarioTest {
       }
     }
 
-    if (step.has("expectError")) {
-      JsonNode ee = step.get("expectError");
-      try {
-        JsonNode got = invoke(raw, call, json);
-        fail(where + ": expected " + ee + ", got OK " + got);
-      } catch (StepwellException e) {
-        assertEquals(ee.get("code").asText(), e.code().name(), where + ": code; " + e);
-        if (ee.has("reason")) assertEquals(ee.get("reason").asText(), e.reason(), where + ": reason; " + e);
-        if (ee.has("field")) assertEquals(ee.get("field").asText(), e.field(), where + ": field; " + e);
-      }
+    if (step.has("until") && !step.has("expect") && !step.has("save") && !step.has("expectError")) {
       return;
     }
-    if (step.has("until") && !step.has("expect") && !step.has("save")) return;
-    JsonNode response = invoke(raw, call, json);
+    // retryWhile: repeat while the call fails with that code, at most timeoutMs.
+    String retryWhile = step.has("retryWhile") ? step.get("retryWhile").asText() : null;
+    long timeout = step.has("timeoutMs") ? step.get("timeoutMs").asLong() : 5000;
+    long deadline = System.nanoTime() + timeout * 1_000_000;
+    JsonNode response = null;
+    StepwellException error;
+    while (true) {
+      try {
+        response = invoke(raw, call, json);
+        error = null;
+      } catch (StepwellException e) {
+        error = e;
+      }
+      if (retryWhile == null
+          || error == null
+          || !error.code().name().equals(retryWhile)
+          || System.nanoTime() > deadline) {
+        break;
+      }
+      Thread.sleep(20);
+    }
+
+    if (step.has("expectError")) {
+      JsonNode ee = step.get("expectError");
+      if (error == null) fail(where + ": expected " + ee + ", got OK " + response);
+      assertEquals(ee.get("code").asText(), error.code().name(), where + ": code; " + error);
+      if (ee.has("reason")) assertEquals(ee.get("reason").asText(), error.reason(), where + ": reason; " + error);
+      if (ee.has("field")) assertEquals(ee.get("field").asText(), error.field(), where + ": field; " + error);
+      return;
+    }
+    if (error != null) throw error;
     if (step.has("expect")) {
       assertTrue(
           matches(step.get("expect"), response),

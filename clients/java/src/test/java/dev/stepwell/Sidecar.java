@@ -1,28 +1,51 @@
+// Sidecar: a real stepwell sidecar process for the tests, shared per run or a test's own (restartable).
 package dev.stepwell;
 
+import com.google.protobuf.UnknownFieldSet;
+import io.grpc.CallOptions;
+import io.grpc.ChannelCredentials;
+import io.grpc.InsecureChannelCredentials;
+import io.grpc.ManagedChannel;
+import io.grpc.MethodDescriptor;
+import io.grpc.TlsChannelCredentials;
+import io.grpc.netty.shaded.io.grpc.netty.NettyChannelBuilder;
+import io.grpc.netty.shaded.io.netty.channel.EventLoopGroup;
+import io.grpc.netty.shaded.io.netty.channel.epoll.EpollDomainSocketChannel;
+import io.grpc.netty.shaded.io.netty.channel.epoll.EpollEventLoopGroup;
+import io.grpc.netty.shaded.io.netty.channel.unix.DomainSocketAddress;
+import io.grpc.stub.ClientCalls;
+import java.io.ByteArrayInputStream;
 import java.io.File;
 import java.io.IOException;
+import java.io.InputStream;
 import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
 
 /**
  * A real stepwell sidecar on a temporary SQLite file. As a JUnit extension it starts one sidecar
  * per test run (kept in the root store, stopped at the end); {@link #start(String)} starts extra
- * ones (e.g. on a Unix socket).
+ * ones (e.g. on a Unix socket), and {@link #own()} one that a test kills ({@link #kill()}) and
+ * starts again ({@link #startAgain()}) on the same SQLite file and port.
  */
 public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   private static volatile Sidecar shared;
 
   final String target;
-  private final Process process;
+  private final List<String> args;
+  private Process process;
   private final Path log;
+  /** The temporary folder of the SQLite file and the log, deleted by {@link #close()}. */
+  private final Path dir;
 
   /**
    * The directory ./test makes for its second pass (CA, server and client certificates, auth.toml,
@@ -35,6 +58,7 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   private Sidecar(String listen, Path dir, boolean secure) throws IOException {
     this.target = listen;
     this.secure = secure;
+    this.dir = dir;
     this.log = dir.resolve("stepwell-" + UUID.randomUUID().toString().substring(0, 6) + ".log");
     List<String> args =
         new ArrayList<>(
@@ -55,13 +79,45 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
               "--tls-client-ca", tls.resolve("ca.pem").toString(),
               "--auth-file", tls.resolve("auth.toml").toString()));
     }
+    this.args = List.copyOf(args);
+    launch();
+  }
+
+  /** Starts the process (appending to the log) and waits until its health answers SERVING. */
+  private void launch() throws IOException {
     ProcessBuilder pb = new ProcessBuilder(args);
     pb.environment().putIfAbsent("STEPWELL_LOG", "warn");
     // No admin listener: sidecars side by side would contend for its port.
     pb.environment().put("STEPWELL_ADMIN_LISTEN", "off");
-    pb.redirectErrorStream(true).redirectOutput(log.toFile());
+    pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(log.toFile()));
     this.process = pb.start();
     waitReady(Duration.ofSeconds(60));
+  }
+
+  /**
+   * A sidecar of the caller's own on a fresh SQLite file in a temporary folder and a free loopback
+   * port, with TLS and auth when the shared one has them; the caller closes it.
+   */
+  static Sidecar own() throws IOException {
+    return new Sidecar(
+        "127.0.0.1:" + freePort(), Files.createTempDirectory("stepwell-java-"), secure());
+  }
+
+  /** Kills the sidecar with SIGKILL, as a crash or the OOM killer would, and waits for its exit. */
+  void kill() throws InterruptedException {
+    process.destroyForcibly(); // SIGKILL on Unix
+    if (!process.waitFor(30, TimeUnit.SECONDS)) {
+      throw new IllegalStateException("stepwell did not exit after SIGKILL");
+    }
+  }
+
+  /**
+   * Starts the killed sidecar again on the same SQLite file and address, and waits until its
+   * health service answers SERVING on a connection of its own.
+   */
+  void startAgain() throws IOException {
+    if (process.isAlive()) throw new IllegalStateException("stepwell is still running");
+    launch();
   }
 
   static String binary() {
@@ -131,34 +187,103 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
     return shared;
   }
 
+  /** The health service's Check, its messages as raw protobuf bytes (no grpc-services needed). */
+  private static final MethodDescriptor<byte[], byte[]> HEALTH_CHECK =
+      MethodDescriptor.<byte[], byte[]>newBuilder()
+          .setType(MethodDescriptor.MethodType.UNARY)
+          .setFullMethodName("grpc.health.v1.Health/Check")
+          .setRequestMarshaller(RawBytes.INSTANCE)
+          .setResponseMarshaller(RawBytes.INSTANCE)
+          .build();
+
+  /** Passes protobuf bytes through as they are. */
+  private enum RawBytes implements MethodDescriptor.Marshaller<byte[]> {
+    INSTANCE;
+
+    @Override
+    public InputStream stream(byte[] value) {
+      return new ByteArrayInputStream(value);
+    }
+
+    @Override
+    public byte[] parse(InputStream stream) {
+      try {
+        return stream.readAllBytes();
+      } catch (IOException e) {
+        throw new java.io.UncheckedIOException(e);
+      }
+    }
+  }
+
+  /** A channel of this sidecar's own (TCP or Unix socket), for the health check. */
+  private ManagedChannel channel(ChannelCredentials creds) {
+    if (!target.startsWith("unix:")) return NettyChannelBuilder.forTarget(target, creds).build();
+    return NettyChannelBuilder.forAddress(
+            new DomainSocketAddress(target.substring("unix:".length())), creds)
+        .eventLoopGroup(UNIX_LOOP)
+        .channelType(EpollDomainSocketChannel.class)
+        .overrideAuthority("localhost")
+        .build();
+  }
+
+  /** The event loop of the health checks' Unix-socket channels (daemon threads). */
+  private static final EventLoopGroup UNIX_LOOP =
+      new EpollEventLoopGroup(
+          1,
+          r -> {
+            Thread t = new Thread(r, "sidecar-health-unix");
+            t.setDaemon(true);
+            return t;
+          });
+
+  /**
+   * Waits until the health service (overall, service "") answers SERVING (HealthCheckResponse
+   * field 1 = 1), asking on a fresh connection of its own every 50 ms.
+   */
   private void waitReady(Duration limit) throws IOException {
     long deadline = System.nanoTime() + limit.toNanos();
-    StepwellClient c = builder().build();
+    ChannelCredentials creds = InsecureChannelCredentials.create();
+    if (secure) {
+      creds =
+          TlsChannelCredentials.newBuilder()
+              .trustManager(tlsFile("ca.pem").toFile())
+              .keyManager(tlsFile("client.pem").toFile(), tlsFile("client.key").toFile())
+              .build();
+    }
+    String last = "no answer yet";
     try {
-      StepwellClient probe = c.withRetry(RetryPolicy.NONE).withDeadline(Duration.ofSeconds(1));
       while (true) {
         if (!process.isAlive()) {
           throw new IllegalStateException(
               "stepwell exited with " + process.exitValue() + ":\n" + Files.readString(log));
         }
+        ManagedChannel channel = channel(creds);
         try {
-          probe.get("readiness-probe");
-        } catch (KeyNotFoundException e) {
-          return;
-        } catch (StepwellException e) {
-          // not yet serving
+          byte[] response =
+              ClientCalls.blockingUnaryCall(
+                  channel,
+                  HEALTH_CHECK,
+                  CallOptions.DEFAULT.withDeadlineAfter(1, TimeUnit.SECONDS),
+                  new byte[0]);
+          List<Long> status = UnknownFieldSet.parseFrom(response).getField(1).getVarintList();
+          if (status.equals(List.of(1L))) return;
+          last = "health status " + status;
+        } catch (RuntimeException e) {
+          last = e.toString(); // not listening yet
+        } finally {
+          channel.shutdownNow();
         }
         if (System.nanoTime() > deadline) {
+          String output = Files.readString(log);
           close();
-          throw new IllegalStateException("stepwell did not become ready:\n" + Files.readString(log));
+          throw new IllegalStateException(
+              "stepwell did not become SERVING (" + last + "):\n" + output);
         }
-        Thread.sleep(100);
+        Thread.sleep(50);
       }
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new IOException(e);
-    } finally {
-      c.close();
     }
   }
 
@@ -166,10 +291,19 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   public void close() {
     process.destroy();
     try {
-      if (!process.waitFor(10, java.util.concurrent.TimeUnit.SECONDS)) process.destroyForcibly();
+      if (!process.waitFor(10, TimeUnit.SECONDS)) {
+        process.destroyForcibly();
+        process.waitFor(10, TimeUnit.SECONDS);
+      }
     } catch (InterruptedException e) {
       process.destroyForcibly();
       Thread.currentThread().interrupt();
+    }
+    if (process.isAlive()) return; // keep the files of a process that would not die
+    try (Stream<Path> files = Files.walk(dir)) {
+      files.sorted(Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
+    } catch (IOException e) {
+      // a leftover temporary folder is no test failure
     }
   }
 
