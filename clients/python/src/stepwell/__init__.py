@@ -61,4 +61,4 @@ __all__ = [
     "Unavailable",
     "WorkflowVersionMismatch",
 ]
-__version__ = "0.1.0"
+__version__ = "1.2.0"
