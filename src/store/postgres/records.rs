@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 
-use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::{Postgres, Row};
+use sqlx::postgres::{PgArguments, PgConnection, PgRow};
+use sqlx::{Arguments, Encode, Postgres, Row, Type};
 
 use crate::model::UnixNanos;
 use crate::records::{NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, StoredRecord};
@@ -311,20 +311,9 @@ pub async fn copy(
 /// ever read whole.
 pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
     let (take, mut more) = if q.limit > 1 { fitting(conn, q).await? } else { (1, false) };
-    let sql = list_sql(q, LIST_COLUMNS);
-    let mut query = sqlx::query::<Postgres>(sqlx::AssertSqlSafe(sql)).bind(&q.namespace).bind(&q.kind);
-    for value in [&q.turn_id, &q.scope, &q.id, &q.before_id, &q.metadata_contains].into_iter().flatten() {
-        query = query.bind(value);
-    }
-    if let Some(after) = &q.after {
-        query = query.bind(&after.id).bind(&after.turn_id).bind(&after.scope);
-    }
-    // One more than the page holds, to tell whether more follow.
-    query = query.bind(i64::try_from(take).unwrap_or(i64::MAX) + 1);
-    for kind in [&q.children_kind, &q.refs_kind].into_iter().flatten() {
-        query = query.bind(kind);
-    }
-    let rows = query.fetch_all(&mut *conn).await?;
+    let arguments = list_arguments(q, i64::try_from(take).unwrap_or(i64::MAX))?;
+    let rows =
+        sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q, LIST_COLUMNS)), arguments).fetch_all(&mut *conn).await?;
     let mut entries = assemble(&rows)?;
     more |= entries.len() > take;
     entries.truncate(take);
@@ -348,20 +337,10 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
 /// its size), and whether more follow: the page's records and the sizes of
 /// their related records, without their payloads.
 async fn fitting(conn: &mut PgConnection, q: &RecordQuery) -> Result<(usize, bool), sqlx::Error> {
-    let mut query = sqlx::query_scalar::<Postgres, i64>(sqlx::AssertSqlSafe(list_sql(q, SIZE_COLUMNS)))
-        .bind(&q.namespace)
-        .bind(&q.kind);
-    for value in [&q.turn_id, &q.scope, &q.id, &q.before_id, &q.metadata_contains].into_iter().flatten() {
-        query = query.bind(value);
-    }
-    if let Some(after) = &q.after {
-        query = query.bind(&after.id).bind(&after.turn_id).bind(&after.scope);
-    }
-    query = query.bind(i64::from(q.limit) + 1);
-    for kind in [&q.children_kind, &q.refs_kind].into_iter().flatten() {
-        query = query.bind(kind);
-    }
-    let sizes = query.fetch_all(&mut *conn).await?;
+    let arguments = list_arguments(q, i64::from(q.limit))?;
+    let sizes: Vec<i64> = sqlx::query_scalar_with(sqlx::AssertSqlSafe(list_sql(q, SIZE_COLUMNS)), arguments)
+        .fetch_all(&mut *conn)
+        .await?;
     // One row per entry of the page, in list order.
     let limit = q.limit as usize;
     let (mut take, mut used) = (0usize, 0usize);
@@ -376,6 +355,34 @@ async fn fitting(conn: &mut PgConnection, q: &RecordQuery) -> Result<(usize, boo
     Ok((take.max(1), sizes.len() > limit))
 }
 
+/// The arguments of `list_sql(q, _)`, in the order it numbers them: the
+/// filters asked for, the cursor, one more entry than `page` (to tell
+/// whether more follow), then the related kinds.
+fn list_arguments(q: &RecordQuery, page: i64) -> Result<PgArguments, sqlx::Error> {
+    fn add<'t>(
+        arguments: &mut PgArguments,
+        value: impl Encode<'t, Postgres> + Type<Postgres>,
+    ) -> Result<(), sqlx::Error> {
+        arguments.add(value).map_err(sqlx::Error::Encode)
+    }
+    let mut arguments = PgArguments::default();
+    add(&mut arguments, &q.namespace)?;
+    add(&mut arguments, &q.kind)?;
+    for value in [&q.turn_id, &q.scope, &q.id, &q.before_id, &q.metadata_contains].into_iter().flatten() {
+        add(&mut arguments, value)?;
+    }
+    if let Some(after) = &q.after {
+        add(&mut arguments, &after.id)?;
+        add(&mut arguments, &after.turn_id)?;
+        add(&mut arguments, &after.scope)?;
+    }
+    add(&mut arguments, page.saturating_add(1))?;
+    for kind in [&q.children_kind, &q.refs_kind].into_iter().flatten() {
+        add(&mut arguments, kind)?;
+    }
+    Ok(arguments)
+}
+
 /// What each record of a list costs in a page, as `RecordEntry::bytes` counts it.
 const RECORD_BYTES: &str = "(octet_length(r.turn_id) + octet_length(r.scope) + octet_length(r.kind) \
      + octet_length(r.id) + octet_length(r.parent_id) + octet_length(r.content_type) + octet_length(r.payload) \
@@ -387,7 +394,7 @@ const LIST_COLUMNS: bool = true;
 const SIZE_COLUMNS: bool = false;
 
 /// The list statement for `q`: only the filters asked for, numbered in the
-/// order `list` binds them (turn, scope, id, before, metadata, cursor, then
+/// order `list_arguments` adds them (turn, scope, id, before, metadata, cursor, then
 /// the limit and the related kinds). With `whole` false, it answers each
 /// entry's size instead: the record's and its related records' bytes.
 fn list_sql(q: &RecordQuery, whole: bool) -> String {
