@@ -146,9 +146,10 @@ _STATUS = {
 }
 
 
-def turn_status(status: Any) -> int:
+def turn_status(status: Any) -> cp.TurnStatus.ValueType:
+    """"open", "terminal", "any" (or None), or a TurnStatus value."""
     if isinstance(status, int):
-        return status
+        return cp.TurnStatus.ValueType(status)
     return _STATUS[status.lower() if isinstance(status, str) else status]
 
 
