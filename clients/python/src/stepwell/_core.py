@@ -147,7 +147,7 @@ _STATUS = {
 
 
 def turn_status(status: Any) -> cp.TurnStatus.ValueType:
-    """"open", "terminal", "any" (or None), or a TurnStatus value."""
+    """The TurnStatus of "open", "terminal", "any" (or None), or of a TurnStatus value."""
     if isinstance(status, int):
         return cp.TurnStatus.ValueType(status)
     return _STATUS[status.lower() if isinstance(status, str) else status]
