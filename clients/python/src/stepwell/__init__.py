@@ -9,7 +9,7 @@
 from ._common import OnceContext, RetryPolicy, NO_RETRY
 from ._security import TLS
 from .aio import AsyncClient
-from .checkpoint_store import CheckpointStore, ExecutionCheckpoint, ExecutionSummary
+from .checkpoint_store import AsyncCheckpointStore, CheckpointStore, ExecutionCheckpoint, ExecutionSummary
 from .client import Client
 from .errors import (
     CheckpointConflict,
@@ -33,6 +33,7 @@ from .errors import (
 )
 
 __all__ = [
+    "AsyncCheckpointStore",
     "AsyncClient",
     "CheckpointConflict",
     "CheckpointStore",

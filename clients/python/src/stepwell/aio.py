@@ -1,22 +1,25 @@
-"""The asyncio stepwell client (grpc.aio)."""
+"""The asyncio stepwell client (grpc.aio).
+
+Every method's logic (request building, validation, retries, paging,
+``once()``) is an operation of :mod:`stepwell._core`, shared with
+:class:`stepwell.Client`; this module runs it with awaited ``grpc.aio``
+calls, ``asyncio.sleep`` and a heartbeat task."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import inspect
-import time
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 import grpc.aio
 
 from . import _common as c
-from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
-from .client import _takes_once_context, turn_status
+from . import _core
+from ._common import DurationLike, RetryPolicy, TimestampLike
 from ._security import TLS, AsyncBearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
 from ._tracing import async_interceptors
-from .errors import LeaseLost, NotAcquired, OnceTimeout, OperationFailed, StepwellError, from_rpc_error
 from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2 as ip
@@ -76,21 +79,51 @@ class AsyncClient:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _call(self, method: Callable[..., Any], request: Any, timeout: Optional[float]) -> Any:
-        attempt = 0
+    async def _run(self, op: _core.Op[T]) -> T:
+        """Drives a shared operation (see :mod:`stepwell._core`) with awaited
+        calls and ``asyncio.sleep``."""
+        send: Any = None
+        exc: Optional[BaseException] = None
         while True:
-            attempt += 1
             try:
-                return await method(
-                    request,
-                    timeout=self.timeout if timeout is None else timeout,
-                    metadata=self.metadata or None,
-                )
-            except grpc.RpcError as rpc_err:
-                err = from_rpc_error(rpc_err)
-                if not self.retry.should_retry(err, attempt):
-                    raise err from None
-            await asyncio.sleep(self.retry.backoff(attempt))
+                effect = op.send(send) if exc is None else op.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            send = exc = None
+            try:
+                if type(effect) is _core.Call:
+                    send = await self._call(effect.method, effect.request, effect.timeout)
+                elif type(effect) is _core.Rpc:
+                    send = await effect.method(effect.request, timeout=effect.timeout, metadata=effect.metadata)
+                elif type(effect) is _core.Sleep:
+                    await asyncio.sleep(effect.seconds)
+                elif type(effect) is _core.Hold:
+                    send = await self._hold(effect)
+                else:
+                    raise TypeError(f"unknown effect {effect!r}")
+            except BaseException as e:  # the operation decides: retry, release, or re-raise
+                exc = e
+
+    async def _hold(self, effect: _core.Hold) -> Any:
+        # Not shared with Client: the heartbeat is an asyncio task here (a
+        # thread there), stopped by cancelling it; what it does, Extend every
+        # interval and note a lost lease, is the shared _core heartbeat operation.
+        task = asyncio.ensure_future(self._run(effect.beat()))
+        try:
+            value = _core.call_holder(effect.fn, effect.ctx)
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+        finally:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    async def _call(self, method: Callable[..., Any], request: Any, timeout: Optional[float]) -> Any:
+        """Calls ``method`` with the same ``request`` until it succeeds or fails for good."""
+        return await self._run(_core.retrying(self, method, request, timeout))
 
     # -- CheckpointService ------------------------------------------------
 
@@ -106,17 +139,10 @@ class AsyncClient:
         workflow_version: str = "",
         timeout: Optional[float] = None,
     ) -> cp.CheckpointResponse:
-        req = cp.CheckpointRequest(
-            namespace=self.namespace,
-            turn_id=turn_id,
-            session_id=session_id,
-            phase=phase,
-            state=c.to_state_bytes(state),
-            timestamp=c.to_timestamp(timestamp),
-            terminal=terminal,
-            workflow_version=workflow_version,
+        """Appends a checkpoint (:meth:`stepwell.Client.checkpoint`)."""
+        return await self._run(
+            _core.checkpoint(self, turn_id, phase, state, timestamp, session_id, terminal, workflow_version, timeout)
         )
-        return await self._call(self.checkpoint_stub.Checkpoint, req, timeout)
 
     async def restore_page(
         self,
@@ -129,16 +155,19 @@ class AsyncClient:
         expect_workflow_version: str = "",
         timeout: Optional[float] = None,
     ) -> cp.RestoreResponse:
-        req = cp.RestoreRequest(
-            namespace=self.namespace,
-            turn_id=turn_id,
-            page_size=page_size,
-            page_token=page_token,
-            newest_first=newest_first,
-            phase=phase,
-            expect_workflow_version=expect_workflow_version,
+        """One page of a turn's checkpoints (the raw Restore RPC)."""
+        return await self._run(
+            _core.restore_page(
+                self,
+                turn_id,
+                page_size=page_size,
+                page_token=page_token,
+                newest_first=newest_first,
+                phase=phase,
+                expect_workflow_version=expect_workflow_version,
+                timeout=timeout,
+            )
         )
-        return await self._call(self.checkpoint_stub.Restore, req, timeout)
 
     async def iter_restore(
         self,
@@ -150,33 +179,32 @@ class AsyncClient:
         expect_workflow_version: str = "",
         timeout: Optional[float] = None,
     ) -> AsyncIterator[cp.Checkpoint]:
-        token = ""
-        while True:
-            page = await self.restore_page(
-                turn_id,
-                page_size=page_size,
-                page_token=token,
-                newest_first=newest_first,
-                phase=phase,
-                expect_workflow_version=expect_workflow_version,
-                timeout=timeout,
-            )
-            for ck in page.checkpoints:
+        """Every checkpoint of a turn, fetching page after page lazily."""
+        pages = _core.restore_pages(
+            self,
+            turn_id,
+            page_size=page_size,
+            newest_first=newest_first,
+            phase=phase,
+            expect_workflow_version=expect_workflow_version,
+            timeout=timeout,
+        )
+        while not pages.done:
+            for ck in await self._run(pages.next()):
                 yield ck
-            token = page.next_page_token
-            if not token:
-                return
 
     async def restore(self, turn_id: str, **kwargs: Any) -> List[cp.Checkpoint]:
-        return [ck async for ck in self.iter_restore(turn_id, **kwargs)]
+        """Every checkpoint of a turn (all pages), oldest first unless ``newest_first``.
+        Takes the keyword arguments of :meth:`iter_restore`."""
+        return await self._run(_core.restore(self, turn_id, **kwargs))
 
     async def latest(
         self, turn_id: str, *, expect_workflow_version: str = "", timeout: Optional[float] = None
     ) -> Optional[cp.Checkpoint]:
-        page = await self.restore_page(
-            turn_id, page_size=1, newest_first=True, expect_workflow_version=expect_workflow_version, timeout=timeout
+        """The newest checkpoint of a turn (Restore newest_first, page_size 1), or None."""
+        return await self._run(
+            _core.latest(self, turn_id, expect_workflow_version=expect_workflow_version, timeout=timeout)
         )
-        return page.checkpoints[0] if page.checkpoints else None
 
     async def list_turns(
         self,
@@ -188,31 +216,29 @@ class AsyncClient:
         page_token: str = "",
         timeout: Optional[float] = None,
     ) -> cp.ListTurnsResponse:
-        req = cp.ListTurnsRequest(
-            namespace=self.namespace,
-            status=turn_status(status),
-            session_id=session_id,
-            page_size=page_size,
-            page_token=page_token,
+        """One page of turn summaries. ``status``: "open", "terminal", "any" or a TurnStatus."""
+        return await self._run(
+            _core.list_turns(
+                self,
+                status=status,
+                session_id=session_id,
+                updated_before=updated_before,
+                page_size=page_size,
+                page_token=page_token,
+                timeout=timeout,
+            )
         )
-        if updated_before is not None:
-            req.updated_before.CopyFrom(c.to_timestamp(updated_before))
-        return await self._call(self.checkpoint_stub.ListTurns, req, timeout)
 
     async def iter_turns(self, **kwargs: Any) -> AsyncIterator[cp.TurnSummary]:
-        kwargs.pop("page_token", None)
-        token = ""
-        while True:
-            page = await self.list_turns(page_token=token, **kwargs)
-            for t in page.turns:
+        """Every turn summary matching the filters of :meth:`list_turns`, across pages."""
+        pages = _core.turn_pages(self, kwargs)
+        while not pages.done:
+            for t in await self._run(pages.next()):
                 yield t
-            token = page.next_page_token
-            if not token:
-                return
 
     async def delete_turn(self, turn_id: str, *, timeout: Optional[float] = None) -> int:
-        req = cp.DeleteTurnRequest(namespace=self.namespace, turn_id=turn_id)
-        return int((await self._call(self.checkpoint_stub.DeleteTurn, req, timeout)).deleted)
+        """Deletes a turn's checkpoints; returns how many were deleted."""
+        return await self._run(_core.delete_turn(self, turn_id, timeout))
 
     # -- IdempotencyService -----------------------------------------------
 
@@ -225,22 +251,16 @@ class AsyncClient:
         retention: DurationLike = None,
         timeout: Optional[float] = None,
     ) -> ip.BeginResponse:
-        req = ip.BeginRequest(namespace=self.namespace, key=key, fingerprint=c.to_bytes(fingerprint))
-        d = c.to_duration(lease)
-        if d is not None:
-            req.lease.CopyFrom(d)
-        r = c.to_duration(retention)
-        if r is not None:
-            req.retention.CopyFrom(r)
-        return await self._call(self.idempotency_stub.Begin, req, timeout)
+        """Begin: acquires the key's lease, or reports it completed, failed or in progress."""
+        return await self._run(
+            _core.begin(self, key, fingerprint=fingerprint, lease=lease, retention=retention, timeout=timeout)
+        )
 
     async def complete(
         self, key: str, lease_token: int, result: Any = b"", *, timeout: Optional[float] = None
     ) -> ip.CompleteResponse:
-        req = ip.CompleteRequest(
-            namespace=self.namespace, key=key, lease_token=int(lease_token), result=c.to_bytes(result)
-        )
-        return await self._call(self.idempotency_stub.Complete, req, timeout)
+        """Records the result (bytes or str) under the lease."""
+        return await self._run(_core.complete(self, key, lease_token, result, timeout))
 
     async def release(
         self,
@@ -251,23 +271,20 @@ class AsyncClient:
         permanent: bool = False,
         timeout: Optional[float] = None,
     ) -> ip.ReleaseResponse:
-        req = ip.ReleaseRequest(
-            namespace=self.namespace, key=key, lease_token=int(lease_token), error=error, permanent=permanent
+        """Releases the lease; ``permanent`` records the key as failed with ``error``."""
+        return await self._run(
+            _core.release(self, key, lease_token, error=error, permanent=permanent, timeout=timeout)
         )
-        return await self._call(self.idempotency_stub.Release, req, timeout)
 
     async def extend(
         self, key: str, lease_token: int, *, lease: DurationLike = None, timeout: Optional[float] = None
     ) -> ip.ExtendResponse:
-        req = ip.ExtendRequest(namespace=self.namespace, key=key, lease_token=int(lease_token))
-        d = c.to_duration(lease)
-        if d is not None:
-            req.lease.CopyFrom(d)
-        return await self._call(self.idempotency_stub.Extend, req, timeout)
+        """Extends the lease (by ``lease``, or the sidecar's default)."""
+        return await self._run(_core.extend(self, key, lease_token, lease=lease, timeout=timeout))
 
     async def get(self, key: str, *, timeout: Optional[float] = None) -> ip.GetResponse:
-        req = ip.GetRequest(namespace=self.namespace, key=key)
-        return await self._call(self.idempotency_stub.Get, req, timeout)
+        """The key's record (KeyNotFound when there is none)."""
+        return await self._run(_core.get(self, key, timeout))
 
     # -- once -------------------------------------------------------------
 
@@ -285,68 +302,19 @@ class AsyncClient:
     ) -> Any:
         """Like :meth:`stepwell.Client.once`; ``fn`` may be sync or async (its
         result is awaited when it is awaitable); the heartbeat is an asyncio task."""
-        deadline = time.monotonic() + wait_timeout
-        sleep = poll_interval
-        while True:
-            r = await self.begin(key, fingerprint=fingerprint, lease=lease, retention=retention)
-            if r.outcome == ip.BEGIN_OUTCOME_COMPLETED:
-                return c.decode_result(r.result)
-            if r.outcome == ip.BEGIN_OUTCOME_FAILED:
-                raise OperationFailed(grpc.StatusCode.FAILED_PRECONDITION, r.error, "FAILED", metadata={"key": key})
-            if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
-                return await self._run_acquired(key, r, fn, lease, heartbeat)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise OnceTimeout(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"key {key!r} still in progress after {wait_timeout}s",
-                    "IN_PROGRESS",
-                    metadata={"key": key},
-                )
-            await asyncio.sleep(min(sleep, remaining, max(c.seconds_until(r.lease_expires_at), 0.005)))
-            sleep = min(sleep * 2, 1.0)
-
-    async def _run_acquired(
-        self, key: str, r: ip.BeginResponse, fn: Callable[..., Any], lease: float, heartbeat: Optional[float]
-    ) -> Any:
-        ctx = OnceContext(key, int(r.lease_token), int(r.attempt), bool(r.previous_lease_expired))
-        interval = heartbeat if heartbeat is not None else max(lease / 3.0, 0.01)
-
-        async def beat() -> None:
-            while True:
-                await asyncio.sleep(interval)
-                try:
-                    await self.extend(key, ctx.lease_token, lease=lease)
-                except (LeaseLost, NotAcquired):
-                    ctx.lease_lost = True
-                    return
-                except StepwellError:
-                    continue
-
-        task = asyncio.ensure_future(beat())
-
-        async def stop() -> None:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-
-        try:
-            value = fn(ctx) if c.wants_context(fn) else fn()
-            if inspect.isawaitable(value):
-                value = await value
-        except BaseException as exc:
-            await stop()
-            try:
-                await self.release(key, ctx.lease_token, error=f"{type(exc).__name__}: {exc}"[:16000])
-            except StepwellError:
-                pass
-            raise
-        await stop()
-        raw = c.encode_result(value)
-        await self.complete(key, ctx.lease_token, raw)
-        return c.decode_result(raw)
+        return await self._run(
+            _core.once(
+                self,
+                key,
+                fn,
+                fingerprint=fingerprint,
+                lease=lease,
+                retention=retention,
+                heartbeat=heartbeat,
+                wait_timeout=wait_timeout,
+                poll_interval=poll_interval,
+            )
+        )
 
     def once_decorator(
         self, key_fn: Callable[..., str], **once_kwargs: Any
@@ -355,17 +323,13 @@ class AsyncClient:
         decorated function becomes a coroutine function."""
 
         def deco(f: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-            takes_ctx = _takes_once_context(f)
+            bind = _core.bind_once(key_fn, f)
 
+            # Not shared with Client beyond bind_once: a coroutine function
+            # here, a plain function there.
             @functools.wraps(f)
             async def wrapper(*args: Any, **kwargs: Any) -> Any:
-                key = key_fn(*args, **kwargs)
-
-                def run(ctx: OnceContext) -> Any:
-                    if takes_ctx:
-                        return f(*args, once_context=ctx, **kwargs)
-                    return f(*args, **kwargs)
-
+                key, run = bind(args, kwargs)
                 return await self.once(key, run, **once_kwargs)
 
             return wrapper

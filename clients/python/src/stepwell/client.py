@@ -1,4 +1,9 @@
-"""The synchronous stepwell client."""
+"""The synchronous stepwell client.
+
+Every method's logic (request building, validation, retries, paging,
+``once()``) is an operation of :mod:`stepwell._core`, shared with
+:class:`stepwell.AsyncClient`; this module runs it with blocking gRPC calls,
+``time.sleep`` and a heartbeat thread."""
 
 from __future__ import annotations
 
@@ -10,17 +15,12 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Typ
 import grpc
 
 from . import _common as c
-from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
+from . import _core
+from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike  # noqa: F401
+from ._core import takes_once_context as _takes_once_context  # noqa: F401  (kept importable)
+from ._core import turn_status  # noqa: F401  (kept importable)
 from ._security import TLS, BearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
 from ._tracing import sync_interceptors
-from .errors import (
-    LeaseLost,
-    NotAcquired,
-    OnceTimeout,
-    OperationFailed,
-    StepwellError,
-    from_rpc_error,
-)
 from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2 as ip
@@ -28,19 +28,6 @@ from .v1 import idempotency_pb2_grpc as ip_grpc
 from .v1 import records_pb2_grpc as rec_grpc
 
 T = TypeVar("T")
-
-_STATUS = {
-    None: cp.TURN_STATUS_ANY,
-    "any": cp.TURN_STATUS_ANY,
-    "open": cp.TURN_STATUS_OPEN,
-    "terminal": cp.TURN_STATUS_TERMINAL,
-}
-
-
-def turn_status(status: Any) -> int:
-    if isinstance(status, int):
-        return status
-    return _STATUS[status.lower() if isinstance(status, str) else status]
 
 
 class Client:
@@ -116,22 +103,54 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def _run(self, op: _core.Op[T], stop: Optional[threading.Event] = None) -> T:
+        """Drives a shared operation (see :mod:`stepwell._core`) with blocking
+        calls. With ``stop``, a Sleep ends the operation as soon as ``stop`` is
+        set (the heartbeat thread), returning None."""
+        send: Any = None
+        exc: Optional[BaseException] = None
+        while True:
+            try:
+                effect = op.send(send) if exc is None else op.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            send = exc = None
+            try:
+                if type(effect) is _core.Call:
+                    send = self._call(effect.method, effect.request, effect.timeout)
+                elif type(effect) is _core.Rpc:
+                    send = effect.method(effect.request, timeout=effect.timeout, metadata=effect.metadata)
+                elif type(effect) is _core.Sleep:
+                    if stop is None:
+                        time.sleep(effect.seconds)
+                    elif stop.wait(effect.seconds):
+                        op.close()
+                        return None  # type: ignore[return-value]
+                elif type(effect) is _core.Hold:
+                    send = self._hold(effect)
+                else:
+                    raise TypeError(f"unknown effect {effect!r}")
+            except BaseException as e:  # the operation decides: retry, release, or re-raise
+                exc = e
+
+    def _hold(self, effect: _core.Hold) -> Any:
+        # Not shared with AsyncClient: the heartbeat runs in a thread here (a
+        # task there); what it does, Extend every interval and note a lost
+        # lease, is the shared _core heartbeat operation.
+        stop = threading.Event()
+        beat = threading.Thread(
+            target=self._run, args=(effect.beat(), stop), name=f"stepwell-once-{effect.ctx.key}", daemon=True
+        )
+        beat.start()
+        try:
+            return _core.call_holder(effect.fn, effect.ctx)
+        finally:
+            stop.set()
+            beat.join()
+
     def _call(self, method: Callable[..., T], request: Any, timeout: Optional[float]) -> T:
         """Calls ``method`` with the same ``request`` until it succeeds or fails for good."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return method(
-                    request,
-                    timeout=self.timeout if timeout is None else timeout,
-                    metadata=self.metadata or None,
-                )
-            except grpc.RpcError as rpc_err:
-                err = from_rpc_error(rpc_err)
-                if not self.retry.should_retry(err, attempt):
-                    raise err from None
-            time.sleep(self.retry.backoff(attempt))
+        return self._run(_core.retrying(self, method, request, timeout))  # type: ignore[no-any-return]
 
     # -- CheckpointService ------------------------------------------------
 
@@ -149,17 +168,9 @@ class Client:
     ) -> cp.CheckpointResponse:
         """Appends a checkpoint. ``state`` is any JSON value (or raw JSON bytes);
         ``timestamp`` defaults to now and is fixed once, so retries dedupe."""
-        req = cp.CheckpointRequest(
-            namespace=self.namespace,
-            turn_id=turn_id,
-            session_id=session_id,
-            phase=phase,
-            state=c.to_state_bytes(state),
-            timestamp=c.to_timestamp(timestamp),
-            terminal=terminal,
-            workflow_version=workflow_version,
+        return self._run(
+            _core.checkpoint(self, turn_id, phase, state, timestamp, session_id, terminal, workflow_version, timeout)
         )
-        return self._call(self.checkpoint_stub.Checkpoint, req, timeout)
 
     def restore_page(
         self,
@@ -173,16 +184,18 @@ class Client:
         timeout: Optional[float] = None,
     ) -> cp.RestoreResponse:
         """One page of a turn's checkpoints (the raw Restore RPC)."""
-        req = cp.RestoreRequest(
-            namespace=self.namespace,
-            turn_id=turn_id,
-            page_size=page_size,
-            page_token=page_token,
-            newest_first=newest_first,
-            phase=phase,
-            expect_workflow_version=expect_workflow_version,
+        return self._run(
+            _core.restore_page(
+                self,
+                turn_id,
+                page_size=page_size,
+                page_token=page_token,
+                newest_first=newest_first,
+                phase=phase,
+                expect_workflow_version=expect_workflow_version,
+                timeout=timeout,
+            )
         )
-        return self._call(self.checkpoint_stub.Restore, req, timeout)
 
     def iter_restore(
         self,
@@ -195,39 +208,28 @@ class Client:
         timeout: Optional[float] = None,
     ) -> Iterator[cp.Checkpoint]:
         """Every checkpoint of a turn, fetching page after page lazily."""
-        token = ""
-        while True:
-            page = self.restore_page(
-                turn_id,
-                page_size=page_size,
-                page_token=token,
-                newest_first=newest_first,
-                phase=phase,
-                expect_workflow_version=expect_workflow_version,
-                timeout=timeout,
-            )
-            yield from page.checkpoints
-            token = page.next_page_token
-            if not token:
-                return
+        pages = _core.restore_pages(
+            self,
+            turn_id,
+            page_size=page_size,
+            newest_first=newest_first,
+            phase=phase,
+            expect_workflow_version=expect_workflow_version,
+            timeout=timeout,
+        )
+        while not pages.done:
+            yield from self._run(pages.next())
 
     def restore(self, turn_id: str, **kwargs: Any) -> List[cp.Checkpoint]:
         """Every checkpoint of a turn (all pages), oldest first unless ``newest_first``.
         Takes the keyword arguments of :meth:`iter_restore`."""
-        return list(self.iter_restore(turn_id, **kwargs))
+        return self._run(_core.restore(self, turn_id, **kwargs))
 
     def latest(
         self, turn_id: str, *, expect_workflow_version: str = "", timeout: Optional[float] = None
     ) -> Optional[cp.Checkpoint]:
         """The newest checkpoint of a turn (Restore newest_first, page_size 1), or None."""
-        page = self.restore_page(
-            turn_id,
-            page_size=1,
-            newest_first=True,
-            expect_workflow_version=expect_workflow_version,
-            timeout=timeout,
-        )
-        return page.checkpoints[0] if page.checkpoints else None
+        return self._run(_core.latest(self, turn_id, expect_workflow_version=expect_workflow_version, timeout=timeout))
 
     def list_turns(
         self,
@@ -240,32 +242,27 @@ class Client:
         timeout: Optional[float] = None,
     ) -> cp.ListTurnsResponse:
         """One page of turn summaries. ``status``: "open", "terminal", "any" or a TurnStatus."""
-        req = cp.ListTurnsRequest(
-            namespace=self.namespace,
-            status=turn_status(status),
-            session_id=session_id,
-            page_size=page_size,
-            page_token=page_token,
+        return self._run(
+            _core.list_turns(
+                self,
+                status=status,
+                session_id=session_id,
+                updated_before=updated_before,
+                page_size=page_size,
+                page_token=page_token,
+                timeout=timeout,
+            )
         )
-        if updated_before is not None:
-            req.updated_before.CopyFrom(c.to_timestamp(updated_before))
-        return self._call(self.checkpoint_stub.ListTurns, req, timeout)
 
     def iter_turns(self, **kwargs: Any) -> Iterator[cp.TurnSummary]:
         """Every turn summary matching the filters of :meth:`list_turns`, across pages."""
-        kwargs.pop("page_token", None)
-        token = ""
-        while True:
-            page = self.list_turns(page_token=token, **kwargs)
-            yield from page.turns
-            token = page.next_page_token
-            if not token:
-                return
+        pages = _core.turn_pages(self, kwargs)
+        while not pages.done:
+            yield from self._run(pages.next())
 
     def delete_turn(self, turn_id: str, *, timeout: Optional[float] = None) -> int:
         """Deletes a turn's checkpoints; returns how many were deleted."""
-        req = cp.DeleteTurnRequest(namespace=self.namespace, turn_id=turn_id)
-        return int(self._call(self.checkpoint_stub.DeleteTurn, req, timeout).deleted)
+        return self._run(_core.delete_turn(self, turn_id, timeout))
 
     # -- IdempotencyService -----------------------------------------------
 
@@ -278,23 +275,16 @@ class Client:
         retention: DurationLike = None,
         timeout: Optional[float] = None,
     ) -> ip.BeginResponse:
-        req = ip.BeginRequest(namespace=self.namespace, key=key, fingerprint=c.to_bytes(fingerprint))
-        d = c.to_duration(lease)
-        if d is not None:
-            req.lease.CopyFrom(d)
-        r = c.to_duration(retention)
-        if r is not None:
-            req.retention.CopyFrom(r)
-        return self._call(self.idempotency_stub.Begin, req, timeout)
+        """Begin: acquires the key's lease, or reports it completed, failed or in progress."""
+        return self._run(
+            _core.begin(self, key, fingerprint=fingerprint, lease=lease, retention=retention, timeout=timeout)
+        )
 
     def complete(
         self, key: str, lease_token: int, result: Any = b"", *, timeout: Optional[float] = None
     ) -> ip.CompleteResponse:
         """Records the result (bytes or str) under the lease."""
-        req = ip.CompleteRequest(
-            namespace=self.namespace, key=key, lease_token=int(lease_token), result=c.to_bytes(result)
-        )
-        return self._call(self.idempotency_stub.Complete, req, timeout)
+        return self._run(_core.complete(self, key, lease_token, result, timeout))
 
     def release(
         self,
@@ -305,23 +295,18 @@ class Client:
         permanent: bool = False,
         timeout: Optional[float] = None,
     ) -> ip.ReleaseResponse:
-        req = ip.ReleaseRequest(
-            namespace=self.namespace, key=key, lease_token=int(lease_token), error=error, permanent=permanent
-        )
-        return self._call(self.idempotency_stub.Release, req, timeout)
+        """Releases the lease; ``permanent`` records the key as failed with ``error``."""
+        return self._run(_core.release(self, key, lease_token, error=error, permanent=permanent, timeout=timeout))
 
     def extend(
         self, key: str, lease_token: int, *, lease: DurationLike = None, timeout: Optional[float] = None
     ) -> ip.ExtendResponse:
-        req = ip.ExtendRequest(namespace=self.namespace, key=key, lease_token=int(lease_token))
-        d = c.to_duration(lease)
-        if d is not None:
-            req.lease.CopyFrom(d)
-        return self._call(self.idempotency_stub.Extend, req, timeout)
+        """Extends the lease (by ``lease``, or the sidecar's default)."""
+        return self._run(_core.extend(self, key, lease_token, lease=lease, timeout=timeout))
 
     def get(self, key: str, *, timeout: Optional[float] = None) -> ip.GetResponse:
-        req = ip.GetRequest(namespace=self.namespace, key=key)
-        return self._call(self.idempotency_stub.Get, req, timeout)
+        """The key's record (KeyNotFound when there is none)."""
+        return self._run(_core.get(self, key, timeout))
 
     # -- once -------------------------------------------------------------
 
@@ -354,62 +339,19 @@ class Client:
         Every caller gets ``json.loads(json.dumps(value))``, so the holder and
         the callers that read the record see the same value.
         """
-        deadline = time.monotonic() + wait_timeout
-        sleep = poll_interval
-        while True:
-            r = self.begin(key, fingerprint=fingerprint, lease=lease, retention=retention)
-            if r.outcome == ip.BEGIN_OUTCOME_COMPLETED:
-                return c.decode_result(r.result)
-            if r.outcome == ip.BEGIN_OUTCOME_FAILED:
-                raise OperationFailed(grpc.StatusCode.FAILED_PRECONDITION, r.error, "FAILED", metadata={"key": key})
-            if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
-                return self._run_acquired(key, r, fn, lease, heartbeat)
-            # IN_PROGRESS: wait for the holder, bounded.
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise OnceTimeout(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"key {key!r} still in progress after {wait_timeout}s",
-                    "IN_PROGRESS",
-                    metadata={"key": key},
-                )
-            time.sleep(min(sleep, remaining, max(c.seconds_until(r.lease_expires_at), 0.005)))
-            sleep = min(sleep * 2, 1.0)
-
-    def _run_acquired(
-        self, key: str, r: ip.BeginResponse, fn: Callable[..., Any], lease: float, heartbeat: Optional[float]
-    ) -> Any:
-        ctx = OnceContext(key, int(r.lease_token), int(r.attempt), bool(r.previous_lease_expired))
-        stop = threading.Event()
-        interval = heartbeat if heartbeat is not None else max(lease / 3.0, 0.01)
-
-        def beat() -> None:
-            while not stop.wait(interval):
-                try:
-                    self.extend(key, ctx.lease_token, lease=lease)
-                except (LeaseLost, NotAcquired):
-                    ctx.lease_lost = True
-                    return
-                except StepwellError:
-                    continue  # transient: try again at the next beat
-
-        t = threading.Thread(target=beat, name=f"stepwell-once-{key}", daemon=True)
-        t.start()
-        try:
-            value = fn(ctx) if c.wants_context(fn) else fn()
-        except BaseException as exc:
-            stop.set()
-            t.join()
-            try:
-                self.release(key, ctx.lease_token, error=f"{type(exc).__name__}: {exc}"[:16000])
-            except StepwellError:
-                pass  # the lease was lost or the sidecar is gone: the original error matters more
-            raise
-        stop.set()
-        t.join()
-        raw = c.encode_result(value)
-        self.complete(key, ctx.lease_token, raw)
-        return c.decode_result(raw)
+        return self._run(
+            _core.once(
+                self,
+                key,
+                fn,
+                fingerprint=fingerprint,
+                lease=lease,
+                retention=retention,
+                heartbeat=heartbeat,
+                wait_timeout=wait_timeout,
+                poll_interval=poll_interval,
+            )
+        )
 
     def once_decorator(self, key_fn: Callable[..., str], **once_kwargs: Any) -> Callable[[Callable[..., T]], Callable[..., Any]]:
         """Decorator form of :meth:`once`: ``key_fn`` gets the call's arguments and returns the key.
@@ -422,28 +364,15 @@ class Client:
         """
 
         def deco(f: Callable[..., T]) -> Callable[..., Any]:
-            takes_ctx = _takes_once_context(f)
+            bind = _core.bind_once(key_fn, f)
 
+            # Not shared with AsyncClient beyond bind_once: a plain function
+            # here, a coroutine function there.
             @functools.wraps(f)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
-                key = key_fn(*args, **kwargs)
-
-                def run(ctx: OnceContext) -> Any:
-                    if takes_ctx:
-                        return f(*args, once_context=ctx, **kwargs)
-                    return f(*args, **kwargs)
-
+                key, run = bind(args, kwargs)
                 return self.once(key, run, **once_kwargs)
 
             return wrapper
 
         return deco
-
-
-def _takes_once_context(f: Callable[..., Any]) -> bool:
-    import inspect
-
-    try:
-        return "once_context" in inspect.signature(f).parameters
-    except (TypeError, ValueError):
-        return False

@@ -1,0 +1,468 @@
+"""The logic of every client operation, written once for the sync and asyncio clients.
+
+Each operation is a plain generator that does no I/O itself. It builds the
+request, then yields an *effect* and receives its outcome:
+
+* :class:`Call`: make this RPC, with retries; the driver hands it to the
+  client's ``_call``, which runs :func:`retrying` (the retry loop, an
+  operation too) and sends back the response, or throws the
+  :class:`StepwellError` into the generator;
+* :class:`Rpc`: one attempt of this stub method with this request, deadline
+  and metadata; the driver sends back the response, or throws the
+  ``grpc.RpcError`` in;
+* :class:`Sleep`: wait this many seconds (retry backoff, ``once()`` polling,
+  the heartbeat's interval);
+* :class:`Hold`: run ``once()``'s function while its lease is heartbeaten
+  (the heartbeat's own logic is :func:`heartbeat`, another operation); the
+  driver sends back the function's value or throws its exception in.
+
+The generator's return value is the operation's result. :class:`stepwell.Client`
+drives operations with blocking calls, ``time.sleep`` and a thread for the
+heartbeat; :class:`stepwell.AsyncClient` with ``await``, ``asyncio.sleep`` and
+a task. Operations compose with ``yield from`` (``latest`` is a ``restore_page``,
+every RPC goes through the retry loop of :func:`retrying`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generator,
+    Generic,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+import grpc
+
+from . import _common as c
+from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
+from .errors import LeaseLost, NotAcquired, OnceTimeout, OperationFailed, StepwellError, from_rpc_error
+from .v1 import checkpoint_pb2 as cp
+from .v1 import idempotency_pb2 as ip
+
+T = TypeVar("T")
+
+
+class Call:
+    """Effect: the client's ``_call(method, request, timeout)``, i.e. the RPC
+    with the retry loop of :func:`retrying`; the driver sends back the
+    response or throws the :class:`StepwellError` in. Every operation's RPCs
+    go through ``_call``, so a subclass that overrides it sees them all."""
+
+    __slots__ = ("method", "request", "timeout")
+
+    def __init__(self, method: Callable[..., Any], request: Any, timeout: Optional[float]) -> None:
+        self.method = method
+        self.request = request
+        self.timeout = timeout
+
+
+class Rpc:
+    """Effect: one attempt, ``method(request, timeout=timeout, metadata=metadata)``."""
+
+    __slots__ = ("method", "request", "timeout", "metadata")
+
+    def __init__(self, method: Callable[..., Any], request: Any, timeout: float, metadata: Any) -> None:
+        self.method = method
+        self.request = request
+        self.timeout = timeout
+        self.metadata = metadata
+
+
+class Sleep:
+    """Effect: wait ``seconds``."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+class Hold:
+    """Effect: run ``fn`` (see :func:`call_holder`) while :func:`heartbeat`
+    operations made by ``beat()`` keep the lease; stop the heartbeat before
+    sending back fn's value (or throwing its exception in)."""
+
+    __slots__ = ("fn", "ctx", "beat")
+
+    def __init__(self, fn: Callable[..., Any], ctx: OnceContext, beat: Callable[[], "Op[None]"]) -> None:
+        self.fn = fn
+        self.ctx = ctx
+        self.beat = beat
+
+
+Effect = Union[Call, Rpc, Sleep, Hold]
+# An operation: yields effects, receives their outcomes, returns a T.
+Op = Generator[Effect, Any, T]
+
+
+class Conf(Protocol):
+    """What an operation reads from its client (read at each call: the
+    attributes are public and may be changed)."""
+
+    namespace: str
+    timeout: float
+    retry: RetryPolicy
+    metadata: List[Tuple[str, str]]
+    checkpoint_stub: Any
+    idempotency_stub: Any
+
+
+# -- the retry loop ----------------------------------------------------------
+
+
+def retrying(cl: Conf, method: Callable[..., Any], request: Any, timeout: Optional[float]) -> Op[Any]:
+    """Calls ``method`` with the same ``request`` until it succeeds or fails for good."""
+    effect = Rpc(method, request, cl.timeout if timeout is None else timeout, cl.metadata or None)
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return (yield effect)
+        except grpc.RpcError as rpc_err:
+            err = from_rpc_error(rpc_err)
+            if not cl.retry.should_retry(err, attempt):
+                raise err from None
+        yield Sleep(cl.retry.backoff(attempt))
+
+
+# -- CheckpointService -------------------------------------------------------
+
+_STATUS = {
+    None: cp.TURN_STATUS_ANY,
+    "any": cp.TURN_STATUS_ANY,
+    "open": cp.TURN_STATUS_OPEN,
+    "terminal": cp.TURN_STATUS_TERMINAL,
+}
+
+
+def turn_status(status: Any) -> cp.TurnStatus.ValueType:
+    """The TurnStatus of "open", "terminal", "any" (or None), or of a TurnStatus value."""
+    if isinstance(status, int):
+        return cp.TurnStatus.ValueType(status)
+    return _STATUS[status.lower() if isinstance(status, str) else status]
+
+
+def checkpoint(
+    cl: Conf,
+    turn_id: str,
+    phase: str,
+    state: Any,
+    timestamp: TimestampLike,
+    session_id: str,
+    terminal: bool,
+    workflow_version: str,
+    timeout: Optional[float],
+) -> Op[cp.CheckpointResponse]:
+    req = cp.CheckpointRequest(
+        namespace=cl.namespace,
+        turn_id=turn_id,
+        session_id=session_id,
+        phase=phase,
+        state=c.to_state_bytes(state),
+        timestamp=c.to_timestamp(timestamp),
+        terminal=terminal,
+        workflow_version=workflow_version,
+    )
+    resp: cp.CheckpointResponse = yield Call(cl.checkpoint_stub.Checkpoint, req, timeout)
+    return resp
+
+
+def restore_page(
+    cl: Conf,
+    turn_id: str,
+    *,
+    page_size: int = 0,
+    page_token: str = "",
+    newest_first: bool = False,
+    phase: str = "",
+    expect_workflow_version: str = "",
+    timeout: Optional[float] = None,
+) -> Op[cp.RestoreResponse]:
+    req = cp.RestoreRequest(
+        namespace=cl.namespace,
+        turn_id=turn_id,
+        page_size=page_size,
+        page_token=page_token,
+        newest_first=newest_first,
+        phase=phase,
+        expect_workflow_version=expect_workflow_version,
+    )
+    resp: cp.RestoreResponse = yield Call(cl.checkpoint_stub.Restore, req, timeout)
+    return resp
+
+
+class Pages(Generic[T]):
+    """Walks a paged RPC: each :meth:`next` is an operation returning the
+    items of the next page; :attr:`done` turns True after the last page.
+    The clients' lazy iterators run ``next()`` until done."""
+
+    def __init__(self, fetch: Callable[[str], Op[Any]], items: Callable[[Any], Sequence[T]]) -> None:
+        self._fetch = fetch
+        self._items = items
+        self._token = ""
+        self.done = False
+
+    def next(self) -> Op[Sequence[T]]:
+        page = yield from self._fetch(self._token)
+        self._token = page.next_page_token
+        self.done = not self._token
+        return self._items(page)
+
+    def all(self) -> Op[List[T]]:
+        out: List[T] = []
+        while not self.done:
+            out.extend((yield from self.next()))
+        return out
+
+
+def restore_pages(
+    cl: Conf,
+    turn_id: str,
+    *,
+    page_size: int = 0,
+    newest_first: bool = False,
+    phase: str = "",
+    expect_workflow_version: str = "",
+    timeout: Optional[float] = None,
+) -> Pages[cp.Checkpoint]:
+    def fetch(token: str) -> Op[cp.RestoreResponse]:
+        return restore_page(
+            cl,
+            turn_id,
+            page_size=page_size,
+            page_token=token,
+            newest_first=newest_first,
+            phase=phase,
+            expect_workflow_version=expect_workflow_version,
+            timeout=timeout,
+        )
+
+    return Pages(fetch, lambda page: page.checkpoints)
+
+
+def restore(cl: Conf, turn_id: str, **kwargs: Any) -> Op[List[cp.Checkpoint]]:
+    return (yield from restore_pages(cl, turn_id, **kwargs).all())
+
+
+def latest(
+    cl: Conf, turn_id: str, *, expect_workflow_version: str = "", timeout: Optional[float] = None
+) -> Op[Optional[cp.Checkpoint]]:
+    page = yield from restore_page(
+        cl,
+        turn_id,
+        page_size=1,
+        newest_first=True,
+        expect_workflow_version=expect_workflow_version,
+        timeout=timeout,
+    )
+    return page.checkpoints[0] if page.checkpoints else None
+
+
+def list_turns(
+    cl: Conf,
+    *,
+    status: Any = None,
+    session_id: str = "",
+    updated_before: TimestampLike = None,
+    page_size: int = 0,
+    page_token: str = "",
+    timeout: Optional[float] = None,
+) -> Op[cp.ListTurnsResponse]:
+    req = cp.ListTurnsRequest(
+        namespace=cl.namespace,
+        status=turn_status(status),
+        session_id=session_id,
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if updated_before is not None:
+        req.updated_before.CopyFrom(c.to_timestamp(updated_before))
+    resp: cp.ListTurnsResponse = yield Call(cl.checkpoint_stub.ListTurns, req, timeout)
+    return resp
+
+
+def turn_pages(cl: Conf, kwargs: Dict[str, Any]) -> Pages[cp.TurnSummary]:
+    """The pages of ``list_turns(**kwargs)`` (a ``page_token`` in kwargs is ignored)."""
+    kwargs.pop("page_token", None)
+    return Pages(lambda token: list_turns(cl, page_token=token, **kwargs), lambda page: page.turns)
+
+
+def delete_turn(cl: Conf, turn_id: str, timeout: Optional[float]) -> Op[int]:
+    req = cp.DeleteTurnRequest(namespace=cl.namespace, turn_id=turn_id)
+    resp = yield Call(cl.checkpoint_stub.DeleteTurn, req, timeout)
+    return int(resp.deleted)
+
+
+# -- IdempotencyService ------------------------------------------------------
+
+
+def begin(
+    cl: Conf,
+    key: str,
+    *,
+    fingerprint: Any = None,
+    lease: DurationLike = None,
+    retention: DurationLike = None,
+    timeout: Optional[float] = None,
+) -> Op[ip.BeginResponse]:
+    req = ip.BeginRequest(namespace=cl.namespace, key=key, fingerprint=c.to_bytes(fingerprint))
+    d = c.to_duration(lease)
+    if d is not None:
+        req.lease.CopyFrom(d)
+    r = c.to_duration(retention)
+    if r is not None:
+        req.retention.CopyFrom(r)
+    resp: ip.BeginResponse = yield Call(cl.idempotency_stub.Begin, req, timeout)
+    return resp
+
+
+def complete(cl: Conf, key: str, lease_token: int, result: Any, timeout: Optional[float]) -> Op[ip.CompleteResponse]:
+    req = ip.CompleteRequest(namespace=cl.namespace, key=key, lease_token=int(lease_token), result=c.to_bytes(result))
+    resp: ip.CompleteResponse = yield Call(cl.idempotency_stub.Complete, req, timeout)
+    return resp
+
+
+def release(
+    cl: Conf, key: str, lease_token: int, *, error: str = "", permanent: bool = False, timeout: Optional[float] = None
+) -> Op[ip.ReleaseResponse]:
+    req = ip.ReleaseRequest(
+        namespace=cl.namespace, key=key, lease_token=int(lease_token), error=error, permanent=permanent
+    )
+    resp: ip.ReleaseResponse = yield Call(cl.idempotency_stub.Release, req, timeout)
+    return resp
+
+
+def extend(
+    cl: Conf, key: str, lease_token: int, *, lease: DurationLike = None, timeout: Optional[float] = None
+) -> Op[ip.ExtendResponse]:
+    req = ip.ExtendRequest(namespace=cl.namespace, key=key, lease_token=int(lease_token))
+    d = c.to_duration(lease)
+    if d is not None:
+        req.lease.CopyFrom(d)
+    resp: ip.ExtendResponse = yield Call(cl.idempotency_stub.Extend, req, timeout)
+    return resp
+
+
+def get(cl: Conf, key: str, timeout: Optional[float]) -> Op[ip.GetResponse]:
+    req = ip.GetRequest(namespace=cl.namespace, key=key)
+    resp: ip.GetResponse = yield Call(cl.idempotency_stub.Get, req, timeout)
+    return resp
+
+
+# -- once --------------------------------------------------------------------
+
+
+def once(
+    cl: Conf,
+    key: str,
+    fn: Callable[..., Any],
+    *,
+    fingerprint: Any,
+    lease: float,
+    retention: DurationLike,
+    heartbeat: Optional[float],
+    wait_timeout: float,
+    poll_interval: float,
+) -> Op[Any]:
+    """The protocol of ``once()``: Begin, then return the recorded result,
+    raise the recorded failure, wait for the holder, or hold the lease, run
+    fn and Complete (or Release when fn raises)."""
+    deadline = time.monotonic() + wait_timeout
+    sleep = poll_interval
+    while True:
+        r = yield from begin(cl, key, fingerprint=fingerprint, lease=lease, retention=retention)
+        if r.outcome == ip.BEGIN_OUTCOME_COMPLETED:
+            return c.decode_result(r.result)
+        if r.outcome == ip.BEGIN_OUTCOME_FAILED:
+            raise OperationFailed(grpc.StatusCode.FAILED_PRECONDITION, r.error, "FAILED", metadata={"key": key})
+        if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
+            return (yield from _hold(cl, key, r, fn, lease, heartbeat))
+        # IN_PROGRESS: wait for the holder, bounded.
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise OnceTimeout(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"key {key!r} still in progress after {wait_timeout}s",
+                "IN_PROGRESS",
+                metadata={"key": key},
+            )
+        yield Sleep(min(sleep, remaining, max(c.seconds_until(r.lease_expires_at), 0.005)))
+        sleep = min(sleep * 2, 1.0)
+
+
+def _hold(
+    cl: Conf, key: str, r: ip.BeginResponse, fn: Callable[..., Any], lease: float, heartbeat: Optional[float]
+) -> Op[Any]:
+    ctx = OnceContext(key, int(r.lease_token), int(r.attempt), bool(r.previous_lease_expired))
+    interval = heartbeat if heartbeat is not None else max(lease / 3.0, 0.01)
+    try:
+        value = yield Hold(fn, ctx, lambda: _heartbeat(cl, ctx, lease, interval))
+    except GeneratorExit:
+        raise  # the driver abandoned the operation: nothing can be awaited any more
+    except BaseException as exc:
+        try:
+            yield from release(cl, key, ctx.lease_token, error=f"{type(exc).__name__}: {exc}"[:16000])
+        except StepwellError:
+            pass  # the lease was lost or the sidecar is gone: the original error matters more
+        raise
+    raw = c.encode_result(value)
+    yield from complete(cl, key, ctx.lease_token, raw, None)
+    return c.decode_result(raw)
+
+
+def _heartbeat(cl: Conf, ctx: OnceContext, lease: float, interval: float) -> Op[None]:
+    """Extends the lease every ``interval`` seconds until the driver stops it
+    (at a Sleep) or the lease turns out taken over (``ctx.lease_lost``)."""
+    while True:
+        yield Sleep(interval)
+        try:
+            yield from extend(cl, ctx.key, ctx.lease_token, lease=lease)
+        except (LeaseLost, NotAcquired):
+            ctx.lease_lost = True
+            return
+        except StepwellError:
+            continue  # transient: try again at the next beat
+
+
+def call_holder(fn: Callable[..., Any], ctx: OnceContext) -> Any:
+    """``fn(ctx)`` if fn takes an argument, else ``fn()`` (the asyncio client
+    awaits the value when it is awaitable)."""
+    return fn(ctx) if c.wants_context(fn) else fn()
+
+
+def takes_once_context(f: Callable[..., Any]) -> bool:
+    try:
+        return "once_context" in inspect.signature(f).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def bind_once(
+    key_fn: Callable[..., str], f: Callable[..., Any]
+) -> Callable[[Tuple[Any, ...], Dict[str, Any]], Tuple[str, Callable[[OnceContext], Any]]]:
+    """For ``once_decorator``: maps a call's arguments to its key and the
+    function ``once()`` runs (which passes ``once_context`` when f declares it)."""
+    takes_ctx = takes_once_context(f)
+
+    def bind(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[str, Callable[[OnceContext], Any]]:
+        key = key_fn(*args, **kwargs)
+
+        def run(ctx: OnceContext) -> Any:
+            if takes_ctx:
+                return f(*args, once_context=ctx, **kwargs)
+            return f(*args, **kwargs)
+
+        return key, run
+
+    return bind
