@@ -120,7 +120,15 @@ export function reasonOf(err: unknown): string | undefined {
 // @ts-expect-error: phase must be a string
 void executor.checkpoint({ turnId: "t", sessionId: "s", phase: 1, state: {}, timestamp: "" });
 TS
-printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022"], "strict": true, "noEmit": true, "types": [] }, "files": ["consumer.ts"] }\n' >"$install_dir/app/tsconfig.json"
+cat >"$install_dir/app/consumer-cjs.cts" <<'TS'
+// CommonJS TypeScript consumer: require() of the client resolves the declarations of its CommonJS build.
+import stepwell = require("@stepwell/client");
+
+export const executor: stepwell.DurableExecutor = new stepwell.StepwellDurableExecutor({ clientOptions: "127.0.0.1:50051" });
+export const code: string = new stepwell.StepwellError("x", { grpcCode: 14 }).code;
+TS
+# Connect's declarations need Node's types; the app borrows the client folder's @types/node rather than fetching its own.
+printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022"], "strict": true, "noEmit": true, "types": ["node"], "typeRoots": ["%s/node_modules/@types"] }, "files": ["consumer.ts", "consumer-cjs.cts"] }\n' "$PWD" >"$install_dir/app/tsconfig.json"
 (
   cd "$install_dir/app"
   export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error npm_config_engine_strict=true
@@ -132,7 +140,7 @@ printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNe
 )
 STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/app.js"
 STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/app.cjs"
-(cd "$install_dir/app" && node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json && echo "fresh app (TypeScript): consumer.ts type-checks against the installed declarations")
+(cd "$install_dir/app" && node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json && echo "fresh app (TypeScript): consumer.ts (import) and consumer-cjs.cts (require) type-check against the installed declarations")
 
 echo "== pass 4: npm install --install-links, and npm pack's tarball"
 (

