@@ -17,9 +17,10 @@
 # it). Scripts there then use the installed client from an ES module
 # (import) and from CommonJS (require), checkpointing and reading back
 # against a real sidecar, and a TypeScript file is type-checked against the
-# installed declarations. Last, `npm install --install-links` of the copy
-# and of the tarball `npm pack` makes of it: each installs a real copy that
-# import and require load.
+# installed declarations. Last, the README's allowScripts entry lets the
+# install build under strict-allow-scripts, and `npm install --install-links`
+# of the copy and of the tarball `npm pack` makes of it each install a real
+# copy that import and require load.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -d node_modules/@connectrpc/connect-node ] || [ ! -x node_modules/.bin/tsc ] || [ package.json -nt node_modules/.package-lock.json ]; then
@@ -143,7 +144,18 @@ STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/
 STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/app.cjs"
 (cd "$install_dir/app" && node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json && echo "fresh app (TypeScript): consumer.ts (import) and consumer-cjs.cts (require) type-check against the installed declarations")
 
-echo "== pass 4: npm install --install-links, and npm pack's tarball"
+echo "== pass 4: the README's allowScripts entry under strict-allow-scripts, npm install --install-links, and npm pack's tarball"
+(
+  # The entry the README gives, for an npm that refuses unlisted install scripts.
+  entry="$(grep -o '"allowScripts": { "file:/path/to/stepwell/clients/typescript": true }' README.md)"
+  app="$install_dir/app-strict"
+  mkdir "$app" && cd "$app"
+  printf '{ "name": "fresh-app-strict", "version": "1.0.0", "private": true, %s }\n' "${entry//\/path\/to\/stepwell/$install_dir/stepwell}" >package.json
+  rm -rf "$copy/dist"
+  npm_config_strict_allow_scripts=true npm_config_engine_strict=true npm install --no-audit --no-fund --loglevel=error "$copy"
+  node -e 'const c = require("@stepwell/client"); if (typeof c.StepwellDurableExecutor !== "function") process.exit(1)'
+  echo "fresh app (strict-allow-scripts): the README's allowScripts entry lets the client build"
+)
 (
   cd "$copy"
   export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error
