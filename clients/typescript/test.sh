@@ -10,10 +10,17 @@
 # certificates, tokens and auth file made by scripts/make-test-pki.
 #
 # Then the README's install, as written there: this folder (without
-# node_modules and dist) is copied to a temp dir outside the repository, a
-# fresh project in another temp dir runs the README's Install commands
-# against the copy, and a script there imports the installed client and
-# checkpoints and reads back against a real sidecar.
+# node_modules and dist) is copied to a temp dir outside the repository, and
+# a fresh project in another temp dir runs the README's one Install command
+# against the copy with engine-strict on (npm links the folder, and the
+# client's prepare script installs its locked dependencies there and builds
+# it). Scripts there then use the installed client from an ES module
+# (import) and from CommonJS (require), checkpointing and reading back
+# against a real sidecar, and a TypeScript file is type-checked against the
+# installed declarations. Last, the README's allowScripts entry lets the
+# install build under strict-allow-scripts, and `npm install --install-links`
+# of the copy and of the tarball `npm pack` makes of it each install a real
+# copy that import and require load.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -d node_modules/@connectrpc/connect-node ] || [ ! -x node_modules/.bin/tsc ] || [ package.json -nt node_modules/.package-lock.json ]; then
@@ -33,18 +40,21 @@ echo "== pass 2: TLS with client certificates and token auth"
 STEPWELL_TEST_SECURITY_DIR="$security_dir" node --test dist/test/scenarios.test.js dist/test/secure-checks.js
 
 echo "== pass 3: the README's install in a fresh project outside the repository"
-# The commands between the sh fence of README.md's "## Install" section.
+# The command between the sh fence of README.md's "## Install" section.
 install_cmds="$(awk '/^## Install/{s=1; next} s && /^## /{exit} s && /^```sh/{f=1; next} f && /^```/{exit} f' README.md)"
-if [ "$(printf '%s\n' "$install_cmds" | grep -c .)" -ne 2 ]; then
-  echo "README.md: expected two install commands, found: $install_cmds" >&2
+if [ "$(printf '%s\n' "$install_cmds" | grep -c .)" -ne 1 ]; then
+  echo "README.md: expected one install command, found: $install_cmds" >&2
   exit 1
 fi
 mkdir "$install_dir/stepwell" "$install_dir/stepwell/clients" "$install_dir/app"
 copy="$install_dir/stepwell/clients/typescript"
 mkdir "$copy"
+# A clean copy: no node_modules, dist or tarballs.
 tar --exclude=./node_modules --exclude=./dist --exclude='./*.tgz' -cf - . | tar -xf - -C "$copy"
+test ! -e "$copy/node_modules" && test ! -e "$copy/dist"
 printf '{ "name": "fresh-app", "version": "1.0.0", "private": true, "type": "module" }\n' >"$install_dir/app/package.json"
 cat >"$install_dir/app/app.js" <<'JS'
+// ES module consumer: checkpoint, restore and once through the installed client.
 import { pathToFileURL } from "node:url";
 import { StepwellClient, StepwellDurableExecutor } from "@stepwell/client";
 
@@ -58,28 +68,107 @@ try {
   if (restored.length !== 1 || restored[0].state.step !== 1) throw new Error(`restore: ${JSON.stringify(restored)}`);
   const receipt = await client.once("t1/charge", async () => ({ charged: true }));
   if (!receipt.charged) throw new Error(`once: ${JSON.stringify(receipt)}`);
-  console.log("fresh app: checkpointed, restored and ran once through the installed client");
+  console.log("fresh app (import): checkpointed, restored and ran once through the installed client");
 } finally {
   client.close();
   await sidecar.stop();
 }
 JS
+cat >"$install_dir/app/app.cjs" <<'JS'
+// CommonJS consumer: require() gets the CommonJS build; checkpoint and latest through it.
+const { StepwellClient, StepwellDurableExecutor, StepwellError } = require("@stepwell/client");
+const { pathToFileURL } = require("node:url");
+
+(async () => {
+  if (!require.resolve("@stepwell/client").includes("/dist/cjs/")) throw new Error(`require resolved ${require.resolve("@stepwell/client")}`);
+  const { startSidecar } = await import(pathToFileURL(process.env.STEPWELL_TEST_SIDECAR_MODULE).href);
+  const sidecar = await startSidecar();
+  const client = new StepwellClient({ target: sidecar.target, namespace: `fresh-app-cjs-${process.pid}` });
+  try {
+    const executor = new StepwellDurableExecutor(client);
+    await executor.checkpoint({ turnId: "t2", sessionId: "s2", phase: "started", state: { step: 2 }, timestamp: new Date().toISOString() });
+    const newest = await client.latest("t2");
+    if (!newest || newest.phase !== "started") throw new Error(`latest: ${JSON.stringify(newest)}`);
+    try {
+      await client.checkpoint({ turnId: "", phase: "x", state: {}, timestamp: new Date().toISOString() });
+      throw new Error("an empty turn id was accepted");
+    } catch (err) {
+      if (!(err instanceof StepwellError) || err.code !== "INVALID_ARGUMENT") throw err;
+    }
+    console.log("fresh app (require): checkpointed and read back through the CommonJS build");
+  } finally {
+    client.close();
+    await sidecar.stop();
+  }
+})().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
+JS
+cat >"$install_dir/app/consumer.ts" <<'TS'
+// TypeScript consumer, type-checked (tsc --noEmit) against the installed declarations.
+import { StepwellClient, StepwellDurableExecutor, type DurableExecutor, type TurnCheckpoint, StepwellError } from "@stepwell/client";
+
+const client = new StepwellClient({ target: "127.0.0.1:50051", namespace: "app" });
+const executor: DurableExecutor = new StepwellDurableExecutor({ client });
+export async function resume(turnId: string): Promise<TurnCheckpoint | undefined> {
+  const all: TurnCheckpoint[] = await executor.restore(turnId);
+  return all.at(-1);
+}
+export function reasonOf(err: unknown): string | undefined {
+  return err instanceof StepwellError ? err.reason : undefined;
+}
+// @ts-expect-error: phase must be a string
+void executor.checkpoint({ turnId: "t", sessionId: "s", phase: 1, state: {}, timestamp: "" });
+TS
+cat >"$install_dir/app/consumer-cjs.cts" <<'TS'
+// CommonJS TypeScript consumer: require() of the client resolves the declarations of its CommonJS build.
+import stepwell = require("@stepwell/client");
+
+export const executor: stepwell.DurableExecutor = new stepwell.StepwellDurableExecutor({ clientOptions: "127.0.0.1:50051" });
+export const code: string = new stepwell.StepwellError("x", { grpcCode: 14 }).code;
+TS
+# Connect's declarations need Node's types; the app borrows the client folder's @types/node rather than fetching its own
+# (and skips checking libraries' own declarations, as tsc --init's config does).
+printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022"], "strict": true, "skipLibCheck": true, "noEmit": true, "types": ["node"], "typeRoots": ["%s/node_modules/@types"] }, "files": ["consumer.ts", "consumer-cjs.cts"] }\n' "$PWD" >"$install_dir/app/tsconfig.json"
 (
   cd "$install_dir/app"
-  export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error
-  # Line by line; the app's install with engine-strict, so a runtime
-  # dependency that refuses this Node fails here (the first line's generator
-  # tools, protoc-gen-es and google-proto-files, declare Node >=22 and only warn).
-  while IFS= read -r cmd; do
-    cmd="${cmd//\/path\/to\/stepwell/$install_dir/stepwell}"
-    echo "+ $cmd"
-    case "$cmd" in
-      "npm install "*) npm_config_engine_strict=true bash -euo pipefail -c "$cmd" ;;
-      *) bash -euo pipefail -c "$cmd" ;;
-    esac
-  done <<<"$install_cmds"
-  test ! -L node_modules/@stepwell/client  # a copy, not a link into the checkout
+  export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error npm_config_engine_strict=true
+  cmd="${install_cmds//\/path\/to\/stepwell/$install_dir/stepwell}"
+  echo "+ $cmd (engine-strict)"
+  bash -euo pipefail -c "$cmd"
   test -f node_modules/@stepwell/client/dist/src/index.js
-  test -d node_modules/@connectrpc/connect-node
+  test -f node_modules/@stepwell/client/dist/cjs/index.js
 )
 STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/app.js"
+STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/app.cjs"
+(cd "$install_dir/app" && node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json && echo "fresh app (TypeScript): consumer.ts (import) and consumer-cjs.cts (require) type-check against the installed declarations")
+
+echo "== pass 4: the README's allowScripts entry under strict-allow-scripts, npm install --install-links, and npm pack's tarball"
+(
+  # The entry the README gives, for an npm that refuses unlisted install scripts.
+  entry="$(grep -o '"allowScripts": { "file:/path/to/stepwell/clients/typescript": true }' README.md)"
+  app="$install_dir/app-strict"
+  mkdir "$app" && cd "$app"
+  printf '{ "name": "fresh-app-strict", "version": "1.0.0", "private": true, %s }\n' "${entry//\/path\/to\/stepwell/$install_dir/stepwell}" >package.json
+  rm -rf "$copy/dist"
+  npm_config_strict_allow_scripts=true npm_config_engine_strict=true npm install --no-audit --no-fund --loglevel=error "$copy"
+  node -e 'const c = require("@stepwell/client"); if (typeof c.StepwellDurableExecutor !== "function") process.exit(1)'
+  echo "fresh app (strict-allow-scripts): the README's allowScripts entry lets the client build"
+)
+(
+  cd "$copy"
+  export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error
+  npm pack --silent --pack-destination "$install_dir" >/dev/null
+  for form in links tarball; do
+    app="$install_dir/app-$form"
+    mkdir "$app"
+    printf '{ "name": "fresh-app-%s", "version": "1.0.0", "private": true }\n' "$form" >"$app/package.json"
+    cd "$app"
+    if [ "$form" = links ]; then npm_config_engine_strict=true npm install --install-links "$copy"; else npm_config_engine_strict=true npm install "$install_dir"/stepwell-client-*.tgz; fi
+    test ! -L node_modules/@stepwell/client && test -d node_modules/@connectrpc/connect-node
+    node -e 'const c = require("@stepwell/client"); if (typeof c.StepwellDurableExecutor !== "function") process.exit(1)'
+    node --input-type=module -e 'import { StepwellClient } from "@stepwell/client"; if (typeof StepwellClient !== "function") process.exit(1)'
+    echo "fresh app ($form): installed, require() and import work"
+  done
+)

@@ -6,7 +6,7 @@ import * as net from "node:net";
 import * as tls from "node:tls";
 import { create } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { Code, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import {
   CheckpointRequestSchema,
@@ -261,6 +261,24 @@ export interface TransportOptions {
   traceContext?: boolean;
 }
 
+/**
+ * When the sidecar's connection drops in the middle of a call (the process
+ * crashed or was restarted), Node ends the call's HTTP/2 stream with CANCEL,
+ * which Connect reports as CANCELLED. Unless the caller aborted the call
+ * itself, that is the connection's failure, so it is reported (and retried)
+ * as UNAVAILABLE, like a connection that cannot be made.
+ */
+const connectionLossInterceptor: Interceptor = (next) => async (req) => {
+  try {
+    return await next(req);
+  } catch (err) {
+    if (err instanceof ConnectError && err.code === Code.Canceled && !req.signal.aborted) {
+      throw new ConnectError(`connection to the sidecar lost: ${err.rawMessage}`, Code.Unavailable, undefined, undefined, err);
+    }
+    throw err;
+  }
+};
+
 /** Builds a gRPC (HTTP/2) transport and its session manager for a target. */
 export function createStepwellTransport(
   target: string,
@@ -295,6 +313,7 @@ export function createStepwellTransport(
   // The caller's interceptors run first, so a trace header they set is kept;
   // the token's interceptor runs last, so they never see the token.
   const interceptors = [
+    connectionLossInterceptor,
     ...(o.interceptors ?? []),
     ...(traceContextAvailable && o.traceContext !== false ? [traceContextInterceptor] : []),
     ...(o.token === undefined ? [] : [bearerTokenInterceptor(o.token)]),

@@ -22,8 +22,8 @@
 // the DurableExecutor's calls all carry the span that was active where they
 // were made. A header the caller already set (in a call's `headers` or by one
 // of its own interceptors) is left as it is.
-import { createRequire } from "node:module";
 import type { Interceptor } from "@connectrpc/connect";
+import { requireOptional } from "./optional.cjs";
 
 /** The part of `@opentelemetry/api` the client uses (kept local so the client's types never name the optional package). */
 interface OpenTelemetryApi {
@@ -32,13 +32,9 @@ interface OpenTelemetryApi {
 }
 
 function loadOpenTelemetryApi(): OpenTelemetryApi | undefined {
-  try {
-    const api = createRequire(import.meta.url)("@opentelemetry/api") as Partial<OpenTelemetryApi>;
-    if (typeof api?.context?.active !== "function" || typeof api?.propagation?.inject !== "function") return undefined;
-    return api as OpenTelemetryApi;
-  } catch {
-    return undefined; // not installed: no trace context
-  }
+  const api = requireOptional("@opentelemetry/api") as Partial<OpenTelemetryApi> | undefined;
+  if (typeof api?.context?.active !== "function" || typeof api?.propagation?.inject !== "function") return undefined;
+  return api as OpenTelemetryApi;
 }
 
 const otel = loadOpenTelemetryApi();

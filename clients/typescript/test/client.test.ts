@@ -185,6 +185,31 @@ describe("StepwellClient", () => {
     silent.close();
   });
 
+  it("a connection dropped mid-call is UNAVAILABLE (and retried), a call the caller aborts is CANCELLED", async () => {
+    // An HTTP/2 peer that drops the connection as each call arrives, as a sidecar that crashes would.
+    const { createServer } = await import("node:http2");
+    let calls = 0;
+    const dropper = createServer();
+    dropper.on("stream", (stream) => {
+      calls++;
+      stream.session?.destroy();
+    });
+    await new Promise<void>((resolve) => dropper.listen(0, "127.0.0.1", resolve));
+    const address = dropper.address();
+    assert.ok(address && typeof address === "object");
+    const c = new StepwellClient({ target: `127.0.0.1:${address.port}`, maxAttempts: 2, initialBackoffMs: 5 });
+    try {
+      await assert.rejects(c.get("x"), (e: unknown) => e instanceof Unavailable && e.code === "UNAVAILABLE");
+      assert.equal(calls, 2); // retried as UNAVAILABLE is
+      const ac = new AbortController();
+      ac.abort();
+      await assert.rejects(client.get("x", { signal: ac.signal }), (e: unknown) => e instanceof StepwellError && e.code === "CANCELLED");
+    } finally {
+      c.close();
+      dropper.close();
+    }
+  });
+
   it("retries resend the same request (same dedup tuple) once the sidecar is back", async () => {
     // A sidecar that starts only after the first attempts failed.
     const port = await freePort();
@@ -241,15 +266,14 @@ describe("StepwellDurableExecutor (the DurableExecutor contract)", () => {
   it("restores in chronological order, with the millisecond timestamp string and JSON state as given", async () => {
     const turnId = "turn-order";
     const cps = [
-      tp(turnId, "llm-complete", 5, { messages: [{ role: "assistant", content: "hi ✓" }], respond: true }),
       tp(turnId, "started", 1, { actorId: "x", slotKey: "k", messages: [], expiresAt: null }),
+      tp(turnId, "llm-complete", 5, { messages: [{ role: "assistant", content: "hi ✓" }], respond: true }),
       tp(turnId, "tool-received", 7, [1, 2.5, "three", null, { deep: { deeper: [true] } }]),
       tp(turnId, "settled", 9, { turnState: "complete", respond: null, reason: "done" }),
     ];
     for (const c of cps) await executor.checkpoint(c);
     const restored = await executor.restore(turnId);
-    const sorted = [...cps].sort((a, b) => a.timestamp.localeCompare(b.timestamp));
-    assert.deepEqual(restored, sorted);
+    assert.deepEqual(restored, cps);
     assert.equal(restored[0]!.timestamp, "2026-01-01T00:00:00.001Z");
     const values = [null, 42, "text", true, 1.5e-7, { "": "" }];
     for (const [i, v] of values.entries()) await executor.checkpoint(tp("turn-scalars", "p", i, v));

@@ -1,5 +1,8 @@
 // Runs every language-neutral scenario in clients/scenarios/*.json against a
-// live sidecar, through the generated clients (one call per RPC, no retries).
+// live sidecar: RPC steps through the generated clients (one call per RPC, no
+// retries), adapter steps through one StepwellDurableExecutor per worker
+// (timestamps from the worker's clock), and sidecar steps (stop / start /
+// restart) against a sidecar of the scenario's own.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
@@ -7,18 +10,28 @@ import { join } from "node:path";
 import { fromJson, toJson, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
 import { CheckpointService } from "../src/gen/stepwell/v1/checkpoint_pb.js";
 import { IdempotencyService } from "../src/gen/stepwell/v1/idempotency_pb.js";
-import { StepwellClient, toStepwellError } from "../src/index.js";
+import { StepwellClient, StepwellDurableExecutor, toStepwellError } from "../src/index.js";
 import { SCENARIOS_DIR, freshNamespace, startSidecar, type Sidecar } from "./sidecar.js";
 
 type Json = JsonValue;
 interface Step {
-  call: string;
-  request: Record<string, Json>;
+  call?: string;
+  request?: Record<string, Json>;
   expect?: Json;
-  expectError?: { code: string; reason: string; field?: string };
+  expectError?: { code: string; reason?: string; field?: string };
   save?: Record<string, string>;
   until?: Json;
+  retryWhile?: string;
   timeoutMs?: number;
+  // adapter steps
+  adapter?: "save" | "load" | "history";
+  worker?: string;
+  clock?: string;
+  run?: string;
+  step?: string;
+  state?: Json;
+  // sidecar steps
+  sidecar?: "stop" | "start" | "restart";
 }
 interface Scenario {
   name: string;
@@ -111,6 +124,150 @@ async function invoke(client: StepwellClient, call: string, req: Json): Promise<
   return responseJson(call, toJson(method.output as DescMessage, resp as never));
 }
 
+/** A worker of adapter steps: its own client and executor, and the clock its caller reads. */
+interface Worker {
+  client: StepwellClient;
+  executor: StepwellDurableExecutor;
+  clock: string | undefined;
+}
+
+async function adapterStep(step: Step, workers: Map<string, Worker>, where: string): Promise<void> {
+  const worker = workers.get(step.worker ?? "")!;
+  if (step.clock !== undefined) worker.clock = step.clock;
+  const run = step.run!;
+  switch (step.adapter) {
+    case "save":
+      // The caller of a DurableExecutor stamps the checkpoint from its clock.
+      await worker.executor.checkpoint({
+        turnId: run,
+        sessionId: "",
+        phase: step.step!,
+        state: step.state ?? null,
+        timestamp: worker.clock ?? new Date().toISOString(),
+      });
+      return;
+    case "load": {
+      const newest = (await worker.executor.restore(run)).at(-1);
+      const got: Json = newest ? { step: newest.phase, state: newest.state as Json } : null;
+      if (step.expect === null) assert.equal(got, null, `${where}: expected no checkpoint, got ${JSON.stringify(got)}`);
+      else if (step.expect !== undefined) {
+        assert.notEqual(got, null, `${where}: expected ${JSON.stringify(step.expect)}, got no checkpoint`);
+        const m = mismatch(step.expect, got);
+        assert.equal(m, "", `${where}: ${m}`);
+      }
+      return;
+    }
+    case "history": {
+      const got: Json = { steps: (await worker.executor.restore(run)).map((c) => c.phase) };
+      if (step.expect !== undefined) {
+        const m = mismatch(step.expect, got);
+        assert.equal(m, "", `${where}: ${m}`);
+      }
+      return;
+    }
+    default:
+      throw new Error(`${where}: unknown adapter step ${String(step.adapter)}`);
+  }
+}
+
+async function sidecarStep(step: Step, sidecar: Sidecar, where: string): Promise<void> {
+  switch (step.sidecar) {
+    case "stop":
+      return sidecar.kill();
+    case "start":
+      return sidecar.start();
+    case "restart":
+      await sidecar.kill();
+      return sidecar.start();
+    default:
+      throw new Error(`${where}: unknown sidecar step ${String(step.sidecar)}`);
+  }
+}
+
+/** Calls once; with retryWhile, again every 20 ms (at most timeoutMs) while the call fails with that code. */
+async function invokeStep(client: StepwellClient, step: Step, req: Json, where: string): Promise<Json> {
+  if (step.retryWhile === undefined) return invoke(client, step.call!, req);
+  const deadline = Date.now() + (step.timeoutMs ?? 5000);
+  for (;;) {
+    try {
+      return await invoke(client, step.call!, req);
+    } catch (err) {
+      const e = toStepwellError(err);
+      if (e.code !== step.retryWhile) throw err;
+      if (Date.now() > deadline) assert.fail(`${where}: still ${e.code} after ${step.timeoutMs} ms: ${e.message}`);
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+async function runScenario(file: string, scenario: Scenario, sidecar: Sidecar, client: StepwellClient): Promise<void> {
+  const ns = freshNamespace(`sc-${scenario.name}`);
+  const saved: Record<string, Json> = {};
+  // Every worker's client and adapter, made once before the first step.
+  const workers = new Map<string, Worker>();
+  for (const step of scenario.steps) {
+    if (step.adapter !== undefined && !workers.has(step.worker ?? "")) {
+      const workerClient = new StepwellClient({ target: sidecar.target, ...sidecar.connect });
+      workers.set(step.worker ?? "", { client: workerClient, executor: new StepwellDurableExecutor({ client: workerClient, namespace: ns }), clock: undefined });
+    }
+  }
+  try {
+    for (const [i, step] of scenario.steps.entries()) {
+      const where = `${file} step ${i} (${step.call ?? (step.adapter ? `adapter ${step.adapter} by ${step.worker}` : `sidecar ${step.sidecar}`)})`;
+      if (step.sidecar !== undefined) {
+        await sidecarStep(step, sidecar, where);
+        continue;
+      }
+      if (step.adapter !== undefined) {
+        await adapterStep(step, workers, where);
+        continue;
+      }
+      const call = step.call!;
+      const req = requestJson(call, step.request ?? {}, ns, saved);
+      let resp: Json;
+      if (step.expectError) {
+        try {
+          resp = await invokeStep(client, step, req, where);
+        } catch (err) {
+          const e = toStepwellError(err);
+          assert.equal(e.code, step.expectError.code, `${where}: code (${e.message})`);
+          if (step.expectError.reason !== undefined) assert.equal(e.reason, step.expectError.reason, `${where}: reason (${e.message})`);
+          if (step.expectError.field !== undefined) assert.equal(e.field, step.expectError.field, `${where}: field`);
+          continue;
+        }
+        assert.fail(`${where}: expected ${step.expectError.code}/${step.expectError.reason ?? "any reason"}, got ${JSON.stringify(resp)}`);
+      }
+      if (step.until !== undefined) {
+        const deadline = Date.now() + (step.timeoutMs ?? 5000);
+        for (;;) {
+          let last: string;
+          try {
+            resp = await invoke(client, call, req);
+            last = mismatch(step.until, resp);
+          } catch (err) {
+            last = String(err);
+          }
+          if (!last) break;
+          if (Date.now() > deadline) assert.fail(`${where}: until not reached in ${step.timeoutMs} ms: ${last}`);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      } else {
+        resp = await invokeStep(client, step, req, where);
+      }
+      if (step.expect !== undefined) {
+        const m = mismatch(step.expect, resp!);
+        assert.equal(m, "", `${where}: ${m}`);
+      }
+      for (const [name, field] of Object.entries(step.save ?? {})) {
+        const v = (resp! as Record<string, Json>)[field];
+        saved[name] = v ?? "";
+      }
+    }
+  } finally {
+    for (const w of workers.values()) w.client.close();
+  }
+}
+
 const scenarioFiles = readdirSync(SCENARIOS_DIR).filter((f) => f.endsWith(".json")).sort();
 
 describe("scenarios", () => {
@@ -131,50 +288,17 @@ describe("scenarios", () => {
 
   for (const file of scenarioFiles) {
     const scenario = JSON.parse(readFileSync(join(SCENARIOS_DIR, file), "utf8")) as Scenario;
+    const ownSidecar = scenario.steps.some((s) => s.sidecar !== undefined);
     it(`${scenario.name}: ${scenario.description}`, async () => {
-      const ns = freshNamespace(`sc-${scenario.name}`);
-      const saved: Record<string, Json> = {};
-      for (const [i, step] of scenario.steps.entries()) {
-        const where = `${file} step ${i} (${step.call})`;
-        const req = requestJson(step.call, step.request, ns, saved);
-        let resp: Json;
-        if (step.expectError) {
-          try {
-            resp = await invoke(client, step.call, req);
-          } catch (err) {
-            const e = toStepwellError(err);
-            assert.equal(e.code, step.expectError.code, `${where}: code (${e.message})`);
-            assert.equal(e.reason, step.expectError.reason, `${where}: reason (${e.message})`);
-            if (step.expectError.field !== undefined) assert.equal(e.field, step.expectError.field, `${where}: field`);
-            continue;
-          }
-          assert.fail(`${where}: expected ${step.expectError.code}/${step.expectError.reason}, got ${JSON.stringify(resp)}`);
-        }
-        if (step.until !== undefined) {
-          const deadline = Date.now() + (step.timeoutMs ?? 5000);
-          for (;;) {
-            let last: string;
-            try {
-              resp = await invoke(client, step.call, req);
-              last = mismatch(step.until, resp);
-            } catch (err) {
-              last = String(err);
-            }
-            if (!last) break;
-            if (Date.now() > deadline) assert.fail(`${where}: until not reached in ${step.timeoutMs} ms: ${last}`);
-            await new Promise((r) => setTimeout(r, 20));
-          }
-        } else {
-          resp = await invoke(client, step.call, req);
-        }
-        if (step.expect !== undefined) {
-          const m = mismatch(step.expect, resp!);
-          assert.equal(m, "", `${where}: ${m}`);
-        }
-        for (const [name, field] of Object.entries(step.save ?? {})) {
-          const v = (resp! as Record<string, Json>)[field];
-          saved[name] = v ?? "";
-        }
+      if (!ownSidecar) return runScenario(file, scenario, sidecar, client);
+      // Sidecar steps: a sidecar of the scenario's own (fresh SQLite file, free port), and a client made once.
+      const own = await startSidecar();
+      const ownClient = new StepwellClient({ target: own.target, ...own.connect });
+      try {
+        await runScenario(file, scenario, own, ownClient);
+      } finally {
+        ownClient.close();
+        await own.stop();
       }
     });
   }

@@ -1,7 +1,9 @@
 // Starts the real stepwell binary on a free port (or a Unix socket) with a
-// throwaway SQLite file, and waits until it answers.
+// throwaway SQLite file, and waits until it answers; it can be killed
+// (SIGKILL) and started again on the same file and port.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, existsSync } from "node:fs";
+import * as http2 from "node:http2";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -62,11 +64,69 @@ export function securityFromEnv(): Security | undefined {
 export interface Sidecar {
   target: string;
   dir: string;
+  /** The current process (a new one after start()). */
   proc: ChildProcess;
   /** What a client needs to reach it: nothing in plaintext, the admin token and client certificate with TLS and auth. */
   connect: Pick<StepwellClientOptions, "token" | "tls">;
   security?: Security;
+  /** Stops it (SIGTERM, then SIGKILL after 5 s) and removes its folder. */
   stop(): Promise<void>;
+  /** Kills it with SIGKILL, as a crash would, and waits for the process to exit. */
+  kill(): Promise<void>;
+  /** Starts it again on the same SQLite file and address, and waits until its health service answers SERVING. */
+  start(): Promise<void>;
+}
+
+/**
+ * Asks the gRPC health service (grpc.health.v1.Health/Check, service "") on
+ * a connection of its own, over HTTP/2 directly; resolves to the serving
+ * status (1 = SERVING), rejects when it cannot ask.
+ */
+export async function healthStatus(target: string, security?: Security, timeoutMs = 1000): Promise<number> {
+  const tls = security !== undefined;
+  const authority = target.startsWith("unix:") ? "http://localhost" : `${tls ? "https" : "http"}://${target}`;
+  const session = http2.connect(authority, {
+    ...(target.startsWith("unix:") ? { createConnection: () => net.connect(target.slice(5)) } : {}),
+    ...(security
+      ? { ca: readFileSync(join(security.dir, "ca.pem")), cert: readFileSync(join(security.dir, "client.pem")), key: readFileSync(join(security.dir, "client.key")), servername: "localhost" }
+      : {}),
+  });
+  try {
+    return await new Promise<number>((res, rej) => {
+      const timer = setTimeout(() => rej(new Error("health check timed out")), timeoutMs);
+      session.once("error", (e) => {
+        clearTimeout(timer);
+        rej(e);
+      });
+      const req = session.request({
+        ":method": "POST",
+        ":path": "/grpc.health.v1.Health/Check",
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
+      const chunks: Buffer[] = [];
+      let grpcStatus: string | undefined;
+      req.on("response", (headers) => {
+        if (headers["grpc-status"] !== undefined) grpcStatus = String(headers["grpc-status"]);
+      });
+      req.on("trailers", (trailers) => (grpcStatus = String(trailers["grpc-status"])));
+      req.on("data", (d: Buffer) => chunks.push(d));
+      req.on("error", (e) => {
+        clearTimeout(timer);
+        rej(e);
+      });
+      req.on("end", () => {
+        clearTimeout(timer);
+        if (grpcStatus !== "0") return rej(new Error(`health check: grpc-status ${grpcStatus}`));
+        // One length-prefixed message: HealthCheckResponse { status = 1 (varint) }; empty means 0 (UNKNOWN).
+        const body = Buffer.concat(chunks).subarray(5);
+        res(body.length >= 2 && body[0] === 0x08 ? body[1]! : 0);
+      });
+      req.end(Buffer.from([0, 0, 0, 0, 0])); // an empty HealthCheckRequest
+    });
+  } finally {
+    session.destroy();
+  }
 }
 
 /**
@@ -83,35 +143,74 @@ export async function startSidecar(
   if (!existsSync(bin)) throw new Error(`stepwell binary not found at ${bin} (set STEPWELL_BIN or build it with cargo build)`);
   const dir = mkdtempSync(join(tmpdir(), "stepwell-ts-"));
   const target = opts.unix ? `unix:${join(dir, "stepwell.sock")}` : `127.0.0.1:${await freePort()}`;
-  const proc = spawn(
-    bin,
-    [
-      "serve",
-      "--listen",
-      target,
-      "--database-url",
-      `sqlite://${join(dir, "x.db")}`,
-      ...(security?.serveArgs() ?? []),
-      ...(opts.extraArgs ?? []),
-    ],
-    { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, STEPWELL_LOG: process.env.STEPWELL_LOG ?? "warn", STEPWELL_ADMIN_LISTEN: "off", ...opts.env } },
-  );
+  const args = [
+    "serve",
+    "--listen",
+    target,
+    "--database-url",
+    `sqlite://${join(dir, "x.db")}`,
+    ...(security?.serveArgs() ?? []),
+    ...(opts.extraArgs ?? []),
+  ];
+  const env = { ...process.env, STEPWELL_LOG: process.env.STEPWELL_LOG ?? "warn", STEPWELL_ADMIN_LISTEN: "off", ...opts.env };
+
   let stderr = "";
-  proc.stderr!.on("data", (d: Buffer) => {
-    stderr += d.toString();
-    if (stderr.length > 20_000) stderr = stderr.slice(-20_000);
-  });
   let exited: number | null | undefined;
-  proc.on("exit", (code) => (exited = code));
-  const stop = async () => {
-    if (exited === undefined) {
-      const done = new Promise((r) => proc.once("exit", r));
-      proc.kill("SIGTERM");
-      const t = setTimeout(() => proc.kill("SIGKILL"), 5000);
-      await done;
-      clearTimeout(t);
-    }
-    rmSync(dir, { recursive: true, force: true });
+  let exitedPromise: Promise<void>;
+  const spawnProc = (): ChildProcess => {
+    const p = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"], env });
+    exited = undefined;
+    p.stderr!.on("data", (d: Buffer) => {
+      stderr += d.toString();
+      if (stderr.length > 20_000) stderr = stderr.slice(-20_000);
+    });
+    exitedPromise = new Promise((r) =>
+      p.once("exit", (code) => {
+        exited = code;
+        r();
+      }),
+    );
+    return p;
+  };
+  const sidecar: Sidecar = {
+    target,
+    dir,
+    proc: spawnProc(),
+    connect,
+    security,
+    async kill() {
+      if (exited === undefined) {
+        sidecar.proc.kill("SIGKILL");
+        await exitedPromise;
+      }
+    },
+    async stop() {
+      if (exited === undefined) {
+        sidecar.proc.kill("SIGTERM");
+        const t = setTimeout(() => sidecar.proc.kill("SIGKILL"), 5000);
+        await exitedPromise;
+        clearTimeout(t);
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+    async start() {
+      if (exited === undefined) throw new Error("the sidecar is still running");
+      sidecar.proc = spawnProc();
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        if (exited !== undefined) throw new Error(`stepwell exited with ${exited}: ${stderr}`);
+        let last: string;
+        try {
+          const status = await healthStatus(target, security);
+          if (status === 1) return;
+          last = `status ${status}`;
+        } catch (err) {
+          last = String(err);
+        }
+        if (Date.now() > deadline) throw new Error(`stepwell was not SERVING within 30 s: ${last}\n${stderr}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
   };
   // Wait until it answers a cheap RPC (bounded).
   const probe = new StepwellClient({ target, timeoutMs: 500, maxAttempts: 1, ...connect });
@@ -129,11 +228,11 @@ export async function startSidecar(
     }
   } catch (err) {
     probe.close();
-    await stop();
+    await sidecar.stop();
     throw err;
   }
   probe.close();
-  return { target, dir, proc, connect, security, stop };
+  return sidecar;
 }
 
 export function freshNamespace(prefix: string): string {
