@@ -248,6 +248,29 @@ def test_bad_options_are_refused_without_echoing_the_token() -> None:
     assert "/nonexistent/ca.pem" in str(missing.value)
 
 
+REMOTE_TARGETS = ("stepwell.internal:50051", "10.0.0.7:50051", "[2001:db8::1]:50051", "dns:///stepwell.internal:50051", "ipv4:127.0.0.1:1,10.0.0.7:1")
+LOCAL_TARGETS = ("127.0.0.1:1", "127.8.9.10:1", "localhost:1", "[::1]:1", "unix:/tmp/stepwell.sock", "dns:///localhost:1", "ipv4:127.0.0.1:1")
+
+
+def test_a_token_is_never_sent_in_the_clear_beyond_loopback() -> None:
+    for target in REMOTE_TARGETS:
+        with pytest.raises(ValueError, match="never sent in the clear") as info:
+            Client(target, token=TOKEN)
+        assert TOKEN not in str(info.value)
+
+        async def make_async(target: str = target) -> None:
+            AsyncClient(target, token=TOKEN)
+
+        with pytest.raises(ValueError, match="never sent in the clear"):
+            asyncio.run(make_async())
+        # Without a token, or with TLS, the same target is fine.
+        Client(target).close()
+        Client(target, token=TOKEN, tls=True).close()
+        Client(target, token=TOKEN, credentials=grpc.ssl_channel_credentials()).close()
+    for target in LOCAL_TARGETS:
+        Client(target, token=TOKEN).close()
+
+
 def test_tls_repr_leaves_out_the_private_key() -> None:
     key = b"-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWtleS1ieXRlcw==\n-----END PRIVATE KEY-----\n"
     tls = TLS(ca=b"ca-pem", cert=b"cert-pem", key=key)

@@ -279,6 +279,26 @@ const connectionLossInterceptor: Interceptor = (next) => async (req) => {
   }
 };
 
+/**
+ * Whether a target never leaves the machine: a Unix socket, `localhost` or a
+ * loopback IP. Anything the client cannot tell (a DNS name) is remote.
+ */
+export function isLocalTarget(target: string): boolean {
+  if (target.startsWith("unix:")) return true;
+  let authority = target.replace(/^https?:\/\//, "").split("/")[0];
+  let host: string;
+  if (authority.startsWith("[")) host = authority.slice(1, authority.indexOf("]"));
+  else if (authority.split(":").length === 2) host = authority.split(":")[0];
+  else host = authority;
+  if (host === "localhost") return true;
+  if (net.isIPv4(host)) return host.startsWith("127.");
+  if (net.isIPv6(host)) {
+    const v = host.toLowerCase();
+    return v === "::1" || /^(0{0,4}:){7}0{0,3}1$/.test(v) || /^::ffff:127\./.test(v);
+  }
+  return false;
+}
+
 /** Builds a gRPC (HTTP/2) transport and its session manager for a target. */
 export function createStepwellTransport(
   target: string,
@@ -289,6 +309,10 @@ export function createStepwellTransport(
 } {
   const o: TransportOptions = Array.isArray(options) ? { interceptors: options } : options;
   const secure = o.tls === undefined || o.tls === false ? undefined : tlsConnectionOptions(o.tls === true ? {} : o.tls);
+  if (o.token !== undefined && !secure && !isLocalTarget(target)) {
+    // Checked before the token's own checks, and without naming it.
+    throw new TypeError(`a token to ${target}, beyond loopback, needs the tls option: it is never sent in the clear`);
+  }
   const scheme = secure ? "https" : "http";
   let baseUrl: string;
   let nodeOptions: import("node:http2").SecureClientSessionOptions | undefined = secure;

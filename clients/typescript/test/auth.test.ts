@@ -198,4 +198,25 @@ describe("bearer token", () => {
     assert.throws(() => new StepwellClient({ target: "127.0.0.1:1", tls: { ca: "/nonexistent/ca.pem" } }), /\/nonexistent\/ca\.pem/);
     assert.throws(() => new StepwellClient({ target: "https://127.0.0.1:1" }), TypeError);
   });
+
+  it("is never sent in the clear beyond loopback", () => {
+    const remote = ["stepwell.internal:50051", "10.0.0.7:50051", "[2001:db8::1]:50051", "http://stepwell.internal:50051", "128.0.0.1:1"];
+    const local = ["127.0.0.1:1", "127.8.9.10:1", "localhost:1", "[::1]:1", "unix:/tmp/stepwell.sock", "http://localhost:1"];
+    for (const target of remote) {
+      assert.throws(
+        () => new StepwellClient({ target, token: TOKEN }),
+        (e: Error) => e instanceof TypeError && /never sent in the clear/.test(e.message) && !e.message.includes(TOKEN),
+        target,
+      );
+      assert.throws(
+        () => new StepwellDurableExecutor({ clientOptions: { target, token: TOKEN } }),
+        /never sent in the clear/,
+        target,
+      );
+      // Without a token, or over TLS, the same target is fine.
+      new StepwellClient({ target }).close();
+      new StepwellClient({ target, token: TOKEN, tls: true }).close();
+    }
+    for (const target of local) new StepwellClient({ target, token: TOKEN }).close();
+  });
 });

@@ -9,6 +9,7 @@ client, an interceptor or a traceback's locals cannot leak it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
@@ -53,6 +54,40 @@ def check_token(token: str) -> _Secret:
     if any(not (0x21 <= ord(ch) <= 0x7E) for ch in token):
         raise ValueError("token must be visible ASCII without spaces")
     return _Secret(token)
+
+
+def is_local(target: str) -> bool:
+    """Whether ``target`` never leaves the machine: a Unix socket, ``localhost``
+    or a loopback IP. Anything the client cannot tell (a DNS name) is remote."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    if "://" in target:
+        # scheme://authority/endpoint: the endpoint is the address.
+        rest = target.split("://", 1)[1]
+        target = rest.split("/", 1)[1] if "/" in rest else rest
+    elif target.startswith(("ipv4:", "ipv6:")):
+        return all(is_local(address) for address in target[5:].split(","))
+    if target.startswith("["):
+        host = target[1:].split("]", 1)[0]
+    elif target.count(":") == 1:
+        host = target.split(":", 1)[0]
+    else:
+        host = target
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_plaintext_token(target: str) -> None:
+    """A token goes over the network only inside TLS: refuses a plaintext
+    channel carrying one to a target beyond loopback."""
+    if not is_local(target):
+        raise ValueError(
+            f"a token to {target!r}, beyond loopback, needs tls= (or credentials=): it is never sent in the clear"
+        )
 
 
 def _read_pem(source: PemSource, what: str) -> Optional[bytes]:

@@ -18,7 +18,14 @@ import grpc.aio
 from . import _common as c
 from . import _core
 from ._common import DurationLike, RetryPolicy, TimestampLike
-from ._security import TLS, AsyncBearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
+from ._security import (
+    TLS,
+    AsyncBearerTokenInterceptor,
+    check_token,
+    refuse_duplicate_authorization,
+    refuse_plaintext_token,
+    resolve_credentials,
+)
 from ._tracing import async_interceptors
 from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
@@ -55,6 +62,8 @@ class AsyncClient:
             secret = check_token(token)
             refuse_duplicate_authorization(metadata)
         credentials, tls_opts = resolve_credentials(tls, credentials)
+        if secret is not None and credentials is None:
+            refuse_plaintext_token(addr)
         opts = list(extra) + tls_opts + list(options or [])
         interceptors = async_interceptors() + ([AsyncBearerTokenInterceptor(secret)] if secret is not None else [])
         if credentials is None:

@@ -19,7 +19,14 @@ from . import _core
 from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike  # noqa: F401
 from ._core import takes_once_context as _takes_once_context  # noqa: F401  (kept importable)
 from ._core import turn_status  # noqa: F401  (kept importable)
-from ._security import TLS, BearerTokenInterceptor, check_token, refuse_duplicate_authorization, resolve_credentials
+from ._security import (
+    TLS,
+    BearerTokenInterceptor,
+    check_token,
+    refuse_duplicate_authorization,
+    refuse_plaintext_token,
+    resolve_credentials,
+)
 from ._tracing import sync_interceptors
 from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
@@ -74,6 +81,8 @@ class Client:
             secret = check_token(token)
             refuse_duplicate_authorization(metadata)
         credentials, tls_opts = resolve_credentials(tls, credentials)
+        if secret is not None and credentials is None:
+            refuse_plaintext_token(addr)
         opts = list(extra) + tls_opts + list(options or [])
         if credentials is None:
             channel = grpc.insecure_channel(addr, options=opts)
