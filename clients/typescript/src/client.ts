@@ -265,14 +265,17 @@ export interface TransportOptions {
  * When the sidecar's connection drops in the middle of a call (the process
  * crashed or was restarted), Node ends the call's HTTP/2 stream with CANCEL,
  * which Connect reports as CANCELLED. Unless the caller aborted the call
- * itself, that is the connection's failure, so it is reported (and retried)
+ * itself (or the sidecar answered CANCELLED with its reason), that is the
+ * connection's failure, so it is reported (and retried)
  * as UNAVAILABLE, like a connection that cannot be made.
  */
 const connectionLossInterceptor: Interceptor = (next) => async (req) => {
   try {
     return await next(req);
   } catch (err) {
-    if (err instanceof ConnectError && err.code === Code.Canceled && !req.signal.aborted) {
+    // A CANCELLED the sidecar sent itself (BODY_BROKEN_OFF) carries an
+    // ErrorInfo, and stays what it is.
+    if (err instanceof ConnectError && err.code === Code.Canceled && !req.signal.aborted && err.details.length === 0) {
       throw new ConnectError(`connection to the sidecar lost: ${err.rawMessage}`, Code.Unavailable, undefined, undefined, err);
     }
     throw err;
