@@ -231,6 +231,23 @@ pub struct KeyRelease {
     pub error: String,
 }
 
+/// How `migrate`, `export` and `import` cut their work into chunks, each
+/// read, held and (but for export) written in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ChunkArgs {
+    /// Most rows in one chunk (one transaction each). At most 2000: SQLite
+    /// takes at most 32766 values in one statement, and a row binds up to 13.
+    #[arg(long = "chunk-rows", value_name = "ROWS", default_value = "500", value_parser = size(1, 2000))]
+    pub chunk_rows: usize,
+    /// Bytes a chunk may hold, counting each row's variable-length columns
+    /// (states, results, payloads, metadata, refs, ids) and a small fixed
+    /// overhead: a chunk ends at the first row that reaches this, and always
+    /// holds at least one row, however large. From 1 MiB to 256 MiB.
+    #[arg(long = "chunk-bytes-max", value_name = "BYTES", default_value = "67108864",
+          value_parser = size(1 << 20, 256 << 20))]
+    pub chunk_bytes_max: usize,
+}
+
 /// Flags of `stepwell migrate`.
 #[derive(Debug, Clone, PartialEq, Eq, Args)]
 pub struct MigrateArgs {
@@ -240,6 +257,8 @@ pub struct MigrateArgs {
     /// The store to copy to (created and migrated if need be).
     #[arg(long, value_name = "URL")]
     pub to: Database,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
 }
 
 /// Flags of `stepwell export`.
@@ -251,6 +270,8 @@ pub struct ExportArgs {
     /// Where to write the NDJSON; - for standard output.
     #[arg(long, value_name = "PATH", default_value = "-")]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
 }
 
 /// Flags of `stepwell import`.
@@ -262,6 +283,8 @@ pub struct ImportArgs {
     /// The NDJSON to read; - for standard input.
     #[arg(long = "in", value_name = "PATH", default_value = "-")]
     pub input: PathBuf,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
 }
 
 /// Flags of `stepwell proto`.

@@ -7,7 +7,9 @@
 //! Every copy is idempotent and resumable: rows go in chunks, each its own
 //! transaction, in key order, with `ON CONFLICT DO NOTHING` on their natural
 //! keys, so a second run copies nothing and a run killed halfway completes
-//! when run again. Checkpoints keep their dedup key, timestamps and their
+//! when run again. A chunk is bounded by rows and by bytes (`Plan`,
+//! `--chunk-rows` and `--chunk-bytes-max`), so large states and payloads
+//! never gather more than about the byte budget and one row in memory. Checkpoints keep their dedup key, timestamps and their
 //! order within a turn (they are copied in the source's insertion order);
 //! turn summaries are rebuilt by the target from the checkpoints it holds,
 //! as its own appends would; the fencing sequence only moves forward, past
@@ -29,7 +31,7 @@ pub use side::Side;
 pub use side::{CheckpointRow, RecordKey, RecordRow, StoredRecordRow, TurnRow};
 pub use tally::{Tallies, Tally};
 
-use crate::config::{Database, ExportArgs, ImportArgs, MigrateArgs};
+use crate::config::{ChunkArgs, Database, ExportArgs, ImportArgs, MigrateArgs};
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
@@ -46,17 +48,33 @@ pub enum MoveError {
     Stopped(usize),
 }
 
-/// How a copy runs: rows per chunk (one transaction each), and, for
-/// stepwell's tests, a chunk count after which it stops as if killed.
+/// Rows per chunk unless `--chunk-rows` says otherwise.
+pub const CHUNK_ROWS_DEFAULT: usize = 500;
+/// Bytes per chunk unless `--chunk-bytes-max` says otherwise: 64 MiB.
+pub const CHUNK_BYTES_DEFAULT: usize = 64 << 20;
+
+/// How a copy runs: the most rows in a chunk (one transaction each) and the
+/// bytes a chunk may reach (its rows as `side::RowBytes` counts them; a
+/// chunk stops at the first row that reaches it, and always holds at least
+/// one row, so a chunk holds about the budget plus one row at most), and,
+/// for stepwell's tests, a chunk count after which it stops as if killed.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
     pub chunk_rows: usize,
+    pub chunk_bytes: usize,
     pub stop_after_chunks: Option<usize>,
 }
 
 impl Default for Plan {
     fn default() -> Plan {
-        Plan { chunk_rows: 500, stop_after_chunks: None }
+        Plan { chunk_rows: CHUNK_ROWS_DEFAULT, chunk_bytes: CHUNK_BYTES_DEFAULT, stop_after_chunks: None }
+    }
+}
+
+impl Plan {
+    /// The plan the flags of `migrate`, `export` or `import` give.
+    pub fn from_args(chunks: &ChunkArgs) -> Plan {
+        Plan { chunk_rows: chunks.chunk_rows, chunk_bytes: chunks.chunk_bytes_max, ..Plan::default() }
     }
 }
 
@@ -168,7 +186,7 @@ pub async fn migrate_stores(
     let total = source.count("checkpoints").await?;
     let mut after = i64::MIN;
     loop {
-        let page = source.checkpoints_after(after, plan.chunk_rows).await?;
+        let page = source.checkpoints_after(after, plan).await?;
         let Some(last) = page.last() else { break };
         after = last.seq;
         let inserted = target.insert_checkpoints(&page).await?;
@@ -180,7 +198,7 @@ pub async fn migrate_stores(
     let total = source.count("idempotency").await?;
     let mut after: Option<(String, String)> = None;
     loop {
-        let page = source.records_after(after.as_ref(), plan.chunk_rows).await?;
+        let page = source.records_after(after.as_ref(), plan).await?;
         let Some(last) = page.last() else { break };
         after = Some((last.namespace.clone(), last.key.clone()));
         let inserted = target.insert_records(&page).await?;
@@ -192,7 +210,7 @@ pub async fn migrate_stores(
     let total = source.count("records").await?;
     let mut after: Option<RecordKey> = None;
     loop {
-        let page = source.stored_records_after(after.as_ref(), plan.chunk_rows).await?;
+        let page = source.stored_records_after(after.as_ref(), plan).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.key());
         let inserted = target.insert_stored_records(&page).await?;
@@ -228,7 +246,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Runs `stepwell migrate`.
 pub fn migrate(args: &MigrateArgs) -> ExitCode {
     eprintln!("migrating {} -> {}", args.from.describe(), args.to.describe());
-    let outcome = runtime().block_on(migrate_stores(&args.from, &args.to, Plan::default()));
+    let outcome = runtime().block_on(migrate_stores(&args.from, &args.to, Plan::from_args(&args.chunks)));
     match outcome {
         Ok((copied, expected, found)) => {
             copied.print();
@@ -249,10 +267,10 @@ pub fn export(args: &ExportArgs) -> ExitCode {
         let source = Side::open_source(&args.from).await?;
         let written = if to_stdout {
             let stdout = std::io::stdout().lock();
-            ndjson::export(&source, stdout).await
+            ndjson::export(&source, stdout, Plan::from_args(&args.chunks)).await
         } else {
             let file = std::fs::File::create(&args.out)?;
-            ndjson::export(&source, file).await
+            ndjson::export(&source, file, Plan::from_args(&args.chunks)).await
         };
         source.close().await;
         written
@@ -274,13 +292,14 @@ pub fn export(args: &ExportArgs) -> ExitCode {
 
 /// Runs `stepwell import`.
 pub fn import(args: &ImportArgs) -> ExitCode {
+    let plan = Plan::from_args(&args.chunks);
     let outcome = runtime().block_on(async {
         let from_stdin = args.input.as_os_str() == "-";
         if from_stdin {
-            import_into(&args.to, std::io::stdin().lock(), Plan::default()).await
+            import_into(&args.to, std::io::stdin().lock(), plan).await
         } else {
             let file = std::fs::File::open(&args.input)?;
-            import_into(&args.to, std::io::BufReader::new(file), Plan::default()).await
+            import_into(&args.to, std::io::BufReader::new(file), plan).await
         }
     });
     match outcome {

@@ -11,12 +11,16 @@
 //!
 //! Format 2 added the record lines and `stored_records`; a format 1 file,
 //! written before records existed, holds neither and still imports.
+//!
+//! An export reads the store in chunks bounded by rows and bytes, as a
+//! migration does; an import writes a chunk once it holds `Plan::chunk_rows`
+//! rows or `Plan::chunk_bytes` bytes (counted by `RowBytes`).
 
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::side::{CheckpointRow, RecordKey, RecordRow, Side, StoredRecordRow, TurnRow};
+use super::side::{CheckpointRow, RecordKey, RecordRow, RowBytes, Side, StoredRecordRow, TurnRow};
 use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
 use super::{Copied, MoveError, Plan, Progress};
 
@@ -73,15 +77,15 @@ fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), MoveError> {
     Ok(())
 }
 
-/// Writes every row of `source`; returns the counts.
-pub async fn export(source: &Side, out: impl Write) -> Result<Exported, MoveError> {
+/// Writes every row of `source`, read in the plan's chunks; returns the counts.
+pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Exported, MoveError> {
     let mut out = std::io::BufWriter::new(out);
     let fence = source.fence().await?.max(source.max_token().await?);
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
     let (mut checkpoints, mut turns, mut records) = (0, 0, 0);
     let mut after = i64::MIN;
     loop {
-        let page = source.checkpoints_after(after, Plan::default().chunk_rows).await?;
+        let page = source.checkpoints_after(after, plan).await?;
         let Some(last) = page.last() else { break };
         after = last.seq;
         for row in &page {
@@ -105,7 +109,7 @@ pub async fn export(source: &Side, out: impl Write) -> Result<Exported, MoveErro
     }
     let mut after: Option<(String, String)> = None;
     loop {
-        let page = source.records_after(after.as_ref(), Plan::default().chunk_rows).await?;
+        let page = source.records_after(after.as_ref(), plan).await?;
         let Some(last) = page.last() else { break };
         after = Some((last.namespace.clone(), last.key.clone()));
         for row in &page {
@@ -116,7 +120,7 @@ pub async fn export(source: &Side, out: impl Write) -> Result<Exported, MoveErro
     let mut stored_records = 0;
     let mut after: Option<RecordKey> = None;
     loop {
-        let page = source.stored_records_after(after.as_ref(), Plan::default().chunk_rows).await?;
+        let page = source.stored_records_after(after.as_ref(), plan).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.key());
         for row in &page {
@@ -136,7 +140,7 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
     let mut progress = Progress::new(plan);
     let mut copied = Copied { fence_before: target.fence().await?, ..Copied::default() };
     copied.fence_after = copied.fence_before;
-    let (mut checkpoints, mut records, mut stored_records) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut checkpoints, mut records, mut stored_records) = (Chunk::default(), Chunk::default(), Chunk::default());
     // Canonical order keys and digests, sorted once the file is read.
     let mut checkpoint_keys: Vec<(String, String, i64, usize, [u8; 32])> = Vec::new();
     let mut turn_keys: Vec<(String, String, [u8; 32])> = Vec::new();
@@ -174,8 +178,7 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
             In::Checkpoint(row) => {
                 let key = (row.namespace.clone(), row.turn_id.clone(), row.ts_ns, checkpoint_keys.len());
                 checkpoint_keys.push((key.0, key.1, key.2, key.3, checkpoint_digest(&row)));
-                checkpoints.push(row);
-                if checkpoints.len() >= plan.chunk_rows {
+                if checkpoints.push(row, plan) {
                     flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
                 }
             }
@@ -188,8 +191,7 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
                     copied.fence_after = target.fence().await?;
                 }
                 record_keys.push((row.namespace.clone(), row.key.clone(), record_digest(&row)));
-                records.push(row);
-                if records.len() >= plan.chunk_rows {
+                if records.push(row, plan) {
                     flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
                     flush_records(target, &mut records, &mut copied, &mut progress).await?;
                 }
@@ -199,8 +201,7 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
                     return Err(MoveError::Format(format!("line {}: a record in a format 1 file", number + 1)));
                 }
                 stored_record_keys.push((row.key(), stored_record_digest(&row)));
-                stored_records.push(row);
-                if stored_records.len() >= plan.chunk_rows {
+                if stored_records.push(row, plan) {
                     flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
                     flush_records(target, &mut records, &mut copied, &mut progress).await?;
                     flush_stored_records(target, &mut stored_records, &mut copied, &mut progress).await?;
@@ -261,51 +262,79 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
     Ok((copied, tallier.finish()))
 }
 
+/// The rows of one kind read from the file and not yet written, and their
+/// bytes as `RowBytes` counts them.
+struct Chunk<R> {
+    rows: Vec<R>,
+    bytes: usize,
+}
+
+impl<R> Default for Chunk<R> {
+    fn default() -> Chunk<R> {
+        Chunk { rows: Vec::new(), bytes: 0 }
+    }
+}
+
+impl<R: RowBytes> Chunk<R> {
+    /// Adds a row; says whether the chunk is full (by rows or by bytes).
+    fn push(&mut self, row: R, plan: Plan) -> bool {
+        self.bytes += row.bytes();
+        self.rows.push(row);
+        self.rows.len() >= plan.chunk_rows || self.bytes >= plan.chunk_bytes
+    }
+
+    /// Takes the rows out, leaving the chunk empty.
+    fn take(&mut self) -> Vec<R> {
+        self.bytes = 0;
+        std::mem::take(&mut self.rows)
+    }
+}
+
 async fn flush_checkpoints(
     target: &Side,
-    rows: &mut Vec<CheckpointRow>,
+    chunk: &mut Chunk<CheckpointRow>,
     copied: &mut Copied,
     progress: &mut Progress,
 ) -> Result<(), MoveError> {
+    let rows = chunk.take();
     if rows.is_empty() {
         return Ok(());
     }
-    let inserted = target.insert_checkpoints(rows).await?;
+    let inserted = target.insert_checkpoints(&rows).await?;
     copied.checkpoints_copied += inserted;
     copied.checkpoints_present += rows.len() as u64 - inserted;
-    rows.clear();
     progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, None)
 }
 
 async fn flush_records(
     target: &Side,
-    rows: &mut Vec<RecordRow>,
+    chunk: &mut Chunk<RecordRow>,
     copied: &mut Copied,
     progress: &mut Progress,
 ) -> Result<(), MoveError> {
+    let rows = chunk.take();
     if rows.is_empty() {
         return Ok(());
     }
-    let inserted = target.insert_records(rows).await?;
+    let inserted = target.insert_records(&rows).await?;
     copied.records_copied += inserted;
     copied.records_present += rows.len() as u64 - inserted;
-    rows.clear();
     progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, None)
 }
 
 async fn flush_stored_records(
     target: &Side,
-    rows: &mut Vec<StoredRecordRow>,
+    chunk: &mut Chunk<StoredRecordRow>,
     copied: &mut Copied,
     progress: &mut Progress,
 ) -> Result<(), MoveError> {
+    let rows = chunk.take();
     if rows.is_empty() {
         return Ok(());
     }
-    let inserted = target.insert_stored_records(rows).await?;
+    let inserted = target.insert_stored_records(&rows).await?;
     copied.stored_records_copied += inserted;
     copied.stored_records_present += rows.len() as u64 - inserted;
-    rows.clear();
     progress.chunk_done("records", copied.stored_records_copied + copied.stored_records_present, None)
 }
 

@@ -1,9 +1,10 @@
 //! One store as the move sees it: its own connections to the database (not
 //! a sidecar's store), the rows of checkpoints, turns, idempotency and
-//! records (RecordService) read in key order, the idempotent inserts, the
-//! fencing sequence, and the canonical tally used to verify a move.
+//! records (RecordService) read in key order, in chunks bounded by rows and
+//! by bytes (each row's size counted by `RowBytes`), the idempotent inserts,
+//! the fencing sequence, and the canonical tally used to verify a move.
 
-use futures::TryStreamExt;
+use futures::{Stream, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -11,7 +12,7 @@ use sqlx::{FromRow, QueryBuilder};
 use std::str::FromStr;
 
 use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
-use super::{MoveError, WAIT};
+use super::{MoveError, Plan, WAIT};
 use crate::clock::Clock;
 use crate::config::Database;
 use crate::store::{self, Options};
@@ -100,6 +101,69 @@ impl StoredRecordRow {
 
 /// (namespace, turn_id, kind, scope, id): a record's key; compared bytewise.
 pub type RecordKey = (String, String, String, String, String);
+
+/// What a row counts against a chunk's byte budget: the lengths of its
+/// variable-length columns, plus the row's own size in memory as a fixed
+/// overhead (its fixed-width columns and the headers of the others).
+pub trait RowBytes {
+    fn bytes(&self) -> usize;
+}
+
+impl RowBytes for CheckpointRow {
+    fn bytes(&self) -> usize {
+        size_of::<Self>()
+            + self.namespace.len()
+            + self.turn_id.len()
+            + self.phase.len()
+            + self.session_id.len()
+            + self.state.len()
+            + self.workflow_version.len()
+    }
+}
+
+impl RowBytes for RecordRow {
+    fn bytes(&self) -> usize {
+        size_of::<Self>()
+            + self.namespace.len()
+            + self.key.len()
+            + self.fingerprint.len()
+            + self.result.len()
+            + self.error.len()
+    }
+}
+
+impl RowBytes for StoredRecordRow {
+    fn bytes(&self) -> usize {
+        size_of::<Self>()
+            + self.namespace.len()
+            + self.turn_id.len()
+            + self.kind.len()
+            + self.scope.len()
+            + self.id.len()
+            + self.parent_id.len()
+            + self.content_type.len()
+            + self.payload.len()
+            + self.metadata.as_ref().map_or(0, String::len)
+            + self.refs.len()
+    }
+}
+
+/// Takes rows from `rows` until the chunk holds `plan.chunk_bytes` or the
+/// stream ends, always at least one row; the rest of the stream is dropped
+/// unread (the query's LIMIT bounds it by `plan.chunk_rows`).
+async fn take_chunk<R: RowBytes>(
+    mut rows: impl Stream<Item = Result<R, sqlx::Error>> + Unpin,
+    plan: Plan,
+) -> Result<Vec<R>, MoveError> {
+    let (mut chunk, mut bytes) = (Vec::new(), 0);
+    while bytes < plan.chunk_bytes.max(1)
+        && let Some(row) = rows.try_next().await?
+    {
+        bytes += row.bytes();
+        chunk.push(row);
+    }
+    Ok(chunk)
+}
 
 const CHECKPOINT_COLUMNS: &str =
     "seq, namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns";
@@ -298,31 +362,33 @@ impl Side {
         Ok(())
     }
 
-    /// Up to `limit` checkpoints after `seq`, in insertion order.
-    pub async fn checkpoints_after(&self, seq: i64, limit: usize) -> Result<Vec<CheckpointRow>, MoveError> {
+    /// The next chunk of checkpoints after `seq`, in insertion order: at most
+    /// `plan.chunk_rows`, and no more once they reach `plan.chunk_bytes`.
+    pub async fn checkpoints_after(&self, seq: i64, plan: Plan) -> Result<Vec<CheckpointRow>, MoveError> {
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE seq > $1 ORDER BY seq LIMIT $2"
         ));
-        Ok(on_both!(self, |pool| sqlx::query_as(sql).bind(seq).bind(limit as i64).fetch_all(pool).await?))
+        on_both!(self, |pool| {
+            take_chunk(sqlx::query_as(sql).bind(seq).bind(plan.chunk_rows as i64).fetch(pool), plan).await
+        })
     }
 
-    /// Up to `limit` records after the key `after`, in key order.
+    /// The next chunk of records after the key `after`, in key order, as
+    /// bounded as `checkpoints_after`.
     pub async fn records_after(
         &self,
         after: Option<&(String, String)>,
-        limit: usize,
+        plan: Plan,
     ) -> Result<Vec<RecordRow>, MoveError> {
         let (namespace, key) = after.cloned().unwrap_or_default();
         let filter = if after.is_some() { "(namespace, key) > ($1, $2)" } else { "$1 = $2" };
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {RECORD_COLUMNS} FROM idempotency WHERE {filter} ORDER BY namespace, key LIMIT $3"
         ));
-        Ok(on_both!(self, |pool| sqlx::query_as(sql)
-            .bind(namespace)
-            .bind(key)
-            .bind(limit as i64)
-            .fetch_all(pool)
-            .await?))
+        on_both!(self, |pool| {
+            let rows = sqlx::query_as(sql).bind(namespace).bind(key).bind(plan.chunk_rows as i64).fetch(pool);
+            take_chunk(rows, plan).await
+        })
     }
 
     /// The columns of `records` as `StoredRecordRow` reads them.
@@ -333,13 +399,14 @@ impl Side {
         }
     }
 
-    /// Up to `limit` records (RecordService) after the key `after`, in key
-    /// order: bytewise on both backends (SQLite's BINARY collation, the "C"
-    /// collation of Postgres's columns).
+    /// The next chunk of records (RecordService) after the key `after`, as
+    /// bounded as `checkpoints_after`, in key order: bytewise on both
+    /// backends (SQLite's BINARY collation, the "C" collation of Postgres's
+    /// columns).
     pub async fn stored_records_after(
         &self,
         after: Option<&RecordKey>,
-        limit: usize,
+        plan: Plan,
     ) -> Result<Vec<StoredRecordRow>, MoveError> {
         let (namespace, turn_id, kind, scope, id) = after.cloned().unwrap_or_default();
         let filter = if after.is_some() {
@@ -351,15 +418,17 @@ impl Side {
             "SELECT {} FROM records WHERE {filter} ORDER BY {STORED_RECORD_KEY} LIMIT $6",
             self.stored_record_columns()
         ));
-        Ok(on_both!(self, |pool| sqlx::query_as(sql)
-            .bind(namespace)
-            .bind(turn_id)
-            .bind(kind)
-            .bind(scope)
-            .bind(id)
-            .bind(limit as i64)
-            .fetch_all(pool)
-            .await?))
+        on_both!(self, |pool| {
+            let rows = sqlx::query_as(sql)
+                .bind(namespace)
+                .bind(turn_id)
+                .bind(kind)
+                .bind(scope)
+                .bind(id)
+                .bind(plan.chunk_rows as i64)
+                .fetch(pool);
+            take_chunk(rows, plan).await
+        })
     }
 
     /// Inserts checkpoints in the order given, skipping keys already stored,
@@ -395,16 +464,17 @@ impl Side {
             }
             Side::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
-                let column = |f: fn(&CheckpointRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+                // Borrowed, so the chunk's bytes are not copied once more.
+                let column = |f: fn(&CheckpointRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
                 let inserted: i64 = sqlx::query_scalar(PG_INSERT_CHECKPOINTS)
-                    .bind(column(|r| r.namespace.clone()))
-                    .bind(column(|r| r.turn_id.clone()))
-                    .bind(column(|r| r.phase.clone()))
+                    .bind(column(|r| &r.namespace))
+                    .bind(column(|r| &r.turn_id))
+                    .bind(column(|r| &r.phase))
                     .bind(rows.iter().map(|r| r.ts_ns).collect::<Vec<_>>())
-                    .bind(column(|r| r.session_id.clone()))
-                    .bind(rows.iter().map(|r| r.state.clone()).collect::<Vec<_>>())
+                    .bind(column(|r| &r.session_id))
+                    .bind(rows.iter().map(|r| &r.state[..]).collect::<Vec<&[u8]>>())
                     .bind(rows.iter().map(|r| r.terminal).collect::<Vec<_>>())
-                    .bind(column(|r| r.workflow_version.clone()))
+                    .bind(column(|r| &r.workflow_version))
                     .bind(rows.iter().map(|r| r.recorded_at_ns).collect::<Vec<_>>())
                     .fetch_one(&mut *tx)
                     .await?;
@@ -463,8 +533,9 @@ impl Side {
                 Ok(inserted)
             }
             Side::Postgres(pool) => {
-                let strings = |f: fn(&RecordRow) -> &String| rows.iter().map(|r| f(r).clone()).collect::<Vec<_>>();
-                let bytes = |f: fn(&RecordRow) -> &Vec<u8>| rows.iter().map(|r| f(r).clone()).collect::<Vec<_>>();
+                // Borrowed, so the chunk's bytes are not copied once more.
+                let strings = |f: fn(&RecordRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
+                let bytes = |f: fn(&RecordRow) -> &[u8]| rows.iter().map(f).collect::<Vec<&[u8]>>();
                 let ints = |f: fn(&RecordRow) -> i64| rows.iter().map(f).collect::<Vec<_>>();
                 let mut tx = pool.begin().await?;
                 let inserted: i64 = sqlx::query_scalar(PG_INSERT_RECORDS)

@@ -6,8 +6,9 @@
 //! one.
 //! Moves between SQLite and Postgres need both backends, so they live in
 //! `postgres_only` below and run in the Postgres pass of scripts/test; the
-//! export/import round trip and the failed verification run on the pass's
-//! own backend against a SQLite file.
+//! export/import round trip, the failed verification and the chunks bounded
+//! by bytes (a copy stopped after some chunks holds only the large rows that
+//! fit them) run on the pass's own backend against a SQLite file.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -456,7 +457,7 @@ async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
     let target = sqlite_in(source.dir(), "target.db");
 
     // Chunks of four: 7 of checkpoints, 4 of idempotency records, then 2 of records.
-    let plan = Plan { chunk_rows: 4, stop_after_chunks: Some(13) };
+    let plan = Plan { chunk_rows: 4, stop_after_chunks: Some(13), ..Plan::default() };
     let stopped = migrate_stores(&source.database(), &target.database(), plan).await;
     assert!(matches!(stopped, Err(MoveError::Stopped(13))), "{stopped:?}");
     let inspect = target.inspect().await;
@@ -464,7 +465,7 @@ async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
     assert_eq!(inspect.count("records").await, 8, "two chunks of four records were committed");
 
     // Resumed in chunks of three, which page through keys with '|' and non-ASCII.
-    let plan = Plan { chunk_rows: 3, stop_after_chunks: None };
+    let plan = Plan { chunk_rows: 3, ..Plan::default() };
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
     assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 27));
     assert_eq!((copied.records_copied, copied.records_present), (0, 15));
@@ -514,6 +515,157 @@ async fn a_target_that_disagrees_fails_verification() {
     assert!(stderr.contains("26 copied, 1 already present"), "{stderr}");
     assert!(stderr.contains("DIFFERS") && stderr.contains("verification FAILED"), "{stderr}");
     assert!(stderr.lines().any(|l| l.starts_with("alpha") && l.ends_with(" ok")), "other namespaces match: {stderr}");
+}
+
+/// Bytes of each large row's state, result or payload.
+const LARGE_BYTES: usize = 40_000;
+/// Large rows of each kind `populate_large` puts.
+const LARGE_ROWS: i64 = 6;
+/// A chunk byte budget that three large rows reach and two do not.
+const THREE_LARGE_ROWS: usize = 100_000;
+
+/// Fills `store` through a sidecar with `LARGE_ROWS` checkpoints, completed
+/// idempotency keys and records, each some `LARGE_BYTES` long.
+async fn populate_large(store: &TestStore) {
+    let sidecar = Sidecar::builder().store(store).start().await;
+    let (mut client, mut keys) = (sidecar.client(), sidecar.idempotency());
+    let pad = "x".repeat(LARGE_BYTES);
+    for i in 0..LARGE_ROWS {
+        let state = format!(r#"{{"pad":"{pad}"}}"#);
+        let request = stepwell_test_support::requests::checkpoint("big", &format!("p{i}"), T0 + i, &state);
+        client.checkpoint(request).await.expect("Checkpoint");
+        let key = format!("big-{i}");
+        let token = acquire(&mut keys, begin_leased(&key, Duration::from_secs(3600))).await;
+        keys.complete(complete(&key, token, pad.as_bytes())).await.expect("Complete");
+    }
+    let records = (0..LARGE_ROWS)
+        .map(|i| Record {
+            turn_id: "big".to_owned(),
+            kind: "blob".to_owned(),
+            id: format!("b{i}"),
+            payload: vec![i as u8; LARGE_BYTES],
+            ..Default::default()
+        })
+        .collect();
+    let request = PutRecordsRequest { namespace: String::new(), records, fence: None };
+    sidecar.records().put_records(request).await.expect("PutRecords");
+    sidecar.stop().await.expect("stop the sidecar");
+}
+
+/// The rows `target` holds: checkpoints, idempotency records, records.
+async fn held(target: &TestStore) -> (i64, i64, i64) {
+    let inspect = target.inspect().await;
+    (inspect.count("checkpoints").await, inspect.count("idempotency").await, inspect.count("records").await)
+}
+
+/// Runs `migrate_stores` with `plan` until it stops after `stop` chunks.
+async fn migrate_stopped(source: &TestStore, target: &TestStore, plan: Plan, stop: usize) {
+    let plan = Plan { stop_after_chunks: Some(stop), ..plan };
+    let stopped = migrate_stores(&source.database(), &target.database(), plan).await;
+    assert!(matches!(stopped, Err(MoveError::Stopped(n)) if n == stop), "{stopped:?}");
+}
+
+#[tokio::test]
+async fn a_chunk_holds_only_the_rows_that_fit_its_byte_budget() {
+    let source = TestStore::new().await;
+    populate_large(&source).await;
+    let target = sqlite_in(source.dir(), "target.db");
+    // 500 rows a chunk, but three large rows reach the budget: each table
+    // goes in two chunks of three. Each run starts over and skips what the
+    // target holds.
+    let plan = Plan { chunk_bytes: THREE_LARGE_ROWS, ..Plan::default() };
+    assert_eq!(plan.chunk_rows, 500);
+    migrate_stopped(&source, &target, plan, 1).await;
+    assert_eq!(held(&target).await, (3, 0, 0), "the first chunk held three checkpoints");
+    migrate_stopped(&source, &target, plan, 3).await;
+    assert_eq!(held(&target).await, (6, 3, 0), "then three idempotency records");
+    migrate_stopped(&source, &target, plan, 5).await;
+    assert_eq!(held(&target).await, (6, 6, 3), "then three records");
+
+    let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
+    assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 6));
+    assert_eq!((copied.records_copied, copied.records_present), (0, 6));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (3, 3));
+    assert_eq!(expected, found, "the target tallies as the source");
+    assert_eq!(held(&target).await, (6, 6, 6));
+}
+
+#[tokio::test]
+async fn a_row_larger_than_the_byte_budget_moves_alone() {
+    let source = TestStore::new().await;
+    populate_large(&source).await;
+    let target = sqlite_in(source.dir(), "target.db");
+    let plan = Plan { chunk_bytes: 1_000, ..Plan::default() };
+    migrate_stopped(&source, &target, plan, 1).await;
+    assert_eq!(held(&target).await, (1, 0, 0), "one checkpoint, larger than the budget, made a chunk");
+    migrate_stopped(&source, &target, plan, 7).await;
+    assert_eq!(held(&target).await, (6, 1, 0), "a chunk per checkpoint, then one idempotency record");
+    migrate_stopped(&source, &target, plan, 13).await;
+    assert_eq!(held(&target).await, (6, 6, 1), "a chunk per idempotency record, then one record");
+
+    let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (5, 1));
+    assert_eq!(expected, found, "the target tallies as the source");
+    assert_eq!(held(&target).await, (6, 6, 6));
+}
+
+#[tokio::test]
+async fn an_import_writes_chunks_bounded_by_bytes() {
+    let source = TestStore::new().await;
+    populate_large(&source).await;
+    let file = source.dir().join("backup.ndjson");
+    // Exported a row a chunk, through the flags.
+    let out = file.to_str().unwrap();
+    let (code, stderr) =
+        run(&["export", "--from", &source.url(), "--out", out, "--chunk-rows", "1", "--chunk-bytes-max", "1048576"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("exported 6 checkpoints, 1 turns, 6 idempotency records and 6 records"), "{stderr}");
+
+    let target = sqlite_in(source.dir(), "imported.db");
+    let database = target.database();
+    let import = |plan: Plan| {
+        let input = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+        stepwell::moving::import_into(&database, input, plan)
+    };
+    let plan = Plan { chunk_bytes: THREE_LARGE_ROWS, ..Plan::default() };
+    let stopped = import(Plan { stop_after_chunks: Some(1), ..plan }).await;
+    assert!(matches!(stopped, Err(MoveError::Stopped(1))), "{stopped:?}");
+    assert_eq!(held(&target).await, (3, 0, 0), "the first chunk held three checkpoints");
+    let stopped = import(Plan { stop_after_chunks: Some(3), ..plan }).await;
+    assert!(matches!(stopped, Err(MoveError::Stopped(3))), "{stopped:?}");
+    assert_eq!(held(&target).await, (6, 3, 0), "then three idempotency records");
+
+    let (copied, expected, found) = import(plan).await.unwrap();
+    assert_eq!((copied.records_copied, copied.records_present), (3, 3));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (6, 0));
+    assert_eq!(expected, found, "the target tallies as the file");
+    assert_eq!(held(&target).await, (6, 6, 6));
+}
+
+#[test]
+fn chunk_flags_are_documented_and_bounded() {
+    for command in ["migrate", "export", "import"] {
+        let output = Command::new(STEPWELL).args([command, "--help"]).output().expect("run stepwell");
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(help.contains("--chunk-rows <ROWS>") && help.contains("--chunk-bytes-max <BYTES>"), "{help}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("none.db").display());
+    let file = dir.path().join("none.ndjson");
+    let file = file.to_str().unwrap();
+    for (rows, bytes) in [("0", "1048575"), ("2001", "268435457"), ("many", "64MiB")] {
+        let chunks = ["--chunk-rows", rows, "--chunk-bytes-max", bytes];
+        for args in [
+            [&["migrate", "--from", &db, "--to", &db][..], &chunks].concat(),
+            [&["export", "--from", &db, "--out", file][..], &chunks].concat(),
+            [&["import", "--to", &db, "--in", file][..], &chunks].concat(),
+        ] {
+            let (code, stderr) = run(&args);
+            assert_eq!(code, 64, "{args:?} is a configuration error: {stderr}");
+            assert!(stderr.contains("--chunk-rows") && stderr.contains("--chunk-bytes-max"), "{stderr}");
+        }
+    }
+    assert!(!dir.path().join("none.db").exists(), "no store was opened");
 }
 
 /// Moves between SQLite and Postgres; both backends are needed, so these
@@ -566,7 +718,7 @@ mod postgres_only {
         let (before, max_token) = populated(&source).await;
         let target = TestStore::on(Database::Postgres { url: fresh_postgres_database().await });
 
-        let plan = Plan { chunk_rows: 4, stop_after_chunks: Some(3) };
+        let plan = Plan { chunk_rows: 4, stop_after_chunks: Some(3), ..Plan::default() };
         let stopped = migrate_stores(&source.database(), &target.database(), plan).await;
         assert!(matches!(stopped, Err(MoveError::Stopped(3))), "{stopped:?}");
         assert_eq!(target.inspect().await.count("checkpoints").await, 12, "three chunks of four were committed");
