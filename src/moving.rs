@@ -76,6 +76,16 @@ impl Plan {
     pub fn from_args(chunks: &ChunkArgs) -> Plan {
         Plan { chunk_rows: chunks.chunk_rows, chunk_bytes: chunks.chunk_bytes_max, ..Plan::default() }
     }
+
+    /// The plan to read the chunk after one of `taken` rows with: its row
+    /// limit at most twice `taken` (and at most this plan's). A read that
+    /// stops at the byte budget drops the rest of its query, which Postgres
+    /// still sends; so after a chunk cut short by large rows the next query
+    /// asks for few more than fit, and the limit grows back by doubling as
+    /// rows get smaller.
+    fn after(self, taken: usize) -> Plan {
+        Plan { chunk_rows: taken.saturating_mul(2).clamp(1, self.chunk_rows.max(1)), ..self }
+    }
 }
 
 /// What one copy did: rows inserted and rows the target already held.
@@ -185,8 +195,10 @@ pub async fn migrate_stores(
 
     let total = source.count("checkpoints").await?;
     let mut after = i64::MIN;
+    let mut read = plan;
     loop {
-        let page = source.checkpoints_after(after, plan).await?;
+        let page = source.checkpoints_after(after, read).await?;
+        read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = last.seq;
         let inserted = target.insert_checkpoints(&page).await?;
@@ -197,8 +209,10 @@ pub async fn migrate_stores(
 
     let total = source.count("idempotency").await?;
     let mut after: Option<(String, String)> = None;
+    let mut read = plan;
     loop {
-        let page = source.records_after(after.as_ref(), plan).await?;
+        let page = source.records_after(after.as_ref(), read).await?;
+        read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = Some((last.namespace.clone(), last.key.clone()));
         let inserted = target.insert_records(&page).await?;
@@ -209,8 +223,10 @@ pub async fn migrate_stores(
 
     let total = source.count("records").await?;
     let mut after: Option<RecordKey> = None;
+    let mut read = plan;
     loop {
-        let page = source.stored_records_after(after.as_ref(), plan).await?;
+        let page = source.stored_records_after(after.as_ref(), read).await?;
+        read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = Some(last.key());
         let inserted = target.insert_stored_records(&page).await?;
@@ -333,3 +349,19 @@ pub async fn import_into(
 
 /// How long opening a store waits on pools and locks.
 const WAIT: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::Plan;
+
+    #[test]
+    fn a_chunk_cut_short_by_bytes_asks_for_few_more_rows_next() {
+        let plan = Plan { chunk_rows: 500, ..Plan::default() };
+        assert_eq!(plan.after(3).chunk_rows, 6, "three rows reached the budget: ask for six");
+        assert_eq!(plan.after(1).chunk_rows, 2);
+        assert_eq!(plan.after(0).chunk_rows, 1, "at least one row");
+        assert_eq!(plan.after(300).chunk_rows, 500, "never more than the plan's rows");
+        assert_eq!(plan.after(500).chunk_rows, 500);
+        assert_eq!(plan.after(3).chunk_bytes, plan.chunk_bytes);
+    }
+}

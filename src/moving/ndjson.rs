@@ -84,8 +84,10 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
     let (mut checkpoints, mut turns, mut records) = (0, 0, 0);
     let mut after = i64::MIN;
+    let mut read = plan;
     loop {
-        let page = source.checkpoints_after(after, plan).await?;
+        let page = source.checkpoints_after(after, read).await?;
+        read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = last.seq;
         for row in &page {
@@ -108,8 +110,10 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
         return Err(error);
     }
     let mut after: Option<(String, String)> = None;
+    let mut read = plan;
     loop {
-        let page = source.records_after(after.as_ref(), plan).await?;
+        let page = source.records_after(after.as_ref(), read).await?;
+        read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = Some((last.namespace.clone(), last.key.clone()));
         for row in &page {
@@ -119,8 +123,10 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
     }
     let mut stored_records = 0;
     let mut after: Option<RecordKey> = None;
+    let mut read = plan;
     loop {
-        let page = source.stored_records_after(after.as_ref(), plan).await?;
+        let page = source.stored_records_after(after.as_ref(), read).await?;
+        read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = Some(last.key());
         for row in &page {
