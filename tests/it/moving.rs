@@ -6,9 +6,10 @@
 //! one.
 //! Moves between SQLite and Postgres need both backends, so they live in
 //! `postgres_only` below and run in the Postgres pass of scripts/test; the
-//! export/import round trip, the failed verification and the chunks bounded
+//! export/import round trip, the failed verification, the chunks bounded
 //! by bytes (a copy stopped after some chunks holds only the large rows that
-//! fit them) run on the pass's own backend against a SQLite file.
+//! fit them) and the largest chunk by rows (one SQLite statement) run on the
+//! pass's own backend against a SQLite file.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -640,6 +641,37 @@ async fn an_import_writes_chunks_bounded_by_bytes() {
     assert_eq!((copied.stored_records_copied, copied.stored_records_present), (6, 0));
     assert_eq!(expected, found, "the target tallies as the file");
     assert_eq!(held(&target).await, (6, 6, 6));
+}
+
+#[tokio::test]
+async fn a_chunk_of_the_most_rows_fits_one_sqlite_statement() {
+    let source = TestStore::new().await;
+    populate_large(&source).await;
+    let file = source.dir().join("backup.ndjson");
+    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    // 2000 idempotency records (the most --chunk-rows takes), each binding
+    // 13 values: one chunk, one statement.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let mut lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let template = lines.iter().find(|line| line["kind"] == "idempotency").unwrap().clone();
+    lines.retain(|line| line["kind"] == "header");
+    for i in 0..2000 {
+        let mut line = template.clone();
+        line["key"] = format!("k{i:04}").into();
+        line["result"] = "".into();
+        lines.push(line);
+    }
+    lines.push(serde_json::json!({"kind": "end", "checkpoints": 0, "turns": 0, "records": 2000, "stored_records": 0}));
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    std::fs::write(&file, text.join("\n")).unwrap();
+
+    let target = sqlite_in(source.dir(), "imported.db");
+    let input = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+    let plan = Plan { chunk_rows: 2000, stop_after_chunks: Some(1), ..Plan::default() };
+    let stopped = stepwell::moving::import_into(&target.database(), input, plan).await;
+    assert!(matches!(stopped, Err(MoveError::Stopped(1))), "{stopped:?}");
+    assert_eq!(held(&target).await, (0, 2000, 0), "one chunk wrote every record");
 }
 
 #[test]
