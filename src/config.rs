@@ -94,6 +94,9 @@ pub enum Command {
     /// Read and release the idempotency keys of a running sidecar.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// List and delete the records (RecordService) of a running sidecar.
+    #[command(subcommand)]
+    Records(RecordsCommand),
     /// Copy every checkpoint, turn and idempotency record from one store to
     /// another (SQLite to Postgres or back), with the sidecars stopped.
     Migrate(MigrateArgs),
@@ -152,8 +155,9 @@ pub enum TurnsCommand {
     Ls(TurnsLs),
     /// Show one turn's checkpoints as a timeline, states summarised.
     Show(TurnArgs),
-    /// Delete one turn and all its checkpoints (needs the admin role).
-    Rm(TurnArgs),
+    /// Delete one turn's checkpoints (needs the admin role); its records
+    /// stay unless --records is given.
+    Rm(TurnRm),
 }
 
 /// Which turns a list shows.
@@ -192,6 +196,67 @@ pub struct TurnArgs {
     pub remote: Remote,
     /// The turn's id.
     pub turn: String,
+}
+
+/// Flags of `stepwell turns rm`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct TurnRm {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turn's id.
+    pub turn: String,
+    /// Also delete the turn's records (DeleteRecords, after the
+    /// checkpoints), so that nothing of the turn stays. Without it the
+    /// records stay.
+    #[arg(long)]
+    pub records: bool,
+}
+
+/// What `stepwell records` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum RecordsCommand {
+    /// List records of one kind: of one turn, or of every turn of the
+    /// namespace when no turn is given; newest id first.
+    Ls(RecordsLs),
+    /// Delete every record of the turns, of every kind (needs the write
+    /// role); the turns' checkpoints stay (see `turns rm --records`).
+    Rm(RecordsRm),
+}
+
+/// Flags of `stepwell records ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct RecordsLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turn's id [default: every turn of the namespace].
+    pub turn: Option<String>,
+    /// The kind to list, such as checkpoint, blob or write (ListRecords
+    /// lists one kind at a time).
+    #[arg(long)]
+    pub kind: String,
+    /// Only records of this scope ("" is a scope of its own) [default: every scope].
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Only records whose metadata contains this JSON object, as Postgres's
+    /// jsonb @> defines containment: '{"source": "loop"}'.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    pub metadata: Option<String>,
+    /// Most records to list.
+    #[arg(long, default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+    /// With --json, also print each payload, in base64.
+    #[arg(long)]
+    pub payload: bool,
+}
+
+/// Flags of `stepwell records rm`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct RecordsRm {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turns whose records to delete.
+    #[arg(required = true, value_name = "TURN")]
+    pub turns: Vec<String>,
 }
 
 /// What `stepwell keys` does.
@@ -951,6 +1016,15 @@ fn octal_mode(text: &str) -> Result<u32, String> {
     match u32::from_str_radix(text, 8) {
         Ok(mode) if mode <= 0o777 => Ok(mode),
         _ => Err(format!("{text:?} is not a permission mode in octal, such as 600 or 660")),
+    }
+}
+
+/// A JSON object, kept as the text given.
+fn json_object(text: &str) -> Result<String, String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(_)) => Ok(text.to_owned()),
+        Ok(_) => Err("must be a JSON object, such as '{\"source\": \"loop\"}'".to_owned()),
+        Err(e) => Err(format!("is not JSON: {e}")),
     }
 }
 

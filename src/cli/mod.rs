@@ -1,7 +1,7 @@
 //! The operator commands that act on a running sidecar over gRPC, so that
 //! its authentication, roles and namespaces apply to them as to any caller:
-//! `stepwell turns ls|show|rm` (`turns`) and `stepwell keys get|release`
-//! (`keys`). This module holds what they share: dialling the target (the
+//! `stepwell turns ls|show|rm` (`turns`), `stepwell keys get|release`
+//! (`keys`) and `stepwell records ls|rm` (`records`). This module holds what they share: dialling the target (the
 //! same code as `stepwell healthcheck`, `probe::connect`), the bearer token
 //! and namespace of every request, the `--timeout-ms` bound on each call, the
 //! output (an aligned table, `key: value` lines for one record, or NDJSON
@@ -21,6 +21,7 @@
 //! | 64   | bad flags, found by stepwell or by the sidecar (INVALID_ARGUMENT) |
 
 mod keys;
+mod records;
 mod turns;
 
 use std::future::Future;
@@ -35,7 +36,8 @@ use tonic_types::StatusExt;
 
 use crate::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use crate::api::pb::idempotency_service_client::IdempotencyServiceClient;
-use crate::config::{KeysCommand, Remote, TurnsCommand};
+use crate::api::pb::record_service_client::RecordServiceClient;
+use crate::config::{KeysCommand, RecordsCommand, Remote, TurnsCommand};
 use crate::probe::{self, ClientTls};
 
 /// Exit code: the sidecar could not be reached or failed.
@@ -65,6 +67,14 @@ pub fn keys(command: &KeysCommand) -> ExitCode {
         KeysCommand::Release(args) => {
             run("stepwell keys release", &args.remote, async |s| keys::release(s, args).await)
         }
+    }
+}
+
+/// Runs `stepwell records …`.
+pub fn records(command: &RecordsCommand) -> ExitCode {
+    match command {
+        RecordsCommand::Ls(args) => run("stepwell records ls", &args.remote, async |s| records::ls(s, args).await),
+        RecordsCommand::Rm(args) => run("stepwell records rm", &args.remote, async |s| records::rm(s, args).await),
     }
 }
 
@@ -208,6 +218,10 @@ impl Session {
 
     fn idempotency(&self) -> IdempotencyServiceClient<Channel> {
         IdempotencyServiceClient::new(self.channel.clone())
+    }
+
+    fn records(&self) -> RecordServiceClient<Channel> {
+        RecordServiceClient::new(self.channel.clone())
     }
 
     /// The namespace the command acts in ("" is the default one).

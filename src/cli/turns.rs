@@ -1,19 +1,20 @@
 //! `stepwell turns ls|show|rm`: ListTurns paged up to `--limit` (open,
 //! terminal, any, or stalled: open and not updated for `--older-than`),
 //! one turn's checkpoints as a timeline with each state summarised, and
-//! DeleteTurn.
+//! DeleteTurn (with `--records`, then DeleteRecords of the turn).
 
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::records::delete_records;
 use super::{
     EXIT_NOT_FOUND, Failure, Session, json_or_null, one_line, print_ndjson, print_record, print_table, put_time,
     text_cell, time_cell,
 };
 use crate::api::pb::{Checkpoint, DeleteTurnRequest, ListTurnsRequest, RestoreRequest, TurnStatus, TurnSummary};
 use crate::clock;
-use crate::config::{TurnArgs, TurnsFilter, TurnsLs};
+use crate::config::{TurnArgs, TurnRm, TurnsFilter, TurnsLs};
 
 /// How long a turn must not have been updated to count as stalled, unless
 /// `--older-than` says otherwise.
@@ -172,17 +173,27 @@ fn summary(state: &[u8]) -> String {
 }
 
 /// `stepwell turns rm`: how many checkpoints were deleted (0 for a turn
-/// that had none, so a repeat succeeds).
-pub(super) async fn rm(session: &Session, args: &TurnArgs) -> Result<(), Failure> {
+/// that had none, so a repeat succeeds); with `--records`, then the turn's
+/// records too, and how many of them went.
+pub(super) async fn rm(session: &Session, args: &TurnRm) -> Result<(), Failure> {
     let request = DeleteTurnRequest { namespace: session.namespace(), turn_id: args.turn.clone() };
     let deleted = session.call(session.checkpoints().delete_turn(session.request(request))).await?.deleted;
+    let records =
+        if args.records { Some(delete_records(session, std::slice::from_ref(&args.turn)).await?) } else { None };
     if session.json() {
         let mut row = Map::new();
         row.insert("turn_id".to_owned(), args.turn.clone().into());
         row.insert("deleted".to_owned(), deleted.into());
+        if let Some(records) = records {
+            row.insert("records_deleted".to_owned(), records.into());
+        }
         print_ndjson([row]);
     } else {
-        print_record(&[("turn", one_line(&args.turn)), ("deleted", format!("{deleted} checkpoints"))]);
+        let mut fields = vec![("turn", one_line(&args.turn)), ("deleted", format!("{deleted} checkpoints"))];
+        if let Some(records) = records {
+            fields.push(("records deleted", format!("{records} records")));
+        }
+        print_record(&fields);
     }
     Ok(())
 }

@@ -1,13 +1,16 @@
 //! The operator commands (`stepwell turns ls|show|rm`, `stepwell keys
-//! get|release`) run as the real binary against a real sidecar on a Unix
-//! socket: records are seeded through the gRPC API with fixed timestamps,
-//! each command's `--json` output is compared with the NDJSON it must print,
-//! and each exit code is checked, also for a caller the sidecar refuses.
+//! get|release`, `stepwell records ls|rm`) run as the real binary against a
+//! real sidecar on a Unix socket: checkpoints, idempotency records and
+//! records are seeded through the gRPC API (checkpoints with fixed
+//! timestamps), each command's `--json` output is compared with the NDJSON
+//! it must print, and each exit code is checked, also for a caller the
+//! sidecar refuses and for flags refused before anything is dialled.
 
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
+use stepwell::api::pb::{ListRecordsRequest, PutRecordsRequest, Record};
 use stepwell::auth::token_sha256;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{T0, begin, checkpoint, complete};
@@ -357,4 +360,320 @@ async fn over_mutual_tls_the_cli_dials_with_its_certificate() {
     assert_eq!(plaintext.stderr.lines().count(), 1, "one line: {}", plaintext.stderr);
     let half = cli_env(socket, &["turns", "ls"], &env[1..2]);
     assert_eq!(half.code, 64, "a certificate without its key or a CA is a usage error: {half:?}");
+}
+
+/// The records of `records_ls_*` and `*_rm_*`: three checkpoints and a blob
+/// in turn `t1` (one checkpoint in scope `sub`), a checkpoint in `t2`.
+async fn seed_records(server: &SidecarProcess) {
+    seed_records_as(server, None).await;
+}
+
+/// `seed_records` with a bearer token.
+async fn seed_records_as(server: &SidecarProcess, token: Option<&str>) {
+    let record = |turn: &str, scope: &str, kind: &str, id: &str, payload: &[u8], metadata: &str| Record {
+        turn_id: turn.to_owned(),
+        scope: scope.to_owned(),
+        kind: kind.to_owned(),
+        id: id.to_owned(),
+        payload: payload.to_vec(),
+        content_type: "application/json".to_owned(),
+        metadata: metadata.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    let records = vec![
+        record("t1", "", "checkpoint", "c1", b"first", r#"{"source": "input"}"#),
+        Record {
+            parent_id: "c1".to_owned(),
+            ..record("t1", "", "checkpoint", "c2", b"0123456789", r#"{"source": "loop"}"#)
+        },
+        Record {
+            refs: vec!["b1".to_owned()],
+            ..record("t1", "sub", "checkpoint", "c3", b"{}", r#"{"source": "loop", "step": 2}"#)
+        },
+        Record { content_type: String::new(), ..record("t1", "sub", "blob", "b1", &[0, 1, 255], "") },
+        record("t2", "", "checkpoint", "c9", b"other", r#"{"source": "loop"}"#),
+    ];
+    let mut request = tonic::Request::new(PutRecordsRequest { namespace: String::new(), records, fence: None });
+    if let Some(token) = token {
+        request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("an ASCII token"));
+    }
+    server.records().put_records(request).await.expect("records seeded");
+}
+
+/// The `id` of each row.
+fn ids(rows: &[Value]) -> Vec<&str> {
+    rows.iter().map(|r| r["id"].as_str().expect("an id")).collect()
+}
+
+#[tokio::test]
+async fn records_ls_lists_a_turns_records_of_a_kind_newest_first() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_records(&server).await;
+    let socket = server.socket_path();
+
+    let listed: Vec<Value> = rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json"])
+        .into_iter()
+        .map(|r| normalise(r, &["recorded_at", "recorded_at_ns"]))
+        .collect();
+    let row = |scope: &str, id: &str, parent: &str, bytes: usize, metadata: Value, refs: &[&str]| {
+        json!({
+            "turn_id": "t1", "scope": scope, "kind": "checkpoint", "id": id, "parent_id": parent,
+            "content_type": "application/json", "payload_bytes": bytes, "metadata": metadata, "refs": refs,
+            "recorded_at": "*", "recorded_at_ns": "*",
+        })
+    };
+    assert_eq!(
+        listed,
+        [
+            row("sub", "c3", "", 2, json!({"source": "loop", "step": 2}), &["b1"]),
+            row("", "c2", "c1", 10, json!({"source": "loop"}), &[]),
+            row("", "c1", "", 5, json!({"source": "input"}), &[]),
+        ]
+    );
+
+    let blobs = rows(socket, &["records", "ls", "t1", "--kind", "blob", "--json", "--payload"]);
+    assert_eq!(blobs.len(), 1);
+    assert_eq!(
+        (&blobs[0]["payload"], &blobs[0]["payload_bytes"], &blobs[0]["metadata"], &blobs[0]["content_type"]),
+        (&json!("AAH/"), &json!(3), &Value::Null, &json!("")),
+        "--payload adds the payload in base64: {}",
+        blobs[0]
+    );
+    let without = rows(socket, &["records", "ls", "t1", "--kind", "blob", "--json"]);
+    assert!(without[0].get("payload").is_none(), "no payload without --payload: {}", without[0]);
+
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json", "--scope", "sub"])),
+        ["c3"]
+    );
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json", "--scope", ""])),
+        ["c2", "c1"],
+        "the empty scope is a scope of its own"
+    );
+    let across = rows(socket, &["records", "ls", "--kind", "checkpoint", "--json"]);
+    assert_eq!(ids(&across), ["c9", "c3", "c2", "c1"], "without a turn, every turn's");
+    assert_eq!(across[0]["turn_id"], json!("t2"));
+    assert_eq!(rows(socket, &["records", "ls", "t1", "--kind", "write", "--json"]), Vec::<Value>::new());
+    assert_eq!(
+        rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json", "--namespace", "elsewhere"]),
+        Vec::<Value>::new()
+    );
+}
+
+#[tokio::test]
+async fn records_ls_filters_by_metadata_and_stops_at_the_limit() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_records(&server).await;
+    let socket = server.socket_path();
+
+    let loop_ = r#"{"source": "loop"}"#;
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json", "--metadata", loop_])),
+        ["c3", "c2"]
+    );
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "--kind", "checkpoint", "--json", "--metadata", loop_])),
+        ["c9", "c3", "c2"]
+    );
+    let step = r#"{"step": 2}"#;
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json", "--metadata", step])),
+        ["c3"]
+    );
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json", "--metadata", "{}"])),
+        ["c3", "c2", "c1"]
+    );
+
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json", "--limit", "2"])),
+        ["c3", "c2"]
+    );
+    assert_eq!(ids(&rows(socket, &["records", "ls", "--kind", "checkpoint", "--json", "--limit", "1"])), ["c9"]);
+}
+
+#[tokio::test]
+async fn records_ls_follows_page_tokens_up_to_the_limit() {
+    let store = TestStore::new().await;
+    // A 1 KiB response budget: each page holds one 600-byte record.
+    let server = SidecarProcess::builder(STEPWELL, &store).flags(&["--response-bytes-max", "1024"]).spawn().await;
+    let records = (0..5)
+        .map(|i| Record {
+            turn_id: "big".to_owned(),
+            kind: "blob".to_owned(),
+            id: format!("b{i}"),
+            payload: vec![b'x'; 600],
+            ..Default::default()
+        })
+        .collect();
+    server
+        .records()
+        .put_records(PutRecordsRequest { namespace: String::new(), records, fence: None })
+        .await
+        .expect("records seeded");
+    let mut client = server.records();
+    let first = client
+        .list_records(ListRecordsRequest { turn_id: "big".to_owned(), kind: "blob".to_owned(), ..Default::default() })
+        .await
+        .expect("ListRecords")
+        .into_inner();
+    assert_eq!(first.entries.len(), 1, "the budget cuts pages short");
+    let socket = server.socket_path();
+
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "big", "--kind", "blob", "--json"])),
+        ["b4", "b3", "b2", "b1", "b0"]
+    );
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "big", "--kind", "blob", "--json", "--limit", "3"])),
+        ["b4", "b3", "b2"]
+    );
+}
+
+#[tokio::test]
+async fn records_ls_without_json_is_a_table() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_records(&server).await;
+    let socket = server.socket_path();
+
+    let listed = cli(socket, &["records", "ls", "t1", "--kind", "checkpoint"]);
+    assert_eq!((listed.code, listed.stderr.as_str()), (0, ""));
+    let lines: Vec<&str> = listed.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", listed.stdout);
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["TURN", "SCOPE", "KIND", "ID", "PARENT", "TYPE", "BYTES", "METADATA", "RECORDED"]);
+    let cells: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(cells[..8], ["t1", "-", "checkpoint", "c2", "c1", "application/json", "10", r#"{"source":"loop"}"#]);
+    assert!(cells[8].ends_with('Z') && cells[8].len() >= 20, "a recorded-at time: {}", lines[2]);
+    assert!(lines[1].starts_with("t1") && lines[1].contains(" sub ") && lines[1].contains(" c3 "), "{}", lines[1]);
+    let id_column = lines[0].find("ID").expect("an ID column");
+    assert_eq!(&lines[3][id_column..id_column + 2], "c1", "columns are aligned:\n{}", listed.stdout);
+}
+
+#[tokio::test]
+async fn records_rm_deletes_the_turns_records_and_keeps_their_checkpoints() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_turns(&server).await;
+    seed_records(&server).await;
+    let socket = server.socket_path();
+
+    assert_eq!(rows(socket, &["records", "rm", "t1", "--json"]), [json!({"turn_ids": ["t1"], "deleted": 4})]);
+    assert_eq!(rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json"]), Vec::<Value>::new());
+    assert_eq!(rows(socket, &["records", "ls", "t1", "--kind", "blob", "--json"]), Vec::<Value>::new());
+    assert_eq!(ids(&rows(socket, &["records", "ls", "--kind", "checkpoint", "--json"])), ["c9"], "t2's records stay");
+    assert_eq!(
+        rows(socket, &["records", "rm", "t1", "t2", "--json"]),
+        [json!({"turn_ids": ["t1", "t2"], "deleted": 1})]
+    );
+    let again = cli(socket, &["records", "rm", "t1", "t2"]);
+    assert_eq!((again.code, again.stdout.as_str()), (0, "turns:   t1, t2\ndeleted: 0 records\n"), "{again:?}");
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "any"]).len(), 3, "checkpoints stay");
+
+    let none = cli(socket, &["records", "rm"]);
+    assert_eq!((none.code, none.stdout.as_str()), (64, ""), "a turn is required: {none:?}");
+}
+
+#[tokio::test]
+async fn turns_rm_with_records_erases_the_turn_whole_and_without_keeps_its_records() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_records(&server).await;
+    let mut client = server.client();
+    for turn in ["t1", "t2"] {
+        client.checkpoint(checkpoint(turn, "started", T0, r#"{"step": 1}"#)).await.expect("seeded");
+    }
+    let socket = server.socket_path();
+
+    assert_eq!(rows(socket, &["turns", "rm", "t2", "--json"]), [json!({"turn_id": "t2", "deleted": 1})]);
+    assert_eq!(ids(&rows(socket, &["records", "ls", "t2", "--kind", "checkpoint", "--json"])), ["c9"], "records stay");
+
+    assert_eq!(
+        rows(socket, &["turns", "rm", "t1", "--records", "--json"]),
+        [json!({"turn_id": "t1", "deleted": 1, "records_deleted": 4})]
+    );
+    assert_eq!(rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json"]), Vec::<Value>::new());
+    assert_eq!(rows(socket, &["records", "ls", "t1", "--kind", "blob", "--json"]), Vec::<Value>::new());
+    assert_eq!(cli(socket, &["turns", "show", "t1"]).code, 2, "no checkpoints left");
+
+    let table = cli(socket, &["turns", "rm", "t2", "--records"]);
+    assert_eq!(
+        (table.code, table.stdout.as_str()),
+        (0, "turn:            t2\ndeleted:         0 checkpoints\nrecords deleted: 1 records\n"),
+        "{table:?}"
+    );
+    assert_eq!(rows(socket, &["records", "ls", "--kind", "checkpoint", "--json"]), Vec::<Value>::new());
+}
+
+#[test]
+fn a_bad_metadata_filter_or_a_missing_kind_exits_64_without_calling_anything() {
+    // Nothing listens here: a command that dialled would exit 1.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let socket = dir.path().join("nobody.sock");
+    for metadata in ["[1, 2]", "\"loop\"", "{not json", "null"] {
+        let run = cli(&socket, &["records", "ls", "t1", "--kind", "checkpoint", "--metadata", metadata]);
+        assert_eq!((run.code, run.stdout.as_str()), (64, ""), "{metadata}: {run:?}");
+        assert!(run.stderr.contains("--metadata"), "{metadata}: {}", run.stderr);
+    }
+    let no_kind = cli(&socket, &["records", "ls", "t1"]);
+    assert_eq!((no_kind.code, no_kind.stdout.as_str()), (64, ""), "{no_kind:?}");
+    assert!(no_kind.stderr.contains("--kind"), "{}", no_kind.stderr);
+    let limit = cli(&socket, &["records", "ls", "--kind", "checkpoint", "--limit", "0"]);
+    assert_eq!(limit.code, 64, "{limit:?}");
+    let dialled = cli(&socket, &["records", "ls", "t1", "--kind", "checkpoint", "--metadata", "{}"]);
+    assert_eq!(dialled.code, 1, "good flags do dial: {dialled:?}");
+}
+
+#[tokio::test]
+async fn records_rm_needs_the_write_role_and_turns_rm_records_the_admin_role() {
+    let store = TestStore::new().await;
+    let grant = |id: &str, token: &str, role: &str| {
+        format!(
+            "[[principals]]\nid = \"{id}\"\ntoken_sha256 = \"{}\"\ngrants = [{{ namespace = \"default\", role = \"{role}\" }}]\n\n",
+            token_sha256(token)
+        )
+    };
+    let path = store.dir().join("auth.toml");
+    let principals = [
+        grant("reader", "swt_reader", "read"),
+        grant("writer", "swt_writer", "write"),
+        grant("admin", "swt_admin", "admin"),
+    ];
+    std::fs::write(&path, principals.concat()).expect("write the auth file");
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .flags(&["--auth-file", path.to_str().expect("a UTF-8 path")])
+        .spawn()
+        .await;
+    seed_records_as(&server, Some("swt_admin")).await;
+    let socket = server.socket_path();
+    let ls = ["records", "ls", "t1", "--kind", "checkpoint", "--json", "--auth-token", "swt_reader"];
+
+    assert_eq!(ids(&rows(socket, &ls)), ["c3", "c2", "c1"], "listing needs the read role only");
+    let anonymous = cli(socket, &["records", "ls", "t1", "--kind", "checkpoint"]);
+    assert_eq!((anonymous.code, anonymous.stdout.as_str()), (3, ""));
+    assert!(
+        anonymous.stderr.starts_with("stepwell records ls: UNAUTHENTICATED (UNAUTHENTICATED): "),
+        "{}",
+        anonymous.stderr
+    );
+
+    let denied = cli(socket, &["records", "rm", "t1", "--auth-token", "swt_reader"]);
+    assert_eq!((denied.code, denied.stdout.as_str()), (3, ""));
+    assert_eq!(
+        denied.stderr,
+        "stepwell records rm: PERMISSION_DENIED (PERMISSION_DENIED): the caller has no write grant for namespace \"default\"\n"
+    );
+    let writer = cli(socket, &["turns", "rm", "t1", "--records", "--auth-token", "swt_writer"]);
+    assert_eq!((writer.code, writer.stdout.as_str()), (3, ""), "DeleteTurn needs the admin role: {writer:?}");
+    assert!(writer.stderr.starts_with("stepwell turns rm: PERMISSION_DENIED "), "{}", writer.stderr);
+    assert_eq!(ids(&rows(socket, &ls)), ["c3", "c2", "c1"], "refused before any record went");
+
+    let env = [("STEPWELL_TOKEN", "swt_writer")];
+    let removed = cli_env(socket, &["records", "rm", "t1", "--json"], &env);
+    assert_eq!((removed.code, removed.stdout.as_str()), (0, "{\"deleted\":4,\"turn_ids\":[\"t1\"]}\n"), "{removed:?}");
+    assert_eq!(rows(socket, &ls), Vec::<Value>::new());
 }
