@@ -207,7 +207,8 @@ pub struct TurnRm {
     pub turn: String,
     /// Also delete the turn's records (DeleteRecords, after the
     /// checkpoints), so that nothing of the turn stays. Without it the
-    /// records stay.
+    /// records stay. Should deleting the records fail, the checkpoints are
+    /// gone already: the same command again finishes the job.
     #[arg(long)]
     pub records: bool,
 }
