@@ -11,9 +11,6 @@ use super::{Failure, Session, one_line, print_ndjson, print_record, print_table,
 use crate::api::pb::{DeleteRecordsRequest, ListRecordsRequest, Record};
 use crate::config::{RecordsLs, RecordsRm};
 
-/// Most records asked for in one page.
-const PAGE_SIZE: u32 = 1000;
-
 /// Most turns one DeleteRecords names (the sidecar's limit).
 const TURNS_PER_DELETE: usize = 1000;
 
@@ -30,11 +27,12 @@ pub(super) async fn ls(session: &Session, args: &RecordsLs) -> Result<(), Failur
         has_scope: args.scope.is_some(),
         kind: args.kind.clone(),
         metadata_contains: args.metadata.clone().unwrap_or_default().into_bytes(),
+        // The sidecar's default page, always within its --page-size-max.
+        page_size: 0,
         ..Default::default()
     };
     let mut records: Vec<Record> = Vec::new();
     loop {
-        request.page_size = (limit - records.len()).min(PAGE_SIZE as usize) as i32;
         let page = session.call(session.records().list_records(session.request(request.clone()))).await?;
         records.extend(page.entries.into_iter().filter_map(|entry| entry.record));
         if page.next_page_token.is_empty() || records.len() >= limit {

@@ -20,9 +20,6 @@ use crate::config::{TurnArgs, TurnRm, TurnsFilter, TurnsLs};
 /// `--older-than` says otherwise.
 const STALLED_AFTER: Duration = Duration::from_secs(3600);
 
-/// Most turns or checkpoints asked for in one page.
-const PAGE_SIZE: u32 = 1000;
-
 /// How many characters of a state that is not a JSON object the timeline shows.
 const SUMMARY_CHARS: usize = 60;
 
@@ -50,11 +47,12 @@ pub(super) async fn ls(session: &Session, args: &TurnsLs) -> Result<(), Failure>
         namespace: session.namespace(),
         status: status.into(),
         updated_before,
+        // The sidecar's default page, always within its --page-size-max.
+        page_size: 0,
         ..Default::default()
     };
     let mut turns: Vec<TurnSummary> = Vec::new();
     loop {
-        request.page_size = (limit - turns.len()).min(PAGE_SIZE as usize) as i32;
         let page = session.call(session.checkpoints().list_turns(session.request(request.clone()))).await?;
         turns.extend(page.turns);
         if page.next_page_token.is_empty() || turns.len() >= limit {
@@ -108,7 +106,8 @@ pub(super) async fn show(session: &Session, args: &TurnArgs) -> Result<(), Failu
     let mut request = RestoreRequest {
         namespace: session.namespace(),
         turn_id: args.turn.clone(),
-        page_size: PAGE_SIZE as i32,
+        // The sidecar's default page, always within its --page-size-max.
+        page_size: 0,
         ..Default::default()
     };
     let mut checkpoints: Vec<Checkpoint> = Vec::new();

@@ -147,6 +147,26 @@ async fn turns_ls_lists_open_terminal_any_and_stalled_turns() {
 }
 
 #[tokio::test]
+async fn listing_works_under_any_page_size_max_the_operator_chose() {
+    let store = TestStore::new().await;
+    // Pages of at most 2: the commands must not ask for more than the sidecar allows.
+    let flags = ["--page-size-max", "2", "--page-size-default", "2"];
+    let server = SidecarProcess::builder(STEPWELL, &store).flags(&flags).spawn().await;
+    seed_turns(&server).await;
+    seed_records(&server).await;
+    let socket = server.socket_path();
+
+    let turns = rows(socket, &["turns", "ls", "--json", "--status", "any"]);
+    let listed: Vec<&str> = turns.iter().map(|t| t["turn_id"].as_str().expect("turn_id")).collect();
+    assert_eq!(listed, ["a-stalled", "b-done", "c-recent"], "three turns over two pages");
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "any", "--limit", "1"]).len(), 1);
+    assert_eq!(rows(socket, &["turns", "show", "a-stalled", "--json"]).len(), 2);
+    let all = rows(socket, &["records", "ls", "--kind", "checkpoint", "--json"]);
+    assert!(all.len() > 2, "records over more than one page: {}", all.len());
+    assert_eq!(rows(socket, &["records", "ls", "--kind", "checkpoint", "--json", "--limit", "1"]).len(), 1);
+}
+
+#[tokio::test]
 async fn turns_show_prints_the_timeline_and_rm_deletes_the_turn() {
     let store = TestStore::new().await;
     let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
