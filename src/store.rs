@@ -24,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use handle::Handle;
-pub use shared::list_turns_sql;
+pub use shared::{expired_turns_sql, list_turns_sql};
 
 use crate::clock::Clock;
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Refusal};

@@ -740,7 +740,8 @@ impl Store for SqliteStore {
                 values.extend(q.except.iter().map(|namespace| namespace as &dyn ToSql));
             }
             values.push(&limit);
-            query_numbered(conn, &expired_turns_sql(&q), &values, |row| Ok((row.get(0)?, row.get(1)?))).map_err(sqlite)
+            query_numbered(conn, &expired_turns_sql(true, &q), &values, |row| Ok((row.get(0)?, row.get(1)?)))
+                .map_err(sqlite)
         })
         .await
     }

@@ -4,12 +4,14 @@
 //! to start with a message naming the lock; once the lock is free it starts.
 //! ListTurns' filters read their own index, never the whole namespace: the
 //! query plans of the statements the store runs show it, on both backends.
+//! So do retention rules: a namespace's reads an index, and on Postgres a
+//! rule across namespaces reads `turns_expiry`.
 //! (Postgres's statement and lock timeouts are in `postgres_only`.)
 
 use sqlx::Connection;
 use stepwell::config::Database;
 use stepwell::model::{ListTurnsQuery, TurnStatus};
-use stepwell::store::list_turns_sql;
+use stepwell::store::{Expired, ExpiredQuery, expired_turns_sql, list_turns_sql};
 
 use stepwell_test_support::backend::{Inspector, TestStore};
 use stepwell_test_support::requests::{T0, assert_inserted, checkpoint};
@@ -182,4 +184,62 @@ async fn list_turns_by_status_or_by_updated_before_reads_its_index_not_the_names
     let stale = plan(&inspector, &query(TurnStatus::Any, Some(TURNS / 100 * MINUTE))).await;
     assert!(stale.iter().any(|step| step.contains("turns_updated")), "updated_before reads turns_updated: {stale:#?}");
     assert!(!scans_the_namespace(&stale), "and never the whole namespace: {stale:#?}");
+}
+
+/// The plan of the retention statement for `q`, one line per step.
+async fn expiry_plan(inspector: &Inspector, q: &ExpiredQuery) -> Vec<String> {
+    let sql = expired_turns_sql(matches!(inspector, Inspector::Sqlite(_)), q);
+    let namespaces: Vec<&str> =
+        q.namespace.iter().map(String::as_str).chain(q.except.iter().map(String::as_str)).collect();
+    match inspector {
+        Inspector::Sqlite(pool) => {
+            let mut query =
+                sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {sql}")))
+                    .bind(q.expired.terminal)
+                    .bind(q.expired.last_before);
+            for namespace in &namespaces {
+                query = query.bind(*namespace);
+            }
+            let rows = query.bind(i64::from(q.limit)).fetch_all(pool).await.expect("explain");
+            rows.into_iter().map(|(_, _, _, detail)| detail).collect()
+        }
+        Inspector::Postgres(pool) => {
+            let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
+                .bind(q.expired.terminal)
+                .bind(q.expired.last_before);
+            for namespace in &namespaces {
+                query = query.bind(*namespace);
+            }
+            query.bind(i64::from(q.limit)).fetch_all(pool).await.expect("explain")
+        }
+    }
+}
+
+#[tokio::test]
+async fn retention_rules_read_an_index_not_every_turn_of_a_status() {
+    let server = Sidecar::builder().start().await;
+    assert_inserted(&mut server.client(), checkpoint("migrated", "started", T0, "{}")).await;
+    fill(server.store()).await;
+    let store = server.store().clone();
+    server.stop().await.expect("stop the sidecar");
+    let _reopened = Sidecar::builder().store(&store).start().await;
+    let inspector = store.inspect().await;
+    // Terminal turns last written in the first hundredth of the range.
+    let expired = Expired { last_before: TURNS / 100 * MINUTE, terminal: true };
+
+    let one = ExpiredQuery { namespace: Some("default".into()), except: Vec::new(), expired, limit: 100 };
+    let plan = expiry_plan(&inspector, &one).await;
+    assert!(
+        plan.iter().any(|step| step.contains("turns_updated")),
+        "a namespace's rule reads turns_updated: {plan:#?}"
+    );
+    assert!(!scans_the_namespace(&plan), "and never the whole namespace: {plan:#?}");
+
+    // Across namespaces, SQLite skips through turns_updated namespace by
+    // namespace; Postgres reads turns_expiry.
+    let across = ExpiredQuery { namespace: None, except: vec!["other".into()], expired, limit: 100 };
+    let plan = expiry_plan(&inspector, &across).await;
+    let index = if let Inspector::Postgres(_) = inspector { "turns_expiry" } else { "turns_updated" };
+    assert!(plan.iter().any(|step| step.contains(index)), "a rule across namespaces reads {index}: {plan:#?}");
+    assert!(!scans_the_namespace(&plan), "and not the table: {plan:#?}");
 }
