@@ -129,7 +129,8 @@ describe("the DurableExecutor contract, on the installed @stepwell/client", () =
         state: { message: { result: i }, slotKey: "slot-1" },
         timestamp,
       }));
-      for (const c of received) await p.executor.checkpoint(c);
+      // Tool results land in any order: the last one first.
+      for (const i of [2, 0, 1]) await p.executor.checkpoint(received[i]!);
       assert.deepEqual(p.inserted, [true, true, true]);
       assert.deepEqual(await p.executor.restore("turn-1"), received);
     } finally {
