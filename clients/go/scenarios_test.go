@@ -27,9 +27,13 @@ import (
 )
 
 type scenario struct {
-	Name        string         `json:"name"`
-	Description string         `json:"description"`
-	Steps       []scenarioStep `json:"steps"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// AdapterStamps says the adapter steps' expectations are those of an
+	// adapter that stamps saves from its own clock, as StoreCheckpoint does,
+	// so this runner checks them as they are.
+	AdapterStamps bool           `json:"adapterStamps"`
+	Steps         []scenarioStep `json:"steps"`
 }
 
 // scenarioStep is one step: an RPC (call), an adapter step (adapter) or a

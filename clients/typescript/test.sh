@@ -17,7 +17,10 @@
 # it). Scripts there then use the installed client from an ES module
 # (import) and from CommonJS (require), checkpointing and reading back
 # against a real sidecar, and a TypeScript file is type-checked against the
-# installed declarations. Last, the README's allowScripts entry lets the
+# installed declarations. test/installed/durable-executor-contract.test.ts,
+# the DurableExecutor contract's tests, is compiled there against the
+# installed declarations and run on the installed client against real
+# sidecars (one of them killed and started again). Last, the README's allowScripts entry lets the
 # install build under strict-allow-scripts, and `npm install --install-links`
 # of the copy and of the tarball `npm pack` makes of it each install a real
 # copy that import and require load.
@@ -143,6 +146,12 @@ printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNe
 STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/app.js"
 STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node "$install_dir/app/app.cjs"
 (cd "$install_dir/app" && node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json && echo "fresh app (TypeScript): consumer.ts (import) and consumer-cjs.cts (require) type-check against the installed declarations")
+
+echo "== pass 3: the DurableExecutor contract, on the installed client"
+cp test/installed/durable-executor-contract.test.ts "$install_dir/app/"
+printf '{ "extends": "./tsconfig.json", "compilerOptions": { "noEmit": false, "outDir": "contract" }, "files": ["durable-executor-contract.test.ts"] }\n' >"$install_dir/app/tsconfig.contract.json"
+(cd "$install_dir/app" && node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.contract.json)
+STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node --test "$install_dir/app/contract/durable-executor-contract.test.js"
 
 echo "== pass 4: the README's allowScripts entry under strict-allow-scripts, npm install --install-links, and npm pack's tarball"
 (

@@ -46,6 +46,35 @@ export function toTimestamp(t: TimeLike): Timestamp {
   return msToTimestamp(ms);
 }
 
+/** Whether the fields of an ISO match name a real date and time of day (no February 30, no second 60, an offset under 24 h). */
+function validFields(m: RegExpExecArray): boolean {
+  const [, y, mo, d, h, mi, s, , zone] = m;
+  const year = +y!;
+  const leap = year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0);
+  const days = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][+mo! - 1];
+  if (days === undefined || +d! < 1 || +d! > days || +h! > 23 || +mi! > 59 || +s! > 59) return false;
+  if (zone === "Z" || zone === "z") return true;
+  const digits = zone!.slice(1).replace(":", "");
+  return +digits.slice(0, 2) <= 23 && +digits.slice(2) <= 59;
+}
+
+/**
+ * Parses an ISO-8601 date-time that names one instant exactly: with its zone
+ * (`Z` or an offset such as `+02:00`) and at most 9 fractional digits, as
+ * `Date.prototype.toISOString()` makes them. Throws a TypeError for anything
+ * else: a string without a zone names a different instant in every time
+ * zone, and digits past the ninth cannot be kept.
+ */
+export function isoInstant(s: unknown): Timestamp {
+  const m = typeof s === "string" ? ISO.exec(s) : null;
+  if (!m || !validFields(m)) {
+    throw new TypeError(
+      `timestamp must be an ISO-8601 date-time with its zone (Z or an offset like +02:00) and at most 9 fractional digits, as new Date().toISOString() gives; got ${typeof s === "string" ? JSON.stringify(s) : typeof s}`,
+    );
+  }
+  return toTimestamp(s as string);
+}
+
 function msToTimestamp(ms: number): Timestamp {
   const seconds = Math.floor(ms / 1000);
   return create(TimestampSchema, {

@@ -1,7 +1,8 @@
 // Runs every language-neutral scenario in clients/scenarios/*.json against a
 // live sidecar: RPC steps through the generated clients (one call per RPC, no
 // retries), adapter steps through one StepwellDurableExecutor per worker
-// (timestamps from the worker's clock), and sidecar steps (stop / start /
+// (timestamps from the worker's clock, stored as given, so loads and
+// histories follow those timestamps), and sidecar steps (stop / start /
 // restart) against a sidecar of the scenario's own.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -10,7 +11,7 @@ import { join } from "node:path";
 import { fromJson, toJson, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
 import { CheckpointService } from "../src/gen/stepwell/v1/checkpoint_pb.js";
 import { IdempotencyService } from "../src/gen/stepwell/v1/idempotency_pb.js";
-import { StepwellClient, StepwellDurableExecutor, toStepwellError } from "../src/index.js";
+import { StepwellClient, StepwellDurableExecutor, toStepwellError, toTimestamp } from "../src/index.js";
 import { SCENARIOS_DIR, freshNamespace, startSidecar, type Sidecar } from "./sidecar.js";
 
 type Json = JsonValue;
@@ -36,6 +37,8 @@ interface Step {
 interface Scenario {
   name: string;
   description: string;
+  /** The adapter steps' expectations are those of an adapter that stamps saves from its own clock. */
+  adapterStamps?: boolean;
   steps: Step[];
 }
 
@@ -131,40 +134,83 @@ interface Worker {
   clock: string | undefined;
 }
 
-async function adapterStep(step: Step, workers: Map<string, Worker>, where: string): Promise<void> {
-  const worker = workers.get(step.worker ?? "")!;
+/** A checkpoint an adapter step saved: at the instant its caller's timestamp names, as the executor stores it. */
+interface Saved {
+  ns: bigint;
+  step: string;
+  state: Json;
+}
+
+/**
+ * What a scenario's adapter steps share: its workers, every run's saves in
+ * the order they were stored, and whether the scenario's expectations are
+ * those of an adapter that stamps saves from its own clock (`adapterStamps`).
+ */
+interface Adapters {
+  workers: Map<string, Worker>;
+  saves: Map<string, Saved[]>;
+  adapterStamps: boolean;
+}
+
+function instantNs(iso: string): bigint {
+  const t = toTimestamp(iso);
+  return t.seconds * 1_000_000_000n + BigInt(t.nanos);
+}
+
+/** A run's saves in the order restore() gives them: by timestamp, equal timestamps in the order stored. */
+function byTimestamp(saves: readonly Saved[]): Saved[] {
+  return [...saves].sort((a, b) => (a.ns < b.ns ? -1 : a.ns > b.ns ? 1 : 0));
+}
+
+async function saveStep(step: Step, worker: Worker, saves: Saved[]): Promise<void> {
+  // The caller of a DurableExecutor stamps the checkpoint from its clock; the executor stores that timestamp.
+  const timestamp = worker.clock ?? new Date().toISOString();
+  await worker.executor.checkpoint({ turnId: step.run!, sessionId: "", phase: step.step!, state: step.state ?? null, timestamp });
+  const ns = instantNs(timestamp);
+  if (!saves.some((s) => s.ns === ns && s.step === step.step)) saves.push({ ns, step: step.step!, state: step.state ?? null });
+}
+
+async function loadStep(step: Step, worker: Worker, adapters: Adapters, where: string): Promise<void> {
+  const newest = (await worker.executor.restore(step.run!)).at(-1);
+  const got: Json = newest ? { step: newest.phase, state: newest.state as Json } : null;
+  const last = byTimestamp(adapters.saves.get(step.run!) ?? []).at(-1);
+  assert.deepEqual(got, last ? { step: last.step, state: last.state } : null, `${where}: not the save with the latest timestamp`);
+  if (adapters.adapterStamps || step.expect === undefined) return;
+  if (step.expect === null) assert.equal(got, null, `${where}: expected no checkpoint, got ${JSON.stringify(got)}`);
+  else {
+    assert.notEqual(got, null, `${where}: expected ${JSON.stringify(step.expect)}, got no checkpoint`);
+    const m = mismatch(step.expect, got);
+    assert.equal(m, "", `${where}: ${m}`);
+  }
+}
+
+async function historyStep(step: Step, worker: Worker, adapters: Adapters, where: string): Promise<void> {
+  const steps = (await worker.executor.restore(step.run!)).map((c) => c.phase);
+  const expected = byTimestamp(adapters.saves.get(step.run!) ?? []).map((s) => s.step);
+  assert.deepEqual(steps, expected, `${where}: not in the order of the callers' timestamps`);
+  if (adapters.adapterStamps || step.expect === undefined) return;
+  const m = mismatch(step.expect, { steps });
+  assert.equal(m, "", `${where}: ${m}`);
+}
+
+/**
+ * An adapter step. The executor stores its caller's timestamps, so every
+ * load and history is checked against the saves ordered by those
+ * timestamps, and against the scenario's `expect` unless the scenario's
+ * expectations are those of an adapter that stamps saves itself.
+ */
+async function adapterStep(step: Step, adapters: Adapters, where: string): Promise<void> {
+  const worker = adapters.workers.get(step.worker ?? "")!;
   if (step.clock !== undefined) worker.clock = step.clock;
-  const run = step.run!;
+  let saves = adapters.saves.get(step.run!);
+  if (!saves) adapters.saves.set(step.run!, (saves = []));
   switch (step.adapter) {
     case "save":
-      // The caller of a DurableExecutor stamps the checkpoint from its clock.
-      await worker.executor.checkpoint({
-        turnId: run,
-        sessionId: "",
-        phase: step.step!,
-        state: step.state ?? null,
-        timestamp: worker.clock ?? new Date().toISOString(),
-      });
-      return;
-    case "load": {
-      const newest = (await worker.executor.restore(run)).at(-1);
-      const got: Json = newest ? { step: newest.phase, state: newest.state as Json } : null;
-      if (step.expect === null) assert.equal(got, null, `${where}: expected no checkpoint, got ${JSON.stringify(got)}`);
-      else if (step.expect !== undefined) {
-        assert.notEqual(got, null, `${where}: expected ${JSON.stringify(step.expect)}, got no checkpoint`);
-        const m = mismatch(step.expect, got);
-        assert.equal(m, "", `${where}: ${m}`);
-      }
-      return;
-    }
-    case "history": {
-      const got: Json = { steps: (await worker.executor.restore(run)).map((c) => c.phase) };
-      if (step.expect !== undefined) {
-        const m = mismatch(step.expect, got);
-        assert.equal(m, "", `${where}: ${m}`);
-      }
-      return;
-    }
+      return saveStep(step, worker, saves);
+    case "load":
+      return loadStep(step, worker, adapters, where);
+    case "history":
+      return historyStep(step, worker, adapters, where);
     default:
       throw new Error(`${where}: unknown adapter step ${String(step.adapter)}`);
   }
@@ -205,6 +251,7 @@ async function runScenario(file: string, scenario: Scenario, sidecar: Sidecar, c
   const saved: Record<string, Json> = {};
   // Every worker's client and adapter, made once before the first step.
   const workers = new Map<string, Worker>();
+  const adapters: Adapters = { workers, saves: new Map(), adapterStamps: scenario.adapterStamps === true };
   for (const step of scenario.steps) {
     if (step.adapter !== undefined && !workers.has(step.worker ?? "")) {
       const workerClient = new StepwellClient({ target: sidecar.target, ...sidecar.connect });
@@ -219,7 +266,7 @@ async function runScenario(file: string, scenario: Scenario, sidecar: Sidecar, c
         continue;
       }
       if (step.adapter !== undefined) {
-        await adapterStep(step, workers, where);
+        await adapterStep(step, adapters, where);
         continue;
       }
       const call = step.call!;
