@@ -115,9 +115,16 @@ pub struct Remote {
     #[arg(long, env = "STEPWELL_TARGET", default_value = "127.0.0.1:50051")]
     pub target: Listen,
 
-    /// Bearer token, when the sidecar runs with --auth-file.
+    /// Bearer token, when the sidecar runs with --auth-file. A token on the
+    /// command line is visible to every user of the host (`ps`): prefer
+    /// --auth-token-file or the STEPWELL_TOKEN variable.
     #[arg(long = "auth-token", env = "STEPWELL_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+
+    /// A file holding the bearer token (a trailing newline is ignored): the
+    /// way to pass a token that `ps` does not show.
+    #[arg(long = "auth-token-file", env = "STEPWELL_TOKEN_FILE", value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
 
     /// Namespace to act in [default: the default namespace].
     #[arg(long, env = "STEPWELL_NAMESPACE", default_value = "")]
