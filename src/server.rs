@@ -258,7 +258,7 @@ fn router(
     let message_max = config.limits.message_bytes_max;
     let connections = &config.connections;
     let concurrency = config.limits.max_concurrent_requests;
-    let admission = Admission::new(concurrency, message_max, connections, metrics.clone(), traces.clone());
+    let admission = Admission::new(shared.clone(), concurrency, connections, metrics.clone(), traces.clone());
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)

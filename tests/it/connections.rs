@@ -3,7 +3,8 @@
 //! and a silent peer. The hostile peers are raw HTTP/2 clients, written
 //! here: one opens many streams and sends headers only, one stalls mid-body,
 //! one breaks the advertised stream limit, one never answers a ping, one
-//! never finishes its preface, one stalls inside a header block. Each
+//! never finishes its preface, one stalls inside a header block, many
+//! without a token send large bodies and never finish them. Each
 //! test shows that the other callers are still served and that the
 //! hostile peer's hold ends.
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use stepwell::api::pb::CheckpointRequest;
+use stepwell::auth::token_sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::Code;
@@ -408,5 +410,55 @@ async fn bodies_being_read_share_a_byte_budget_that_a_stalled_body_cannot_exceed
         }
         assert!(tokio::time::Instant::now() < deadline, "the reset body's bytes were never given back");
         tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn token_less_streams_are_refused_before_their_bodies_and_hold_none_of_the_budget() {
+    const STATE_MAX: usize = 1024;
+    const MESSAGE_MAX: usize = STATE_MAX + 64 * 1024;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let auth_file = dir.path().join("auth.toml");
+    let grant = "grants = [{ namespace = \"default\", role = \"write\" }]";
+    let principal =
+        format!("[[principals]]\nid = \"good\"\ntoken_sha256 = \"{}\"\n{grant}\n", token_sha256("swt_good"));
+    std::fs::write(&auth_file, principal).expect("write the auth file");
+    let server = Sidecar::builder()
+        .configure(|config| {
+            config.limits.state_bytes_max = STATE_MAX;
+            config.limits.message_bytes_max = MESSAGE_MAX;
+            // Room for one large body at a time, and no body read timeout to end the streams.
+            config.connections.body_buffer_bytes_max = MESSAGE_MAX;
+            config.connections.body_read_timeout = WAIT_LIMIT * 4;
+            config.security.auth_file = Some(auth_file);
+        })
+        .start()
+        .await;
+    let mut hostile = Hostile::connect(&server).await;
+    // 32 streams without a token, each announcing a 65,536-byte message,
+    // sending 30 KiB of it (all of them within the connection's window),
+    // and never the rest.
+    let mut stalled = Vec::new();
+    for _ in 0..32 {
+        let (response, mut body) = hostile.open();
+        let mut part = vec![0u8, 0, 1, 0, 0];
+        part.extend_from_slice(&[0x0a; 30 * 1024]);
+        body.send_data(Bytes::from(part), false).expect("part of a body is sent");
+        stalled.push((response, body));
+    }
+    hostile.round_trip().await;
+
+    // A caller with a token is served meanwhile, with a body that would not
+    // fit beside a single one of theirs.
+    let mut good =
+        stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient::new(connect(server.target()).await);
+    let mut request = tonic::Request::new(CheckpointRequest { state: vec![b' '; 40 * 1024], ..probe() });
+    request.metadata_mut().insert("authorization", "Bearer swt_good".parse().expect("a header"));
+    let status = good.checkpoint(request).await.expect_err("the probe is never valid");
+    assert_eq!(status.code(), Code::InvalidArgument, "the good caller is admitted: {status:?}");
+
+    // Each stream is answered UNAUTHENTICATED with its body unfinished.
+    for (response, _body) in stalled {
+        assert_eq!(grpc_status(response).await, (Code::Unauthenticated as i32).to_string());
     }
 }
