@@ -3,7 +3,8 @@
 //! request by method and status code (and an admission refusal by its
 //! reason), the group commit, the store, idempotency outcomes and
 //! checkpoint outcomes, exactly as many as were made; no label carries a
-//! namespace unless asked, and then only an admitted call's; `/healthz` and `/readyz` answer probes; and the
+//! namespace unless asked, and then only an admitted call's and at most
+//! `--metrics-namespace-labels-max` of them; `/healthz` and `/readyz` answer probes; and the
 //! listener keeps to loopback unless the operator says otherwise.
 
 use std::collections::BTreeSet;
@@ -279,6 +280,32 @@ async fn callers_the_sidecar_refuses_label_no_series() {
     let unauthenticated = (Code::Unauthenticated as i32).to_string();
     let refused = [("rpc_method", "Checkpoint"), ("rpc_grpc_status_code", unauthenticated.as_str())];
     assert_eq!(scrape.count(RPC, &refused), 40, "every refused call is still counted");
+}
+
+#[tokio::test]
+async fn namespaces_past_the_label_cap_are_counted_together() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let auth_file = writer_and_reader(store.dir());
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .admin_listen(&admin)
+        .flags(&["--auth-file", &auth_file, "--metrics-namespace-labels", "--metrics-namespace-labels-max", "3"])
+        .spawn()
+        .await;
+    let mut client = server.client();
+    for namespace in ["ns-1", "ns-2", "ns-3", "ns-4", "ns-5", "ns-1", "ns-6"] {
+        let request = CheckpointRequest { namespace: namespace.into(), ..checkpoint("t", "started", T0, "{}") };
+        client.checkpoint(as_holder("swt_writer", request)).await.expect("stored or a duplicate");
+    }
+
+    let scrape = Scrape::of(&admin).await;
+    let expected = ["ns-1", "ns-2", "ns-3", "_other"].map(str::to_owned);
+    assert_eq!(labelled_namespaces(&scrape), BTreeSet::from(expected), "{}", scrape.text);
+    let ok = (Code::Ok as i32).to_string();
+    let by =
+        |namespace| [("rpc_method", "Checkpoint"), ("rpc_grpc_status_code", ok.as_str()), ("namespace", namespace)];
+    assert_eq!(scrape.count(RPC, &by("ns-1")), 2);
+    assert_eq!(scrape.count(RPC, &by("_other")), 3, "ns-4, ns-5 and ns-6 under one value");
 }
 
 /// A running `stepwell serve` that is killed when dropped.
