@@ -4,7 +4,8 @@
 //! here: one opens many streams and sends headers only, one stalls mid-body,
 //! one breaks the advertised stream limit, one never answers a ping, one
 //! never finishes its preface, one stalls inside a header block, many
-//! without a token send large bodies and never finish them. Each
+//! without a token send large bodies and never finish them; and a Unix
+//! socket's client sends the `:authority` gRPC's C core does. Each
 //! test shows that the other callers are still served and that the
 //! hostile peer's hold ends.
 
@@ -210,11 +211,13 @@ async fn a_request_past_the_request_timeout_is_deadline_exceeded_not_a_hang() {
 mod frames {
     use super::*;
 
+    pub const DATA: u8 = 0;
     pub const HEADERS: u8 = 1;
     pub const RST_STREAM: u8 = 3;
     pub const SETTINGS: u8 = 4;
     pub const PING: u8 = 6;
     pub const GOAWAY: u8 = 7;
+    pub const END_STREAM: u8 = 1;
     pub const END_HEADERS: u8 = 4;
     pub const ACK: u8 = 1;
     pub const REFUSED_STREAM: u32 = 7;
@@ -252,7 +255,7 @@ mod frames {
     }
 
     /// The next frame: its type, flags, stream and payload; `None` at the end of the connection.
-    pub async fn read(tcp: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    pub async fn read(tcp: &mut (impl AsyncReadExt + Unpin)) -> Option<(u8, u8, u32, Vec<u8>)> {
         let mut head = [0u8; 9];
         tcp.read_exact(&mut head).await.ok()?;
         let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
@@ -461,4 +464,70 @@ async fn token_less_streams_are_refused_before_their_bodies_and_hold_none_of_the
     for (response, _body) in stalled {
         assert_eq!(grpc_status(response).await, (Code::Unauthenticated as i32).to_string());
     }
+}
+
+/// A Health/Check request's header block as gRPC's C core sends it for a
+/// `unix:` target: `:authority` is the socket's path, percent-encoded. Each
+/// literal is indexed, so the client's dynamic table holds (newest first)
+/// te, content-type, :authority and :path.
+fn health_check_from_c_core() -> Vec<u8> {
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    for (first, value) in [(0x44, "/grpc.health.v1.Health/Check"), (0x41, "unix:%2Ftmp%2Fstepwell.sock")] {
+        block.push(first); // :path, :authority (static names), with incremental indexing
+        block.push(u8::try_from(value.len()).expect("short"));
+        block.extend_from_slice(value.as_bytes());
+    }
+    block.extend_from_slice(&[0x5f, 16]); // content-type (static index 31), indexed
+    block.extend_from_slice(b"application/grpc");
+    block.extend_from_slice(&[0x40, 2]); // a new name, indexed
+    block.extend_from_slice(b"te");
+    block.push(8);
+    block.extend_from_slice(b"trailers");
+    block
+}
+
+#[tokio::test]
+async fn a_unix_socket_serves_the_percent_encoded_authority_of_c_core_clients() {
+    let server = Sidecar::builder().unix_socket().start().await;
+    let Target::Unix(path) = server.target() else { panic!("a Unix socket") };
+    let mut unix = tokio::net::UnixStream::connect(path).await.expect("dial the sidecar");
+    unix.write_all(&frames::preface()).await.expect("the preface");
+    // Stream 1 sends the block; stream 3 names every field by its index in
+    // the dynamic table, :authority (64) among them.
+    let second = [0x83, 0x86, 0x80 | 65, 0x80 | 64, 0x80 | 63, 0x80 | 62];
+    let mut requests = Vec::new();
+    for (stream, block) in [(1u32, health_check_from_c_core()), (3, second.to_vec())] {
+        requests.extend(frames::frame(frames::HEADERS, frames::END_HEADERS, stream, &block));
+        requests.extend(frames::frame(frames::DATA, frames::END_STREAM, stream, &[0, 0, 0, 0, 0]));
+    }
+    let answers = tokio::time::timeout(WAIT_LIMIT, async {
+        let (mut sent, mut answers) = (false, std::collections::BTreeMap::<u32, Vec<u8>>::new());
+        let mut ended = 0;
+        while ended < 2 {
+            let (kind, flags, stream, payload) =
+                frames::read(&mut unix).await.expect("the server keeps the connection");
+            match kind {
+                frames::SETTINGS if flags & frames::ACK == 0 => {
+                    unix.write_all(&frames::frame(frames::SETTINGS, frames::ACK, 0, &[])).await.expect("ack");
+                    if !sent {
+                        unix.write_all(&requests).await.expect("the requests");
+                        sent = true;
+                    }
+                }
+                frames::RST_STREAM => panic!("stream {stream} was reset: {payload:?}"),
+                frames::GOAWAY => panic!("the server closed the connection: {payload:?}"),
+                frames::DATA => answers.entry(stream).or_default().extend(payload),
+                _ => {}
+            }
+            if matches!(kind, frames::DATA | frames::HEADERS) && flags & frames::END_STREAM != 0 {
+                ended += 1;
+            }
+        }
+        answers
+    })
+    .await
+    .expect("both streams are answered");
+    // grpc.health.v1.HealthCheckResponse { status: SERVING }, as one gRPC message.
+    let serving = vec![0, 0, 0, 0, 2, 0x08, 0x01];
+    assert_eq!(answers, [(1, serving.clone()), (3, serving)].into_iter().collect());
 }
