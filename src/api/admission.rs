@@ -194,7 +194,7 @@ impl Admission {
                 parts.extensions.insert(Authenticated(principal));
             }
             Ok(None) => {}
-            // The body is dropped unread; the server tells the caller to stop sending it.
+            // The body is dropped unread: whatever more of it comes is discarded, never buffered.
             Err(error) => return refusal(error),
         }
         let read = tokio::time::timeout(self.body_read_timeout, self.read(body)).await;
