@@ -20,6 +20,9 @@ use base64::Engine;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tonic::codegen::http::header::AUTHORIZATION;
+use tonic::codegen::http::{Extensions, HeaderMap};
+use tonic::transport::server::TcpConnectInfo;
 
 use crate::error::Error;
 
@@ -372,15 +375,53 @@ pub fn new_token_text(id: &str, token: &str) -> String {
     )
 }
 
-/// The credentials a call came with, read before its handler runs. Its
-/// `Debug` leaves the header out, so no log can show a token.
+/// What a call's `authorization` headers hold, when it has any.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Authorization {
+    /// One header, of visible ASCII.
+    One(String),
+    /// One header that is not visible ASCII.
+    NotVisibleAscii,
+    /// More than one header. Which of them the caller meant cannot be
+    /// known, and a proxy or library that adds one to the caller's own
+    /// must not decide who is calling, so such a call is refused whole.
+    Repeated,
+}
+
+impl Authorization {
+    /// The `authorization` headers of a request, `None` when it has none.
+    pub fn of(headers: &HeaderMap) -> Option<Authorization> {
+        let mut values = headers.get_all(AUTHORIZATION).iter();
+        let first = values.next()?;
+        if values.next().is_some() {
+            return Some(Authorization::Repeated);
+        }
+        Some(first.to_str().map_or(Authorization::NotVisibleAscii, |value| Authorization::One(value.to_owned())))
+    }
+}
+
+/// The credentials a call came with, read from its headers and its
+/// connection before its body. Its `Debug` leaves the header out, so no
+/// log can show a token.
 #[derive(Clone, Default)]
 pub struct Credentials {
-    /// The `authorization` header: `None` when absent, `Some(None)` when it
-    /// is not visible ASCII.
-    pub authorization: Option<Option<String>>,
+    /// The `authorization` header, `None` when absent.
+    pub authorization: Option<Authorization>,
     pub peer_identity: Option<PeerIdentity>,
     pub remote: Option<SocketAddr>,
+}
+
+impl Credentials {
+    /// The credentials of a request with these headers and extensions
+    /// (where tonic puts the connection's address and the TLS listener the
+    /// client certificate's identity).
+    pub fn of(headers: &HeaderMap, extensions: &Extensions) -> Credentials {
+        Credentials {
+            authorization: Authorization::of(headers),
+            peer_identity: extensions.get::<PeerIdentity>().cloned(),
+            remote: extensions.get::<TcpConnectInfo>().and_then(TcpConnectInfo::remote_addr),
+        }
+    }
 }
 
 impl fmt::Debug for Credentials {
@@ -399,6 +440,7 @@ impl fmt::Debug for Credentials {
 pub enum Unknown {
     NoCredentials,
     MalformedHeader,
+    RepeatedHeader,
     UnknownToken,
 }
 
@@ -407,6 +449,7 @@ impl Unknown {
         match self {
             Unknown::NoCredentials => "no bearer token or client certificate",
             Unknown::MalformedHeader => "the authorization header is not \"Bearer <token>\"",
+            Unknown::RepeatedHeader => "the request has more than one authorization header",
             Unknown::UnknownToken => "the bearer token is not known",
         }
     }
@@ -449,8 +492,10 @@ impl Authenticator {
     pub fn authenticate(&self, credentials: &Credentials) -> Result<Arc<Principal>, Unknown> {
         let principals = self.current();
         match &credentials.authorization {
-            Some(header) => {
-                let token = header.as_deref().and_then(bearer_token).ok_or(Unknown::MalformedHeader)?;
+            Some(Authorization::Repeated) => Err(Unknown::RepeatedHeader),
+            Some(Authorization::NotVisibleAscii) => Err(Unknown::MalformedHeader),
+            Some(Authorization::One(header)) => {
+                let token = bearer_token(header).ok_or(Unknown::MalformedHeader)?;
                 let hash: [u8; 32] = Sha256::digest(token.as_bytes()).into();
                 principals.by_token_hash(&hash).cloned().ok_or(Unknown::UnknownToken)
             }
@@ -572,7 +617,7 @@ mod tests {
         std::fs::write(&path, text).expect("write");
         let auth = Authenticator::load(&path).expect("valid");
         let with = |header: Option<&str>| Credentials {
-            authorization: header.map(|h| Some(h.to_owned())),
+            authorization: header.map(|h| Authorization::One(h.to_owned())),
             ..Credentials::default()
         };
         assert_eq!(auth.authenticate(&with(Some("Bearer swt_known"))).map(|p| p.id.clone()), Ok("a".to_owned()));
@@ -587,6 +632,35 @@ mod tests {
         std::fs::write(&path, "").expect("write");
         assert_eq!(auth.reload().expect("an empty file is valid"), 0);
         assert_eq!(auth.authenticate(&with(Some("Bearer swt_known"))), Err(Unknown::UnknownToken));
+    }
+
+    #[test]
+    fn two_authorization_headers_are_refused_whatever_they_hold() {
+        let text = format!("[[principals]]\nid = \"a\"\ntoken_sha256 = \"{}\"\n", token_sha256("swt_known"));
+        let auth = Authenticator {
+            path: PathBuf::new(),
+            principals: RwLock::new(Arc::new(Principals::parse(&text).expect("valid"))),
+        };
+        let headers = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append(AUTHORIZATION, value.parse().expect("a header value"));
+            }
+            headers
+        };
+        let id = |values: &[&str]| {
+            let credentials = Credentials::of(&headers(values), &Extensions::new());
+            auth.authenticate(&credentials).map(|p| p.id.clone())
+        };
+        assert_eq!(id(&["Bearer swt_known"]), Ok("a".to_owned()));
+        assert_eq!(id(&[]), Err(Unknown::NoCredentials));
+        for values in [
+            ["Bearer swt_known", "Bearer swt_other"],
+            ["Bearer swt_other", "Bearer swt_known"],
+            ["Bearer swt_known", "Bearer swt_known"],
+        ] {
+            assert_eq!(id(&values), Err(Unknown::RepeatedHeader), "{values:?}");
+        }
     }
 
     #[test]
@@ -609,7 +683,7 @@ mod tests {
         assert_eq!(id(&peer(&["both.example"])), Ok("both".to_owned()));
         assert_eq!(id(&peer(&["spiffe://example.org/other"])), Err(Unknown::NoCredentials));
         let with_token = |header: &str| Credentials {
-            authorization: Some(Some(header.to_owned())),
+            authorization: Some(Authorization::One(header.to_owned())),
             ..peer(&["spiffe://example.org/runner"])
         };
         assert_eq!(id(&with_token("Bearer swt_both")), Ok("both".to_owned()), "the token decides");

@@ -115,9 +115,16 @@ pub struct Remote {
     #[arg(long, env = "STEPWELL_TARGET", default_value = "127.0.0.1:50051")]
     pub target: Listen,
 
-    /// Bearer token, when the sidecar runs with --auth-file.
+    /// Bearer token, when the sidecar runs with --auth-file. A token on the
+    /// command line is visible to every user of the host (`ps`): prefer
+    /// --auth-token-file or the STEPWELL_TOKEN variable.
     #[arg(long = "auth-token", env = "STEPWELL_TOKEN", value_name = "TOKEN", hide_env_values = true)]
     pub auth_token: Option<String>,
+
+    /// A file holding the bearer token (a trailing newline is ignored): the
+    /// way to pass a token that `ps` does not show.
+    #[arg(long = "auth-token-file", env = "STEPWELL_TOKEN_FILE", value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
 
     /// Namespace to act in [default: the default namespace].
     #[arg(long, env = "STEPWELL_NAMESPACE", default_value = "")]
@@ -843,10 +850,18 @@ pub struct ServeArgs {
     pub admin_listen: AdminListen,
 
     /// Label request metrics with their namespace. Each namespace then adds
-    /// its own series (about 20 per method and status code seen), so keep it
-    /// off where callers choose namespaces freely.
+    /// its own series (about 20 per method and status code seen); only
+    /// calls the sidecar admitted are labelled, and at most
+    /// --metrics-namespace-labels-max namespaces.
     #[arg(long, env = "STEPWELL_METRICS_NAMESPACE_LABELS")]
     pub metrics_namespace_labels: bool,
+
+    /// With --metrics-namespace-labels, the most namespaces that get a label
+    /// value of their own; the requests of every namespace after them are
+    /// counted under namespace="_other".
+    #[arg(long = "metrics-namespace-labels-max", env = "STEPWELL_METRICS_NAMESPACE_LABELS_MAX", value_name = "N",
+          default_value = "100", value_parser = count(1, 10_000))]
+    pub metrics_namespace_labels_max: u32,
 
     /// Where traces are exported over OTLP/gRPC, e.g. http://127.0.0.1:4317;
     /// tracing is off without it (README, "Operating stepwell").
@@ -1279,8 +1294,9 @@ pub struct Security {
 pub struct Observability {
     /// Where /metrics, /healthz and /readyz are served; `None` serves none.
     pub admin_listen: Option<SocketAddr>,
-    /// Request metrics carry the namespace as a label.
-    pub namespace_labels: bool,
+    /// Request metrics carry the namespace as a label: at most this many
+    /// namespaces each, the rest under `_other`; `None` labels none.
+    pub namespace_labels: Option<usize>,
     /// Where traces go over OTLP/gRPC; `None` traces nothing.
     pub otlp_endpoint: Option<String>,
     /// The `service.name` of the sidecar's spans.
@@ -1430,7 +1446,7 @@ fn observability(args: &ServeArgs, errors: &mut ConfigErrors) -> Observability {
     let endpoint = args.otlp_traces_endpoint.clone().or_else(|| args.otlp_endpoint.clone()).filter(|e| !e.is_empty());
     Observability {
         admin_listen,
-        namespace_labels: args.metrics_namespace_labels,
+        namespace_labels: args.metrics_namespace_labels.then_some(args.metrics_namespace_labels_max as usize),
         otlp_endpoint: endpoint.filter(|_| exporter != "none"),
         service_name: Some(args.otel_service_name.trim()).filter(|n| !n.is_empty()).unwrap_or("stepwell").to_owned(),
     }
@@ -1679,8 +1695,14 @@ mod tests {
         assert_eq!(defaults.admin_listen, Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!(
             (defaults.namespace_labels, defaults.otlp_endpoint, defaults.service_name.as_str()),
-            (false, None, "stepwell")
+            (None, None, "stepwell")
         );
+        let labels = serve(&["--metrics-namespace-labels"], &Env::default()).unwrap();
+        assert_eq!(Config::from_args(&labels).unwrap().observability.namespace_labels, Some(100));
+        let capped = serve(&["--metrics-namespace-labels", "--metrics-namespace-labels-max", "3"], &Env::default());
+        assert_eq!(Config::from_args(&capped.unwrap()).unwrap().observability.namespace_labels, Some(3));
+        let none = serve(&["--metrics-namespace-labels-max", "0"], &Env::default()).unwrap_err();
+        assert!(mistakes(&none).iter().any(|l| l.contains("--metrics-namespace-labels-max")));
         let off = serve(&["--admin-listen", "off"], &Env::default()).unwrap();
         assert_eq!(Config::from_args(&off).unwrap().observability.admin_listen, None);
 

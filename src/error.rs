@@ -83,8 +83,9 @@ pub enum Error {
     NotReady(&'static str),
 
     /// Authentication is on and the call proved no known principal: no
-    /// credentials, a malformed `authorization` header, or an unknown token.
-    /// `namespace` is the one asked for, when it was well formed.
+    /// credentials, a malformed `authorization` header, more than one, or
+    /// an unknown token. `namespace` is the one asked for, when its message
+    /// was read (admission refuses before the body) and it was well formed.
     #[error("the call is not authenticated: {}", why.as_str())]
     Unauthenticated { why: Unknown, namespace: Option<String>, role: Role },
 

@@ -22,6 +22,8 @@
 //! - `tls`: TLS and mutual TLS on the listener, reloaded on SIGHUP;
 //! - `listener`: the TCP port or Unix socket file served on;
 //! - `preface`: the deadline a new connection has to open itself;
+//! - `unix_authority`: a Unix socket's `:authority`, which HTTP/2 clients
+//!   may send in a form the server would refuse;
 //! - `server`: `serve`, which wires the parts to a listener.
 
 #![forbid(unsafe_code)]
@@ -49,6 +51,7 @@ pub mod traces;
 
 mod preface;
 mod server;
+mod unix_authority;
 
 pub use listener::Listener;
 pub use server::{ServeError, serve};

@@ -9,11 +9,16 @@
 //! Names follow the Prometheus conventions (units in the name, `_total` on
 //! counters) and, for requests, the OpenTelemetry semantic conventions for
 //! RPC servers. No label takes a caller-chosen value (namespace, turn, key)
-//! unless `--metrics-namespace-labels` asks for the namespace. Gauges that
+//! unless `--metrics-namespace-labels` asks for the namespace, and then only
+//! for calls the sidecar admitted and for at most
+//! `--metrics-namespace-labels-max` namespaces, so that no caller can grow
+//! the scrape without bound (series are never dropped). Gauges that
 //! describe a state (queue depth, store health, pool, file sizes) are read
 //! when scraped rather than kept up to date on every request.
 
-use std::sync::{Arc, OnceLock};
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
@@ -30,6 +35,33 @@ const SECONDS_BUCKETS: &[f64] =
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0];
 
 pub const RPC_DURATION: &str = "rpc_server_call_duration_seconds";
+
+/// The namespace label of the requests of every namespace past
+/// `--metrics-namespace-labels-max`; no namespace can be named so, since
+/// namespaces begin with a letter or a digit.
+pub const OTHER_NAMESPACES: &str = "_other";
+
+/// The namespaces that have a label value of their own, first come first
+/// labelled, up to `max`.
+struct NamespaceLabels {
+    max: usize,
+    labelled: Mutex<HashSet<String>>,
+}
+
+impl NamespaceLabels {
+    /// The label value of `namespace`: itself while there is room, else `_other`.
+    fn value<'a>(&self, namespace: &'a str) -> Cow<'a, str> {
+        let mut labelled = self.labelled.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if labelled.contains(namespace) {
+            return Cow::Borrowed(namespace);
+        }
+        if labelled.len() < self.max {
+            labelled.insert(namespace.to_owned());
+            return Cow::Borrowed(namespace);
+        }
+        Cow::Borrowed(OTHER_NAMESPACES)
+    }
+}
 
 /// Begin's outcomes, as `stepwell_idempotency_begins_total{outcome}` names them.
 #[derive(Debug, Clone, Copy)]
@@ -81,7 +113,7 @@ pub enum StoreState {
 pub struct Metrics {
     recorder: Option<PrometheusRecorder>,
     handle: Option<PrometheusHandle>,
-    namespace_labels: bool,
+    namespace_labels: Option<NamespaceLabels>,
     /// Request durations of answered (not refused) requests without a
     /// namespace label, by method and code, registered on first use.
     rpc: Vec<[OnceLock<Histogram>; 17]>,
@@ -122,12 +154,14 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// Metrics that record nothing (the admin listener is off).
     pub fn off() -> Arc<Metrics> {
-        Arc::new(Metrics::build(None, false, "", 0.0))
+        Arc::new(Metrics::build(None, None, "", 0.0))
     }
 
-    /// A registry of its own, every family registered; `backend` is
-    /// `sqlite` or `postgres`, `started_at` the Unix time the process started.
-    pub fn new(namespace_labels: bool, backend: &'static str, started_at: f64) -> Arc<Metrics> {
+    /// A registry of its own, every family registered; `namespace_labels`
+    /// is how many namespaces may label request metrics (`None`: none),
+    /// `backend` is `sqlite` or `postgres`, `started_at` the Unix time the
+    /// process started.
+    pub fn new(namespace_labels: Option<usize>, backend: &'static str, started_at: f64) -> Arc<Metrics> {
         let builder = PrometheusBuilder::new()
             .set_buckets(SECONDS_BUCKETS)
             .and_then(|builder| {
@@ -141,7 +175,7 @@ impl Metrics {
 
     fn build(
         recorder: Option<PrometheusRecorder>,
-        namespace_labels: bool,
+        namespace_labels: Option<usize>,
         backend: &'static str,
         started_at: f64,
     ) -> Metrics {
@@ -169,7 +203,7 @@ impl Metrics {
             r.gauge("process_start_time_seconds", &[]).set(started_at);
         }
         let metrics = Metrics {
-            namespace_labels,
+            namespace_labels: namespace_labels.map(|max| NamespaceLabels { max, labelled: Mutex::default() }),
             rpc: (0..Rpc::ALL.len()).map(|_| std::array::from_fn(|_| OnceLock::new())).collect(),
             batch_writes: r.histogram("stepwell_batch_writes", &[]),
             queue_wait: r.histogram("stepwell_write_queue_wait_seconds", &[]),
@@ -216,7 +250,7 @@ impl Metrics {
 
     /// Whether request metrics carry the namespace.
     pub fn namespace_labels(&self) -> bool {
-        self.namespace_labels && self.enabled()
+        self.namespace_labels.is_some() && self.enabled()
     }
 
     /// The duration histogram of one method's requests answered with
@@ -229,14 +263,17 @@ impl Metrics {
         namespace: Option<&str>,
     ) -> Histogram {
         let Some(recorder) = &self.recorder else { return Histogram::noop() };
-        let namespace = namespace.filter(|_| self.namespace_labels);
+        let namespace = match (&self.namespace_labels, namespace) {
+            (Some(labels), Some(namespace)) => Some(labels.value(namespace)),
+            _ => None,
+        };
         if refusal.is_none() && namespace.is_none() {
             let slot = &self.rpc[rpc as usize][(code as usize).min(16)];
             return slot
                 .get_or_init(|| recorder.register_histogram(&rpc_key(rpc, code, None, None), &METADATA))
                 .clone();
         }
-        recorder.register_histogram(&rpc_key(rpc, code, refusal, namespace), &METADATA)
+        recorder.register_histogram(&rpc_key(rpc, code, refusal, namespace.as_deref()), &METADATA)
     }
 
     /// Turn retention deleted a terminal (or open) turn.

@@ -59,6 +59,7 @@ use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 use crate::tls::{self, ServerTls, TlsError};
 use crate::traces::{Traces, TracesError};
+use crate::unix_authority;
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -258,7 +259,7 @@ fn router(
     let message_max = config.limits.message_bytes_max;
     let connections = &config.connections;
     let concurrency = config.limits.max_concurrent_requests;
-    let admission = Admission::new(concurrency, message_max, connections, metrics.clone(), traces.clone());
+    let admission = Admission::new(shared.clone(), concurrency, connections, metrics.clone(), traces.clone());
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
@@ -369,13 +370,14 @@ fn serve_on(
             let incoming = preface::deadlined(tls::incoming(tcp(l), tls, config::TLS_HANDSHAKE_TIMEOUT), preface);
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), None)
         }
+        // On a Unix socket, an `:authority` the HTTP/2 server would refuse is replaced first.
         (Listener::Unix(l, file), None) => {
-            let incoming = preface::deadlined(UnixListenerStream::new(l), preface);
+            let incoming = preface::deadlined(unix_authority::relaxed(UnixListenerStream::new(l)), preface);
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))
         }
         (Listener::Unix(l, file), Some(tls)) => {
             let incoming = preface::deadlined(
-                tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT),
+                unix_authority::relaxed(tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT)),
                 preface,
             );
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))

@@ -247,9 +247,9 @@ pub fn current() -> Option<SpanContext> {
 }
 
 /// Names the request's namespace and outcome on its span, and keeps the
-/// namespace for its metrics.
+/// namespace for its metrics if `labelled` (the call was admitted).
 /// `namespace` is called only inside a request's scope.
-pub fn annotate(namespace: impl FnOnce() -> String, outcome: &'static str) {
+pub fn annotate(namespace: impl FnOnce() -> String, outcome: &'static str, labelled: bool) {
     let _ = REQUEST.try_with(|scope| {
         let namespace = namespace();
         if let Some(context) = &scope.context {
@@ -257,7 +257,7 @@ pub fn annotate(namespace: impl FnOnce() -> String, outcome: &'static str) {
             span.set_attribute(KeyValue::new("stepwell.namespace", namespace.clone()));
             span.set_attribute(KeyValue::new("stepwell.outcome", outcome));
         }
-        if scope.keep_namespace {
+        if scope.keep_namespace && labelled {
             *scope.namespace.borrow_mut() = Some(namespace);
         }
     });

@@ -2,6 +2,13 @@
 //! before its handler, in this order. Every refusal is answered through the
 //! one status table, without touching the store.
 //!
+//! 0. With `--auth-file`, the caller is authenticated from the request's
+//!    headers and connection (`Shared::authenticate`) before a byte of its
+//!    body is read: an unknown caller hears UNAUTHENTICATED at once and its
+//!    body is never buffered, so it holds none of `--body-buffer-bytes-max`.
+//!    A path that names no method of the services is answered UNIMPLEMENTED
+//!    without its body too. Whether a known caller may act in the namespace
+//!    its message names is decided after the body, in `Shared::answer`.
 //! 1. The body is read whole first, bounded in bytes by `--message-bytes-max`
 //!    (over it: RESOURCE_EXHAUSTED, MESSAGE_TOO_LARGE), across all requests
 //!    by `--body-buffer-bytes-max` (over it: RESOURCE_EXHAUSTED, OVERLOADED),
@@ -44,7 +51,7 @@ use tonic::server::NamedService;
 use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
-use crate::api::status;
+use crate::api::{Authenticated, Shared, status};
 use crate::auth::Rpc;
 use crate::config::Connections;
 use crate::error::Error;
@@ -58,8 +65,10 @@ type Response = tonic::codegen::http::Response<Body>;
 const GRPC_PREFIX_BYTES: usize = 5;
 
 /// The admission limits every wrapped service shares.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Admission {
+    /// Who authenticates callers, and audits those refused.
+    shared: Arc<Shared>,
     permits: Arc<Semaphore>,
     /// Bytes of request bodies read and not yet answered (`--body-buffer-bytes-max`).
     body_bytes: Arc<Semaphore>,
@@ -72,13 +81,15 @@ pub struct Admission {
 
 impl Admission {
     pub fn new(
+        shared: Arc<Shared>,
         max_concurrent_requests: usize,
-        message_bytes_max: usize,
         connections: &Connections,
         metrics: Arc<Metrics>,
         traces: Option<Arc<Traces>>,
     ) -> Admission {
+        let message_bytes_max = shared.limits().message_bytes_max;
         Admission {
+            shared,
             metrics,
             traces,
             permits: Arc::new(Semaphore::new(max_concurrent_requests)),
@@ -92,6 +103,12 @@ impl Admission {
     /// `service` behind these limits.
     pub fn wrap<S>(&self, service: S) -> Admitted<S> {
         Admitted { inner: service, admission: self.clone() }
+    }
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission").field("message_bytes_max", &self.message_bytes_max).finish_non_exhaustive()
     }
 }
 
@@ -132,7 +149,7 @@ where
             let keep_namespace = admission.metrics.namespace_labels();
             let scoped = context.is_some() || keep_namespace;
             let after = admission.request_timeout;
-            let admit = tokio::time::timeout(after, admission.clone().admit(request, inner));
+            let admit = tokio::time::timeout(after, admission.clone().admit(request, rpc, inner));
             let (answer, scope) = if scoped {
                 let scope = RequestScope { context, namespace: Default::default(), keep_namespace };
                 traces::in_request(scope, admit).await
@@ -160,12 +177,26 @@ where
 type Answer = (Response, Option<&'static str>);
 
 impl Admission {
-    /// Reads the body, takes a place, and runs `inner` in it.
-    async fn admit<S>(self, request: Request, inner: S) -> Answer
+    /// Authenticates the caller, reads the body, takes a place, and runs
+    /// `inner` in it.
+    async fn admit<S>(self, request: Request, rpc: Option<Rpc>, inner: S) -> Answer
     where
         S: Service<Request, Response = Response, Error = Infallible>,
     {
-        let (parts, body) = request.into_parts();
+        let Some(rpc) = rpc else {
+            // No such method: the service answers UNIMPLEMENTED without reading the body.
+            let Ok(response) = inner.oneshot(request).await;
+            return (response, None);
+        };
+        let (mut parts, body) = request.into_parts();
+        match self.shared.authenticate(rpc, &parts.headers, &parts.extensions) {
+            Ok(Some(principal)) => {
+                parts.extensions.insert(Authenticated(principal));
+            }
+            Ok(None) => {}
+            // The body is dropped unread: whatever more of it comes is discarded, never buffered.
+            Err(error) => return refusal(error),
+        }
         let read = tokio::time::timeout(self.body_read_timeout, self.read(body)).await;
         let (body, _bytes) = match read {
             Ok(Ok(read)) => read,

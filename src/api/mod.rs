@@ -3,10 +3,12 @@
 //! request checks, and the one error-to-status table. Only `api` knows
 //! protobuf types.
 //!
-//! Every RPC passes through `Shared::answer`, which admits the call first
-//! (with `--auth-file`: who is calling, and may they call this RPC in this
-//! namespace) and runs the handler only then, so a refused call never
-//! reaches the store; it also writes the audit events.
+//! With `--auth-file`, who is calling is decided from the request's headers
+//! alone, before its body is read (`Shared::authenticate`, which admission
+//! calls), so an unknown caller's body is never buffered. Every RPC then
+//! passes through `Shared::answer`, which admits the call (may this caller
+//! call this RPC in this namespace) and runs the handler only then, so a
+//! refused call never reaches the store; both write the audit events.
 
 pub mod admission;
 pub mod checkpoint;
@@ -21,9 +23,10 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
+use tonic::codegen::http::{Extensions, HeaderMap};
 use tonic::{Request, Response, Status};
 
-use crate::auth::{self, AUDIT_TARGET, Authenticator, Credentials, PeerIdentity, Principal, Rpc};
+use crate::auth::{self, AUDIT_TARGET, Authenticator, Credentials, Principal, Rpc};
 use crate::config::Limits;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -68,11 +71,19 @@ enum Subject {
     Key(String),
 }
 
+/// The principal that `Shared::authenticate` found for a request from its
+/// headers, before its body was read; admission puts it in the request's
+/// extensions for the handler's `Call`.
+#[derive(Debug, Clone)]
+pub struct Authenticated(pub Arc<Principal>);
+
 /// One call as admission and the audit log see it, read from the request
 /// before its handler takes the message.
 pub struct Call {
     rpc: Rpc,
     credentials: Credentials,
+    /// Who admission found the caller to be, when authentication is on.
+    principal: Option<Arc<Principal>>,
     namespace: String,
     subject: Subject,
     audited: bool,
@@ -81,14 +92,10 @@ pub struct Call {
 impl Call {
     /// A call of `rpc` in the namespace the request names (empty: `default`).
     pub fn new<T>(rpc: Rpc, request: &Request<T>, namespace: &str) -> Call {
-        let authorization = request.metadata().get("authorization").map(|value| value.to_str().ok().map(str::to_owned));
         Call {
             rpc,
-            credentials: Credentials {
-                authorization,
-                peer_identity: request.extensions().get::<PeerIdentity>().cloned(),
-                remote: request.remote_addr(),
-            },
+            credentials: Credentials::of(request.metadata().as_ref(), request.extensions()),
+            principal: request.extensions().get::<Authenticated>().map(|found| found.0.clone()),
             namespace: namespace.to_owned(),
             subject: Subject::None,
             audited: false,
@@ -141,6 +148,7 @@ impl Shared {
     /// denials and audited calls are written to the audit log.
     pub async fn answer<T>(&self, call: Call, handler: impl Future<Output = Result<T>>) -> Result<Response<T>, Status> {
         let (principal, admitted) = self.admit(&call);
+        let labelled = admitted.is_ok();
         let result = match admitted {
             Ok(()) => handler.await,
             Err(error) => Err(error),
@@ -157,23 +165,56 @@ impl Shared {
             _ => {}
         }
         // A namespace that is not valid is named as such: a label or an
-        // attribute never carries an arbitrary value.
+        // attribute never carries an arbitrary value. Only an admitted call
+        // names a metrics series, so a caller the sidecar refuses cannot
+        // make series by naming namespaces.
         let namespace = || validate::namespace(call.namespace.clone()).unwrap_or_else(|_| INVALID_NAMESPACE.to_owned());
-        traces::annotate(namespace, result.as_ref().err().map_or("ok", status::reason_of));
+        traces::annotate(namespace, result.as_ref().err().map_or("ok", status::reason_of), labelled);
         let denied = matches!(result, Err(Error::Unauthenticated { .. } | Error::PermissionDenied { .. }));
         if denied || call.audited {
-            audit(&call, principal.as_deref(), result.as_ref().err(), denied);
+            let namespace = if call.namespace.is_empty() {
+                Cow::Borrowed(validate::DEFAULT_NAMESPACE)
+            } else {
+                loggable(&call.namespace)
+            };
+            let about = About { namespace: Some(namespace), subject: &call.subject };
+            audit(call.rpc, &call.credentials, principal.as_deref(), &about, result.as_ref().err(), denied);
         }
         result.map(Response::new).map_err(Status::from)
     }
 
+    /// Who is calling, when authentication is on, decided from a request's
+    /// headers and connection before its body is read: an unknown caller
+    /// is refused (and audited) here, so its body is never buffered and it
+    /// learns nothing of its request, not even whether it is valid.
+    pub fn authenticate(
+        &self,
+        rpc: Rpc,
+        headers: &HeaderMap,
+        extensions: &Extensions,
+    ) -> Result<Option<Arc<Principal>>> {
+        let Some(authenticator) = &self.authenticator else { return Ok(None) };
+        let credentials = Credentials::of(headers, extensions);
+        authenticator.authenticate(&credentials).map(Some).map_err(|why| {
+            let error = Error::Unauthenticated { why, namespace: None, role: rpc.role() };
+            let about = About { namespace: None, subject: &Subject::None };
+            audit(rpc, &credentials, None, &about, Some(&error), true);
+            error
+        })
+    }
+
     /// Who is calling, when authentication is on, and whether they may make
-    /// this call: an unknown caller learns nothing of its request (not even
-    /// whether it is valid); a known one hears about a malformed namespace
-    /// before its grants are checked, since grants name valid namespaces.
+    /// this call. The caller is the one admission authenticated (or, for a
+    /// request that did not pass admission, is authenticated here); a known
+    /// caller hears about a malformed namespace before its grants are
+    /// checked, since grants name valid namespaces.
     fn admit(&self, call: &Call) -> (Option<Arc<Principal>>, Result<()>) {
         let Some(authenticator) = &self.authenticator else { return (None, Ok(())) };
-        let principal = match authenticator.authenticate(&call.credentials) {
+        let authenticated = match &call.principal {
+            Some(principal) => Ok(principal.clone()),
+            None => authenticator.authenticate(&call.credentials),
+        };
+        let principal = match authenticated {
             Ok(principal) => principal,
             Err(why) => {
                 let namespace = validate::namespace(call.namespace.clone()).ok();
@@ -233,27 +274,40 @@ impl Shared {
     }
 }
 
+/// What an audit event says a call was about: its namespace and its turn
+/// or key, or nothing for a call refused before its message was read.
+struct About<'a> {
+    namespace: Option<Cow<'a, str>>,
+    subject: &'a Subject,
+}
+
 /// Writes one audit event on `stepwell::audit`: a warning for a denied
 /// call, information otherwise. It names the principal (never a credential),
 /// the peer, the RPC, the namespace, the turn or key, and the outcome.
-fn audit(call: &Call, principal: Option<&Principal>, error: Option<&Error>, denied: bool) {
+fn audit(
+    rpc: Rpc,
+    credentials: &Credentials,
+    principal: Option<&Principal>,
+    about: &About<'_>,
+    error: Option<&Error>,
+    denied: bool,
+) {
     let principal = principal.map_or("anonymous", |p| p.id.as_str());
-    let peer = call.credentials.remote.map_or_else(|| "unknown".to_owned(), |remote| remote.to_string());
-    let rpc = call.rpc.as_str();
-    let namespace =
-        if call.namespace.is_empty() { Cow::Borrowed(validate::DEFAULT_NAMESPACE) } else { loggable(&call.namespace) };
+    let peer = credentials.remote.map_or_else(|| "unknown".to_owned(), |remote| remote.to_string());
+    let rpc = rpc.as_str();
     let outcome = error.map_or("ok", status::reason_of);
     // The level and the fields are part of each event's static description,
     // so each combination is its own event.
     macro_rules! event {
         ($level:expr) => {
-            match &call.subject {
-                Subject::TurnId(turn_id) => tracing::event!(target: AUDIT_TARGET, $level,
+            match (&about.namespace, about.subject) {
+                (Some(namespace), Subject::TurnId(turn_id)) => tracing::event!(target: AUDIT_TARGET, $level,
                     principal, %peer, rpc, %namespace, turn_id = %loggable(turn_id), outcome, "audit"),
-                Subject::Key(key) => tracing::event!(target: AUDIT_TARGET, $level,
+                (Some(namespace), Subject::Key(key)) => tracing::event!(target: AUDIT_TARGET, $level,
                     principal, %peer, rpc, %namespace, key = %loggable(key), outcome, "audit"),
-                Subject::None => tracing::event!(target: AUDIT_TARGET, $level,
+                (Some(namespace), Subject::None) => tracing::event!(target: AUDIT_TARGET, $level,
                     principal, %peer, rpc, %namespace, outcome, "audit"),
+                (None, _) => tracing::event!(target: AUDIT_TARGET, $level, principal, %peer, rpc, outcome, "audit"),
             }
         };
     }

@@ -175,13 +175,38 @@ fn prepare(remote: &Remote) -> Result<(Option<ClientTls>, Option<MetadataValue<A
             return Err(Failure::new(EXIT_USAGE, format!("{head} {}", lines.collect::<Vec<_>>().join("; "))));
         }
     };
-    let auth = match &remote.auth_token {
-        Some(token) => Some(format!("Bearer {token}").parse().map_err(|_| {
-            Failure::new(EXIT_USAGE, "invalid configuration: --auth-token must be visible ASCII".to_owned())
-        })?),
-        None => None,
-    };
+    let auth =
+        match token(remote)? {
+            Some((token, flag)) => Some(format!("Bearer {token}").parse().map_err(|_| {
+                Failure::new(EXIT_USAGE, format!("invalid configuration: {flag} must be visible ASCII"))
+            })?),
+            None => None,
+        };
     Ok((tls, auth))
+}
+
+/// The bearer token, from `--auth-token` (or STEPWELL_TOKEN) or read from
+/// `--auth-token-file`, and the flag it came from; a token given both
+/// ways is refused rather than one of them silently ignored.
+fn token(remote: &Remote) -> Result<Option<(String, &'static str)>, Failure> {
+    let usage = |line: String| Failure::new(EXIT_USAGE, format!("invalid configuration: {line}"));
+    match (&remote.auth_token, &remote.auth_token_file) {
+        (Some(_), Some(_)) => Err(usage(
+            "give the token once: --auth-token (or STEPWELL_TOKEN) or --auth-token-file, not both".to_owned(),
+        )),
+        (Some(token), None) => Ok(Some((token.clone(), "--auth-token"))),
+        (None, None) => Ok(None),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("--auth-token-file {}: could not read it: {e}", path.display())))?;
+            // Files written by `echo` or an editor end with a newline that is no part of the token.
+            let token = text.trim_end_matches(['\n', '\r']);
+            if token.is_empty() {
+                return Err(usage(format!("--auth-token-file {}: the file holds no token", path.display())));
+            }
+            Ok(Some((token.to_owned(), "the token of --auth-token-file")))
+        }
+    }
 }
 
 /// A channel to the sidecar and what every request on it carries.

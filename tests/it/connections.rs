@@ -3,7 +3,9 @@
 //! and a silent peer. The hostile peers are raw HTTP/2 clients, written
 //! here: one opens many streams and sends headers only, one stalls mid-body,
 //! one breaks the advertised stream limit, one never answers a ping, one
-//! never finishes its preface, one stalls inside a header block. Each
+//! never finishes its preface, one stalls inside a header block, many
+//! without a token send large bodies and never finish them; and a Unix
+//! socket's client sends the `:authority` gRPC's C core does. Each
 //! test shows that the other callers are still served and that the
 //! hostile peer's hold ends.
 
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use stepwell::api::pb::CheckpointRequest;
+use stepwell::auth::token_sha256;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::Code;
@@ -208,11 +211,13 @@ async fn a_request_past_the_request_timeout_is_deadline_exceeded_not_a_hang() {
 mod frames {
     use super::*;
 
+    pub const DATA: u8 = 0;
     pub const HEADERS: u8 = 1;
     pub const RST_STREAM: u8 = 3;
     pub const SETTINGS: u8 = 4;
     pub const PING: u8 = 6;
     pub const GOAWAY: u8 = 7;
+    pub const END_STREAM: u8 = 1;
     pub const END_HEADERS: u8 = 4;
     pub const ACK: u8 = 1;
     pub const REFUSED_STREAM: u32 = 7;
@@ -250,7 +255,7 @@ mod frames {
     }
 
     /// The next frame: its type, flags, stream and payload; `None` at the end of the connection.
-    pub async fn read(tcp: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    pub async fn read(tcp: &mut (impl AsyncReadExt + Unpin)) -> Option<(u8, u8, u32, Vec<u8>)> {
         let mut head = [0u8; 9];
         tcp.read_exact(&mut head).await.ok()?;
         let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
@@ -409,4 +414,120 @@ async fn bodies_being_read_share_a_byte_budget_that_a_stalled_body_cannot_exceed
         assert!(tokio::time::Instant::now() < deadline, "the reset body's bytes were never given back");
         tokio::task::yield_now().await;
     }
+}
+
+#[tokio::test]
+async fn token_less_streams_are_refused_before_their_bodies_and_hold_none_of_the_budget() {
+    const STATE_MAX: usize = 1024;
+    const MESSAGE_MAX: usize = STATE_MAX + 64 * 1024;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let auth_file = dir.path().join("auth.toml");
+    let grant = "grants = [{ namespace = \"default\", role = \"write\" }]";
+    let principal =
+        format!("[[principals]]\nid = \"good\"\ntoken_sha256 = \"{}\"\n{grant}\n", token_sha256("swt_good"));
+    std::fs::write(&auth_file, principal).expect("write the auth file");
+    let server = Sidecar::builder()
+        .configure(|config| {
+            config.limits.state_bytes_max = STATE_MAX;
+            config.limits.message_bytes_max = MESSAGE_MAX;
+            // Room for one large body at a time, and no body read timeout to end the streams.
+            config.connections.body_buffer_bytes_max = MESSAGE_MAX;
+            config.connections.body_read_timeout = WAIT_LIMIT * 4;
+            config.security.auth_file = Some(auth_file);
+        })
+        .start()
+        .await;
+    let mut hostile = Hostile::connect(&server).await;
+    // 32 streams without a token, each announcing a 65,536-byte message,
+    // sending 30 KiB of it (all of them within the connection's window),
+    // and never the rest.
+    let mut stalled = Vec::new();
+    for _ in 0..32 {
+        let (response, mut body) = hostile.open();
+        let mut part = vec![0u8, 0, 1, 0, 0];
+        part.extend_from_slice(&[0x0a; 30 * 1024]);
+        body.send_data(Bytes::from(part), false).expect("part of a body is sent");
+        stalled.push((response, body));
+    }
+    hostile.round_trip().await;
+
+    // A caller with a token is served meanwhile, with a body that would not
+    // fit beside a single one of theirs.
+    let mut good =
+        stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient::new(connect(server.target()).await);
+    let mut request = tonic::Request::new(CheckpointRequest { state: vec![b' '; 40 * 1024], ..probe() });
+    request.metadata_mut().insert("authorization", "Bearer swt_good".parse().expect("a header"));
+    let status = good.checkpoint(request).await.expect_err("the probe is never valid");
+    assert_eq!(status.code(), Code::InvalidArgument, "the good caller is admitted: {status:?}");
+
+    // Each stream is answered UNAUTHENTICATED with its body unfinished.
+    for (response, _body) in stalled {
+        assert_eq!(grpc_status(response).await, (Code::Unauthenticated as i32).to_string());
+    }
+}
+
+/// A Health/Check request's header block as gRPC's C core sends it for a
+/// `unix:` target: `:authority` is the socket's path, percent-encoded. Each
+/// literal is indexed, so the client's dynamic table holds (newest first)
+/// te, content-type, :authority and :path.
+fn health_check_from_c_core() -> Vec<u8> {
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    for (first, value) in [(0x44, "/grpc.health.v1.Health/Check"), (0x41, "unix:%2Ftmp%2Fstepwell.sock")] {
+        block.push(first); // :path, :authority (static names), with incremental indexing
+        block.push(u8::try_from(value.len()).expect("short"));
+        block.extend_from_slice(value.as_bytes());
+    }
+    block.extend_from_slice(&[0x5f, 16]); // content-type (static index 31), indexed
+    block.extend_from_slice(b"application/grpc");
+    block.extend_from_slice(&[0x40, 2]); // a new name, indexed
+    block.extend_from_slice(b"te");
+    block.push(8);
+    block.extend_from_slice(b"trailers");
+    block
+}
+
+#[tokio::test]
+async fn a_unix_socket_serves_the_percent_encoded_authority_of_c_core_clients() {
+    let server = Sidecar::builder().unix_socket().start().await;
+    let Target::Unix(path) = server.target() else { panic!("a Unix socket") };
+    let mut unix = tokio::net::UnixStream::connect(path).await.expect("dial the sidecar");
+    unix.write_all(&frames::preface()).await.expect("the preface");
+    // Stream 1 sends the block; stream 3 names every field by its index in
+    // the dynamic table, :authority (64) among them.
+    let second = [0x83, 0x86, 0x80 | 65, 0x80 | 64, 0x80 | 63, 0x80 | 62];
+    let mut requests = Vec::new();
+    for (stream, block) in [(1u32, health_check_from_c_core()), (3, second.to_vec())] {
+        requests.extend(frames::frame(frames::HEADERS, frames::END_HEADERS, stream, &block));
+        requests.extend(frames::frame(frames::DATA, frames::END_STREAM, stream, &[0, 0, 0, 0, 0]));
+    }
+    let answers = tokio::time::timeout(WAIT_LIMIT, async {
+        let (mut sent, mut answers) = (false, std::collections::BTreeMap::<u32, Vec<u8>>::new());
+        let mut ended = 0;
+        while ended < 2 {
+            let (kind, flags, stream, payload) =
+                frames::read(&mut unix).await.expect("the server keeps the connection");
+            match kind {
+                frames::SETTINGS if flags & frames::ACK == 0 => {
+                    unix.write_all(&frames::frame(frames::SETTINGS, frames::ACK, 0, &[])).await.expect("ack");
+                    if !sent {
+                        unix.write_all(&requests).await.expect("the requests");
+                        sent = true;
+                    }
+                }
+                frames::RST_STREAM => panic!("stream {stream} was reset: {payload:?}"),
+                frames::GOAWAY => panic!("the server closed the connection: {payload:?}"),
+                frames::DATA => answers.entry(stream).or_default().extend(payload),
+                _ => {}
+            }
+            if matches!(kind, frames::DATA | frames::HEADERS) && flags & frames::END_STREAM != 0 {
+                ended += 1;
+            }
+        }
+        answers
+    })
+    .await
+    .expect("both streams are answered");
+    // grpc.health.v1.HealthCheckResponse { status: SERVING }, as one gRPC message.
+    let serving = vec![0, 0, 0, 0, 2, 0x08, 0x01];
+    assert_eq!(answers, [(1, serving.clone()), (3, serving)].into_iter().collect());
 }

@@ -3,13 +3,16 @@
 //! request by method and status code (and an admission refusal by its
 //! reason), the group commit, the store, idempotency outcomes and
 //! checkpoint outcomes, exactly as many as were made; no label carries a
-//! namespace unless asked; `/healthz` and `/readyz` answer probes; and the
+//! namespace unless asked, and then only an admitted call's and at most
+//! `--metrics-namespace-labels-max` of them; `/healthz` and `/readyz` answer probes; and the
 //! listener keeps to loopback unless the operator says otherwise.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use tonic::Code;
+use stepwell::auth::token_sha256;
+use tonic::{Code, Request};
 
 use stepwell::api::pb::{BeginOutcome, CheckpointRequest, DeleteTurnRequest, ListTurnsRequest};
 use stepwell_test_support::admin::{Scrape, free_local_address, get};
@@ -220,6 +223,89 @@ async fn namespace_labels_appear_only_when_asked_for() {
         |namespace| [("rpc_method", "Checkpoint"), ("rpc_grpc_status_code", ok.as_str()), ("namespace", namespace)];
     assert_eq!(scrape.count(RPC, &by("tenant-a")), 1);
     assert_eq!(scrape.count(RPC, &by("tenant-b")), 2);
+}
+
+/// The values the `namespace` label takes in the request metrics.
+fn labelled_namespaces(scrape: &Scrape) -> BTreeSet<String> {
+    scrape.matching(RPC, &[]).filter_map(|sample| sample.labels.get("namespace").map(str::to_owned)).collect()
+}
+
+/// `message` as the holder of `token` sends it.
+fn as_holder<T>(token: &str, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("an ASCII header"));
+    request
+}
+
+/// An auth file with a writer of every namespace (`swt_writer`) and a
+/// reader of `open` (`swt_reader`), in `dir`.
+fn writer_and_reader(dir: &std::path::Path) -> String {
+    let principal = |id: &str, token: &str, grant: &str| {
+        format!("[[principals]]\nid = \"{id}\"\ntoken_sha256 = \"{}\"\ngrants = [{grant}]\n\n", token_sha256(token))
+    };
+    let text = [
+        principal("writer", "swt_writer", "{ namespace = \"*\", role = \"write\" }"),
+        principal("reader", "swt_reader", "{ namespace = \"open\", role = \"read\" }"),
+    ]
+    .concat();
+    let path = dir.join("auth.toml");
+    std::fs::write(&path, text).expect("write the auth file");
+    path.to_str().expect("a UTF-8 path").to_owned()
+}
+
+#[tokio::test]
+async fn callers_the_sidecar_refuses_label_no_series() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let auth_file = writer_and_reader(store.dir());
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .admin_listen(&admin)
+        .flags(&["--auth-file", &auth_file, "--metrics-namespace-labels"])
+        .spawn()
+        .await;
+    let mut client = server.client();
+    let in_namespace = |namespace: String| CheckpointRequest { namespace, ..checkpoint("t", "started", T0, "{}") };
+    for i in 0..20 {
+        let refused = client.checkpoint(in_namespace(format!("stranger-{i}"))).await.expect_err("no token");
+        assert_eq!(refused.code(), Code::Unauthenticated);
+        let unknown = as_holder("swt_unknown", in_namespace(format!("guess-{i}")));
+        assert_eq!(client.checkpoint(unknown).await.expect_err("unknown token").code(), Code::Unauthenticated);
+    }
+    let denied = client.checkpoint(as_holder("swt_reader", in_namespace("open".to_owned()))).await;
+    assert_eq!(denied.expect_err("a reader may not write").code(), Code::PermissionDenied);
+    client.checkpoint(as_holder("swt_writer", in_namespace("tenant-a".to_owned()))).await.expect("stored");
+
+    let scrape = Scrape::of(&admin).await;
+    assert_eq!(labelled_namespaces(&scrape), BTreeSet::from(["tenant-a".to_owned()]), "{}", scrape.text);
+    let unauthenticated = (Code::Unauthenticated as i32).to_string();
+    let refused = [("rpc_method", "Checkpoint"), ("rpc_grpc_status_code", unauthenticated.as_str())];
+    assert_eq!(scrape.count(RPC, &refused), 40, "every refused call is still counted");
+}
+
+#[tokio::test]
+async fn namespaces_past_the_label_cap_are_counted_together() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let auth_file = writer_and_reader(store.dir());
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .admin_listen(&admin)
+        .flags(&["--auth-file", &auth_file, "--metrics-namespace-labels", "--metrics-namespace-labels-max", "3"])
+        .spawn()
+        .await;
+    let mut client = server.client();
+    for namespace in ["ns-1", "ns-2", "ns-3", "ns-4", "ns-5", "ns-1", "ns-6"] {
+        let request = CheckpointRequest { namespace: namespace.into(), ..checkpoint("t", "started", T0, "{}") };
+        client.checkpoint(as_holder("swt_writer", request)).await.expect("stored or a duplicate");
+    }
+
+    let scrape = Scrape::of(&admin).await;
+    let expected = ["ns-1", "ns-2", "ns-3", "_other"].map(str::to_owned);
+    assert_eq!(labelled_namespaces(&scrape), BTreeSet::from(expected), "{}", scrape.text);
+    let ok = (Code::Ok as i32).to_string();
+    let by =
+        |namespace| [("rpc_method", "Checkpoint"), ("rpc_grpc_status_code", ok.as_str()), ("namespace", namespace)];
+    assert_eq!(scrape.count(RPC, &by("ns-1")), 2);
+    assert_eq!(scrape.count(RPC, &by("_other")), 3, "ns-4, ns-5 and ns-6 under one value");
 }
 
 /// A running `stepwell serve` that is killed when dropped.

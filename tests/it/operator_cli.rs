@@ -317,6 +317,63 @@ async fn a_caller_without_the_admin_role_cannot_rm_and_exits_3() {
 }
 
 #[tokio::test]
+async fn a_token_file_keeps_the_token_off_the_command_line() {
+    let store = TestStore::new().await;
+    let path = store.dir().join("auth.toml");
+    let reader = format!(
+        "[[principals]]\nid = \"reader\"\ntoken_sha256 = \"{}\"\ngrants = [{{ namespace = \"default\", role = \"read\" }}]\n",
+        token_sha256("swt_reader")
+    );
+    std::fs::write(&path, reader).expect("write the auth file");
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .flags(&["--auth-file", path.to_str().expect("a UTF-8 path")])
+        .spawn()
+        .await;
+    let socket = server.socket_path();
+    let token_file = store.dir().join("token");
+    let file = token_file.to_str().expect("a UTF-8 path");
+
+    // A trailing newline, as `echo` or an editor leaves it, is no part of the token.
+    for text in ["swt_reader\n", "swt_reader\r\n", "swt_reader"] {
+        std::fs::write(&token_file, text).expect("write the token file");
+        let run = cli(socket, &["turns", "ls", "--json", "--auth-token-file", file]);
+        assert_eq!((run.code, run.stderr.as_str()), (0, ""), "{text:?}");
+    }
+    let from_env = cli_env(socket, &["turns", "ls", "--json"], &[("STEPWELL_TOKEN_FILE", file)]);
+    assert_eq!((from_env.code, from_env.stderr.as_str()), (0, ""), "STEPWELL_TOKEN_FILE");
+    std::fs::write(&token_file, "swt_wrong\n").expect("write the token file");
+    assert_eq!(cli(socket, &["turns", "ls", "--auth-token-file", file]).code, 3, "the file's token is the one sent");
+
+    let usage = |run: Run, what: &str| {
+        assert_eq!((run.code, run.stdout.as_str()), (64, ""), "{what}: {run:?}");
+        assert!(run.stderr.contains("--auth-token-file"), "{what}: {}", run.stderr);
+        run.stderr
+    };
+    let missing = store.dir().join("no-such-token");
+    let missing = cli(socket, &["turns", "ls", "--auth-token-file", missing.to_str().expect("a UTF-8 path")]);
+    assert!(usage(missing, "a missing file").contains("no-such-token"));
+    std::fs::write(&token_file, "\n").expect("write the token file");
+    assert!(usage(cli(socket, &["turns", "ls", "--auth-token-file", file]), "an empty file").contains("no token"));
+    let both = cli(socket, &["turns", "ls", "--auth-token", "swt_reader", "--auth-token-file", file]);
+    assert!(usage(both, "both").contains("give the token once"));
+    let env_and_file =
+        cli_env(socket, &["turns", "ls", "--auth-token-file", file], &[("STEPWELL_TOKEN", "swt_reader")]);
+    assert!(usage(env_and_file, "STEPWELL_TOKEN and a file").contains("give the token once"));
+
+    // --help steers operators away from a token on the command line.
+    let help = Command::new(STEPWELL).args(["turns", "ls", "--help"]).env_clear().output().expect("run stepwell");
+    let help = String::from_utf8(help.stdout).expect("UTF-8 help");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains(
+            "visible to every user of the host (`ps`): prefer --auth-token-file or the STEPWELL_TOKEN variable"
+        ),
+        "{help}"
+    );
+    assert!(help.contains("--auth-token-file <PATH>"), "{help}");
+}
+
+#[tokio::test]
 async fn without_json_the_output_is_a_table_with_headers() {
     let store = TestStore::new().await;
     let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;

@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 
-from conftest import Sidecar, fresh_namespace
+from conftest import _SERVING, Sidecar, _HealthCheckRequest, _HealthCheckResponse, fresh_namespace
 from stepwell import (
     AsyncClient,
     CheckpointConflict,
@@ -31,7 +31,9 @@ from stepwell import (
     WorkflowVersionMismatch,
 )
 from stepwell.v1 import checkpoint_pb2 as cp
+from stepwell.v1 import checkpoint_pb2_grpc as cp_grpc
 from stepwell.v1 import idempotency_pb2 as ip
+from stepwell.v1 import idempotency_pb2_grpc as ip_grpc
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -265,6 +267,37 @@ def test_unix_socket(workdir) -> None:
         with Client(f"unix:{sock}", namespace=fresh_namespace()) as c:
             assert c.checkpoint("u", "p", {"unix": True}, timestamp=T0).inserted
             assert json.loads(c.latest("u").state) == {"unix": True}
+    finally:
+        s.stop()
+
+
+def test_generated_stubs_reach_a_unix_socket_with_default_options(workdir) -> None:
+    """Plain grpcio and the generated stubs, with no channel option: gRPC's
+    C core sends a unix: target's path, percent-encoded, as :authority, and
+    the sidecar must serve such calls (health, and the API) all the same."""
+    sock = workdir / "stubs.sock"
+    s = Sidecar(f"unix:{sock}", workdir)
+    namespace = fresh_namespace()
+    try:
+        with grpc.insecure_channel(f"unix:{sock}") as channel:
+            check = channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=_HealthCheckRequest.SerializeToString,
+                response_deserializer=_HealthCheckResponse.FromString,
+            )
+            assert check(_HealthCheckRequest(service=""), timeout=10).status == _SERVING
+            checkpoints = cp_grpc.CheckpointServiceStub(channel)
+            # Several calls on one connection: after the first, the client
+            # names its :authority by its index in the header table.
+            for i in range(3):
+                request = cp.CheckpointRequest(namespace=namespace, turn_id="stubs", phase=f"p{i}", state=b"{}")
+                request.timestamp.FromDatetime(T0 + dt.timedelta(seconds=i))
+                assert checkpoints.Checkpoint(request, timeout=10).inserted
+            restored = checkpoints.Restore(cp.RestoreRequest(namespace=namespace, turn_id="stubs"), timeout=10)
+            assert [c.phase for c in restored.checkpoints] == ["p0", "p1", "p2"]
+            with pytest.raises(grpc.RpcError) as missing:
+                ip_grpc.IdempotencyServiceStub(channel).Get(ip.GetRequest(namespace=namespace, key="k"), timeout=10)
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         s.stop()
 
