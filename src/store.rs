@@ -9,6 +9,7 @@
 //! nothing of the batch was committed.
 
 pub mod batch;
+mod cause;
 mod handle;
 pub mod postgres;
 mod rows;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use cause::Cause;
 pub use handle::Handle;
 pub use shared::{expired_turns_sql, list_turns_sql};
 

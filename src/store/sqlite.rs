@@ -347,6 +347,12 @@ fn sqlite(error: rusqlite::Error) -> sqlx::Error {
     }
 }
 
+/// The extended result code of an error SQLite gave, or `None` for an
+/// error of another database.
+pub(super) fn result_code(error: &dyn sqlx::error::DatabaseError) -> Option<i32> {
+    error.try_downcast_ref::<SqliteFailure>().and_then(|failure| failure.code)
+}
+
 /// The names SQLite gives `$1`, `$2`, … parameters.
 const NUMBERED: [&str; 12] = ["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12"];
 
@@ -808,5 +814,26 @@ impl Store for SqliteStore {
             drop(writer);
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Cause;
+
+    #[test]
+    fn a_write_lock_held_past_the_busy_timeout_is_contention() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("busy.db");
+        let holder = Connection::open(&path).expect("open the file");
+        holder.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x); BEGIN IMMEDIATE").expect("take the lock");
+        let waiter = Connection::open(&path).expect("open it again");
+        waiter.busy_timeout(Duration::from_millis(1)).expect("a short busy timeout");
+        let busy = run(&waiter, "BEGIN IMMEDIATE").expect_err("the lock is held");
+        let error = Error::Database(sqlite(busy));
+        assert_eq!(error.cause(), Cause::SqliteBusy, "{error}");
+        assert!(error.cause().is_contention());
+        assert_eq!(error.code().as_deref(), Some("5"), "SQLITE_BUSY's result code is logged");
     }
 }
