@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, Semaphore};
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
 use super::rows::{self, CheckpointRow, InsertedRow, PageRow, RecordRow, TurnRow, decode_error};
 use super::shared::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN, TURN, expired_turns_sql, list_turns_sql};
-use super::{Error, ExpiredQuery, IdleQuery, Options, Store, Write, Written};
+use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
@@ -627,24 +627,22 @@ fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-#[async_trait]
-impl Store for SqliteStore {
+impl SqliteStore {
     /// On the calling thread (the committer's): a batch of appends alone is
     /// one statement, atomic and durable by itself (the trigger keeps the
     /// turns); any other batch is a transaction that takes the write lock at
     /// BEGIN, so it can never fail to upgrade its lock.
-    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
-        let recorded_at = system_now();
+    async fn run_batch(&self, batch: &[Write], recorded_at: UnixNanos) -> Result<batch::Ran, Error> {
         let mut guard = self.writer.lock().await;
         let conn = guard.as_mut().ok_or(Error::WriterStopped)?;
-        if !batch::needs_transaction(&batch) {
+        if !batch::needs_transaction(batch) {
             return batch::run(&mut Batch { conn, clock: &self.clock }, batch, recorded_at).await;
         }
         run(conn, "BEGIN IMMEDIATE").map_err(sqlite)?;
-        let written = batch::run(&mut Batch { conn: &mut *conn, clock: &self.clock }, batch, recorded_at).await;
-        let committed = written.and_then(|written| {
+        let ran = batch::run(&mut Batch { conn: &mut *conn, clock: &self.clock }, batch, recorded_at).await;
+        let committed = ran.and_then(|ran| {
             run(conn, "COMMIT").map_err(sqlite)?;
-            Ok(written)
+            Ok(ran)
         });
         if committed.is_err() && !conn.is_autocommit() {
             // Nothing of a failed batch stays: its transaction is undone.
@@ -653,6 +651,18 @@ impl Store for SqliteStore {
             }
         }
         committed
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    /// Runs the batch on the calling thread (`run_batch`), and hands it back if it did not commit.
+    async fn attempt(&self, batch: Vec<Write>) -> Result<Written, NotCommitted> {
+        let recorded_at = system_now();
+        match self.run_batch(&batch, recorded_at).await {
+            Ok(ran) => Ok(ran.answers(batch, recorded_at)),
+            Err(error) => Err(NotCommitted { error, batch }),
+        }
     }
 
     fn writes_block(&self) -> bool {
