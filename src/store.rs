@@ -3,12 +3,15 @@
 //! `open`, which picks the backend once at start-up. Only `store` and its
 //! submodules contain SQL, and they never read the configuration.
 //!
-//! Writes reach a backend in batches (`Store::write`), one transaction each,
-//! from the group-commit `writer`; `batch` holds what a batch means. A write
-//! is answered only after the store committed its batch; an error means
-//! nothing of the batch was committed.
+//! Writes reach a backend in batches (`Store::attempt`), one transaction
+//! each, from the group-commit `writer`; `batch` holds what a batch means. A
+//! write is answered only after the store committed its batch; an error
+//! means nothing of the batch was committed, and the batch comes back with
+//! it, whole, for the writer to try again when the error's `Cause` was
+//! contention.
 
 pub mod batch;
+mod cause;
 mod handle;
 pub mod postgres;
 mod rows;
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use cause::Cause;
 pub use handle::Handle;
 pub use shared::{expired_turns_sql, list_turns_sql};
 
@@ -228,6 +232,20 @@ pub struct Written {
     pub copied: Vec<u64>,
 }
 
+/// A batch the store did not commit, nothing of it: why, and the batch
+/// itself, handed back unchanged.
+pub struct NotCommitted {
+    pub error: Error,
+    pub batch: Vec<Write>,
+}
+
+impl std::fmt::Debug for NotCommitted {
+    /// The reason and the batch's size: a batch's states are not for logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotCommitted").field("error", &self.error).field("writes", &self.batch.len()).finish()
+    }
+}
+
 /// What a turn must still be for retention to delete it, checked by each
 /// chunk under the turn's lock: not written at or after `last_before` (its
 /// newest checkpoint older), and still terminal (or still open).
@@ -281,11 +299,18 @@ pub struct Deleted {
 /// follows their plans, and commits.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Commits a batch of writes in one transaction and answers each. An
-    /// error means nothing of the batch was committed.
-    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error>;
+    /// Commits a batch of writes in one transaction and answers each; or,
+    /// when nothing of it was committed, hands the batch back whole with the
+    /// reason, so that the writer can try it again.
+    async fn attempt(&self, batch: Vec<Write>) -> Result<Written, NotCommitted>;
 
-    /// Whether `write` does its work on the thread that polls it, blocking
+    /// `attempt`, for a caller that will not try again. An error means
+    /// nothing of the batch was committed.
+    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
+        self.attempt(batch).await.map_err(|not_committed| not_committed.error)
+    }
+
+    /// Whether `attempt` does its work on the thread that polls it, blocking
     /// that thread until the commit (SQLite's, whose connection is
     /// synchronous): the writer then runs on a thread of its own, never on
     /// the runtime's workers. A store that awaits its database says no.

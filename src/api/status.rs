@@ -91,7 +91,14 @@ impl From<Error> for Status {
             Error::ResultMismatch => status(Code::AlreadyExists, message, reason, HashMap::new()),
             Error::KeyNotFound => status(Code::NotFound, message, reason, HashMap::new()),
             Error::Unavailable(source) => {
-                tracing::warn!(error = %source, "store unavailable; request not acknowledged");
+                // Which wait ran out, or what broke, and the database's own
+                // code: for the operator. The client hears only the reason.
+                tracing::warn!(
+                    cause = %source.cause(),
+                    code = source.code().as_deref(),
+                    error = %source,
+                    "store unavailable; request not acknowledged"
+                );
                 status(Code::Unavailable, message, reason, HashMap::new())
             }
             Error::Overloaded(_) => status(Code::ResourceExhausted, message, reason, HashMap::new()),
@@ -102,7 +109,7 @@ impl From<Error> for Status {
                 HashMap::from([("limit_bytes".to_owned(), limit.to_string())]),
             ),
             Error::StoreFull(source) => {
-                tracing::warn!(error = %source, "store full; write not acknowledged");
+                tracing::warn!(code = source.code().as_deref(), error = %source, "store full; write not acknowledged");
                 status(Code::ResourceExhausted, message, reason, HashMap::new())
             }
             Error::NotReady(_) => status(Code::Unavailable, message, reason, HashMap::new()),

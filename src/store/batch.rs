@@ -357,20 +357,34 @@ pub fn needs_transaction(batch: &[Write]) -> bool {
     batch.iter().any(|write| !matches!(write, Write::Append(_)))
 }
 
+/// What a batch's statements answered, before its commit: every request's
+/// answer but the appends', which `Ran::answers` makes once the batch has
+/// committed, moving each checkpoint into its answer.
+#[derive(Debug)]
+pub struct Ran {
+    written: Written,
+    sources: HashMap<usize, AppendSource>,
+}
+
+impl Ran {
+    /// Every request's answer, in `batch`'s order: the batch `run` ran, now committed.
+    pub fn answers(self, batch: Vec<Write>, recorded_at: UnixNanos) -> Written {
+        let Ran { mut written, sources } = self;
+        written.appended = appended(batch, sources, recorded_at);
+        written
+    }
+}
+
 /// Runs a batch's statements: locks first, in one order; then its appends,
 /// its idempotency requests and its deletion chunk, which the writer sends
-/// alone (see the module comment).
-/// Answers every request.
-pub async fn run(
-    statements: &mut impl Statements,
-    batch: Vec<Write>,
-    recorded_at: UnixNanos,
-) -> Result<Written, Error> {
+/// alone (see the module comment). The batch is only borrowed, so that a
+/// batch whose transaction the database broke off can be run again whole.
+pub async fn run(statements: &mut impl Statements, batch: &[Write], recorded_at: UnixNanos) -> Result<Ran, Error> {
     let mut written = Written::default();
-    let unique = unique_appends(&batch);
-    let keys = idempotency_keys(&batch);
+    let unique = unique_appends(batch);
+    let keys = idempotency_keys(batch);
     let (now, tokens) =
-        if keys.is_empty() { (0, Vec::new()) } else { statements.lock_keys(&keys, tokens_needed(&batch)).await? };
+        if keys.is_empty() { (0, Vec::new()) } else { statements.lock_keys(&keys, tokens_needed(batch)).await? };
     let sources = if unique.is_empty() {
         HashMap::new()
     } else {
@@ -378,15 +392,15 @@ pub async fn run(
         let missing: Vec<CheckpointKey<'_>> =
             unique.iter().map(|cp| checkpoint_key(cp)).filter(|key| !inserted.contains_key(key)).collect();
         let existing = statements.fetch_checkpoints(&missing).await?;
-        append_sources(&batch, &inserted, &existing)?
+        append_sources(batch, &inserted, &existing)?
     };
     if !keys.is_empty() {
         let records = statements.load_records(&keys).await?;
-        let changed = plan_idempotency(&batch, records, now, &mut tokens.into_iter(), &mut written);
+        let changed = plan_idempotency(batch, records, now, &mut tokens.into_iter(), &mut written);
         statements.save_records(&changed).await?;
     }
-    put_records(statements, &batch, recorded_at, &mut written).await?;
-    for write in &batch {
+    put_records(statements, batch, recorded_at, &mut written).await?;
+    for write in batch {
         match write {
             Write::DeleteTurn { namespace, turn_id, rows, after, only_if } => {
                 written.deleted.push(delete_chunk(statements, namespace, turn_id, *rows, *after, *only_if).await?);
@@ -398,8 +412,7 @@ pub async fn run(
             _ => {}
         }
     }
-    written.appended = appended(batch, sources, recorded_at);
-    Ok(written)
+    Ok(Ran { written, sources })
 }
 
 /// Writes the records of the batch's PutRecords that their fences let

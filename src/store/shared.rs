@@ -19,7 +19,7 @@ use sqlx::{Connection, Database, Encode, Executor, FromRow, IntoArguments, Pool,
 
 use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
-use super::{Error, ExpiredQuery, IdleQuery, Store, Write, Written};
+use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
@@ -288,8 +288,13 @@ impl RowsAffected for PgQueryResult {
 #[async_trait]
 pub trait Dialect: Database {
     /// Commits a batch on `pools.writer`: in a transaction begun with
-    /// `begin` (or plain `BEGIN`), unless the batch is one statement.
-    async fn write(pools: &Pools<Self>, begin: Option<&'static str>, batch: Vec<Write>) -> Result<Written, Error>;
+    /// `begin` (or plain `BEGIN`), unless the batch is one statement. A
+    /// batch not committed comes back with the error.
+    async fn write(
+        pools: &Pools<Self>,
+        begin: Option<&'static str>,
+        batch: Vec<Write>,
+    ) -> Result<Written, NotCommitted>;
 
     /// One page of a turn's checkpoints in restore order, and whether more follow.
     async fn restore(pools: &Pools<Self>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error>;
@@ -326,22 +331,12 @@ where
     for<'r> (String, String): FromRow<'r, DB::Row>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
 {
-    async fn write(pools: &Pools<DB>, begin: Option<&'static str>, batch: Vec<Write>) -> Result<Written, Error> {
+    async fn write(pools: &Pools<DB>, begin: Option<&'static str>, batch: Vec<Write>) -> Result<Written, NotCommitted> {
         let recorded_at = system_now();
-        if !batch::needs_transaction(&batch) {
-            // One statement, atomic and durable by itself (on SQLite a
-            // trigger keeps the turns), in one round trip.
-            let mut conn = pools.acquire(&pools.writer).await?;
-            return batch::run(&mut Conn { conn: &mut *conn, clock: &pools.clock }, batch, recorded_at).await;
+        match run_batch(pools, begin, &batch, recorded_at).await {
+            Ok(ran) => Ok(ran.answers(batch, recorded_at)),
+            Err(error) => Err(NotCommitted { error, batch }),
         }
-        let mut conn = pools.acquire(&pools.writer).await?;
-        let mut tx = match begin {
-            Some(statement) => conn.begin_with(statement).await?,
-            None => conn.begin().await?,
-        };
-        let answers = batch::run(&mut Conn { conn: &mut *tx, clock: &pools.clock }, batch, recorded_at).await?;
-        tx.commit().await?;
-        Ok(answers)
     }
 
     async fn restore(pools: &Pools<DB>, q: &RestoreQuery) -> Result<(Vec<StoredCheckpoint>, bool), sqlx::Error> {
@@ -408,6 +403,33 @@ where
     async fn purge(pool: &Pool<DB>, purge: SqlStr, now: i64, limit: u32) -> Result<u64, sqlx::Error> {
         Ok(sqlx::query(purge).bind(now).bind(i64::from(limit)).execute(pool).await?.rows_affected())
     }
+}
+
+/// Runs `batch` on `pools.writer` and commits it: in a transaction begun
+/// with `begin` (or plain `BEGIN`), unless the batch is one statement.
+async fn run_batch<DB>(
+    pools: &Pools<DB>,
+    begin: Option<&'static str>,
+    batch: &[Write],
+    recorded_at: UnixNanos,
+) -> Result<batch::Ran, Error>
+where
+    DB: Database,
+    for<'c> Conn<'c, DB>: Statements,
+{
+    let mut conn = pools.acquire(&pools.writer).await?;
+    if !batch::needs_transaction(batch) {
+        // One statement, atomic and durable by itself (on SQLite a
+        // trigger keeps the turns), in one round trip.
+        return batch::run(&mut Conn { conn: &mut *conn, clock: &pools.clock }, batch, recorded_at).await;
+    }
+    let mut tx = match begin {
+        Some(statement) => conn.begin_with(statement).await?,
+        None => conn.begin().await?,
+    };
+    let ran = batch::run(&mut Conn { conn: &mut *tx, clock: &pools.clock }, batch, recorded_at).await?;
+    tx.commit().await?;
+    Ok(ran)
 }
 
 /// A DeleteTurn chunk's statements (`batch::delete_chunk` is what a chunk
@@ -489,7 +511,7 @@ where
 
 #[async_trait]
 impl<B: Backend> Store for B {
-    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
+    async fn attempt(&self, batch: Vec<Write>) -> Result<Written, NotCommitted> {
         <B::Database as Dialect>::write(self.pools(), B::BEGIN, batch).await
     }
 

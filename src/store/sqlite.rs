@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, Semaphore};
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
 use super::rows::{self, CheckpointRow, InsertedRow, PageRow, RecordRow, TurnRow, decode_error};
 use super::shared::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN, TURN, expired_turns_sql, list_turns_sql};
-use super::{Error, ExpiredQuery, IdleQuery, Options, Store, Write, Written};
+use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::clock::{Clock, system_now};
 use crate::idempotency::Record;
 use crate::metrics::StoreState;
@@ -347,6 +347,12 @@ fn sqlite(error: rusqlite::Error) -> sqlx::Error {
     }
 }
 
+/// The extended result code of an error SQLite gave, or `None` for an
+/// error of another database.
+pub(super) fn result_code(error: &dyn sqlx::error::DatabaseError) -> Option<i32> {
+    error.try_downcast_ref::<SqliteFailure>().and_then(|failure| failure.code)
+}
+
 /// The names SQLite gives `$1`, `$2`, … parameters.
 const NUMBERED: [&str; 12] = ["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9", "$10", "$11", "$12"];
 
@@ -621,24 +627,22 @@ fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
-#[async_trait]
-impl Store for SqliteStore {
+impl SqliteStore {
     /// On the calling thread (the committer's): a batch of appends alone is
     /// one statement, atomic and durable by itself (the trigger keeps the
     /// turns); any other batch is a transaction that takes the write lock at
     /// BEGIN, so it can never fail to upgrade its lock.
-    async fn write(&self, batch: Vec<Write>) -> Result<Written, Error> {
-        let recorded_at = system_now();
+    async fn run_batch(&self, batch: &[Write], recorded_at: UnixNanos) -> Result<batch::Ran, Error> {
         let mut guard = self.writer.lock().await;
         let conn = guard.as_mut().ok_or(Error::WriterStopped)?;
-        if !batch::needs_transaction(&batch) {
+        if !batch::needs_transaction(batch) {
             return batch::run(&mut Batch { conn, clock: &self.clock }, batch, recorded_at).await;
         }
         run(conn, "BEGIN IMMEDIATE").map_err(sqlite)?;
-        let written = batch::run(&mut Batch { conn: &mut *conn, clock: &self.clock }, batch, recorded_at).await;
-        let committed = written.and_then(|written| {
+        let ran = batch::run(&mut Batch { conn: &mut *conn, clock: &self.clock }, batch, recorded_at).await;
+        let committed = ran.and_then(|ran| {
             run(conn, "COMMIT").map_err(sqlite)?;
-            Ok(written)
+            Ok(ran)
         });
         if committed.is_err() && !conn.is_autocommit() {
             // Nothing of a failed batch stays: its transaction is undone.
@@ -647,6 +651,18 @@ impl Store for SqliteStore {
             }
         }
         committed
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    /// Runs the batch on the calling thread (`run_batch`), and hands it back if it did not commit.
+    async fn attempt(&self, batch: Vec<Write>) -> Result<Written, NotCommitted> {
+        let recorded_at = system_now();
+        match self.run_batch(&batch, recorded_at).await {
+            Ok(ran) => Ok(ran.answers(batch, recorded_at)),
+            Err(error) => Err(NotCommitted { error, batch }),
+        }
     }
 
     fn writes_block(&self) -> bool {
@@ -808,5 +824,26 @@ impl Store for SqliteStore {
             drop(writer);
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Cause;
+
+    #[test]
+    fn a_write_lock_held_past_the_busy_timeout_is_contention() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("busy.db");
+        let holder = Connection::open(&path).expect("open the file");
+        holder.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x); BEGIN IMMEDIATE").expect("take the lock");
+        let waiter = Connection::open(&path).expect("open it again");
+        waiter.busy_timeout(Duration::from_millis(1)).expect("a short busy timeout");
+        let busy = run(&waiter, "BEGIN IMMEDIATE").expect_err("the lock is held");
+        let error = Error::Database(sqlite(busy));
+        assert_eq!(error.cause(), Cause::SqliteBusy, "{error}");
+        assert!(error.cause().is_contention());
+        assert_eq!(error.code().as_deref(), Some("5"), "SQLITE_BUSY's result code is logged");
     }
 }

@@ -1,7 +1,7 @@
 //! The group-commit writer: every write request enters one bounded queue,
 //! and writer tasks each take whatever is waiting (up to `batch_max`, with no
 //! fixed delay, so batch size follows load), commit it as one transaction
-//! through `Store::write`, then answer each caller. Many callers' writes
+//! through `Store::attempt`, then answer each caller. Many callers' writes
 //! share one commit (one fsync), which is what lets a sidecar outrun a client
 //! that commits each write alone.
 //!
@@ -18,6 +18,20 @@
 //! reply of its own request's type, and a batch's answers come back typed per
 //! kind, so an answer can only reach a caller waiting for that kind.
 //!
+//! Contention between writers costs latency, not errors. A batch the
+//! database broke off for contention (`Cause::is_contention`: a deadlock,
+//! a serialization failure, a lock wait past Postgres's `lock_timeout`,
+//! SQLite's file busy past its busy timeout, a row another sidecar deleted
+//! meanwhile) left nothing behind, and the store hands it back
+//! (`Store::attempt`); the writer tries it again whole, as one transaction,
+//! after a pause that doubles each time and is partly random (`backoff`), at
+//! most `RETRIES_MAX` times. Each caller's deadline bounds the retries: a
+//! caller that gave up (the request timeout, or its own deadline) is left
+//! out of the next attempt, so its write is never stored, and a batch whose
+//! callers have all gone is not tried again. No caller hears anything before
+//! its batch commits or the writer gives up on it, which the log's warning
+//! then names with its cause.
+//!
 //! A DeleteTurn goes through the queue in chunks of at most
 //! `delete_chunk_rows` checkpoints, one after another, and each chunk is
 //! committed alone, apart from the batch it was taken with. Other writes
@@ -26,7 +40,7 @@
 //! a transaction, or its locks, with appends.
 //!
 //! A writer is a task on the runtime for a store that awaits its database
-//! (Postgres), and a thread of its own for one whose `write` blocks
+//! (Postgres), and a thread of its own for one whose `attempt` blocks
 //! (`Store::writes_block`: SQLite, whose statements run on the thread that
 //! commits). A write then costs two handoffs: the request's task to the
 //! committer thread, and the committer's answer back.
@@ -38,13 +52,13 @@
 //! was queued only while metrics or its trace want it.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use opentelemetry::trace::SpanContext;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Deleted, Error, Expired, Fenced, Handle, Write, Written};
+use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, Write, Written};
 use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
 use crate::metrics::Metrics;
 use crate::model::{Appended, NewCheckpoint, UnixNanos};
@@ -338,45 +352,92 @@ async fn commit_batches(committer: Arc<Committer>, receiver: Arc<Mutex<mpsc::Rec
 }
 
 impl Committer {
-    /// Commits one batch and answers each of its callers.
+    /// Commits one batch and answers each of its callers; a batch that
+    /// contention broke off is tried again first (`attempt`).
     async fn commit(&self, requests: Vec<Request>) {
         let size = requests.len();
         let began = Instant::now();
-        let mut replies = Replies::default();
-        let mut held = Vec::with_capacity(size);
         let mut traced = Vec::new();
-        let writes: Vec<Write> = requests
+        let (writes, waiters): (Vec<Write>, Vec<Waiter>) = requests
             .into_iter()
             .map(|request| {
-                replies.push(request.reply);
-                held.push(request.bytes);
                 if let Some(queued) = request.queued {
                     self.metrics.queue_wait.record(began.saturating_duration_since(queued).as_secs_f64());
                     if let Some(trace) = request.trace {
                         traced.push((trace, queued));
                     }
                 }
-                request.write
+                (request.write, Waiter { reply: request.reply, bytes: request.bytes })
             })
             .collect();
         #[cfg(feature = "fault-injection")]
         panic_if_asked(&writes);
         tracing::trace!(size, "committing a batch");
-        let written = match self.store.check_up() {
-            Ok(()) => self.store.backend().write(writes).await,
-            Err(down) => Err(down),
-        };
+        let (outcome, waiters) = self.attempt(writes, waiters).await;
         // The batch's writes are gone with its transaction: their bytes go back
         // before the callers hear, so none of them finds them still held.
-        drop(held);
+        let mut replies = Replies::default();
+        for Waiter { reply, bytes } in waiters {
+            drop(bytes);
+            replies.push(reply);
+        }
         let ended = Instant::now();
-        self.observe(&traced, size, began, ended, written.is_err());
-        match written {
-            Ok(written) => replies.answer(written),
-            Err(error) => {
-                tracing::warn!(%error, requests = replies.len(), "batch not committed; answering UNAVAILABLE");
+        self.observe(&traced, size, began, ended, !matches!(outcome, Outcome::Committed(_)));
+        match outcome {
+            Outcome::Committed(written) => replies.answer(written),
+            Outcome::Failed { error, retries } => {
+                tracing::warn!(
+                    cause = %error.cause(),
+                    code = error.code().as_deref(),
+                    retries,
+                    requests = replies.len(),
+                    %error,
+                    "batch not committed; answering UNAVAILABLE"
+                );
                 replies.fail(Arc::new(error));
             }
+            Outcome::Abandoned { error, retries } => {
+                tracing::debug!(cause = %error.cause(), retries, "batch not committed, and none of its callers waits");
+            }
+        }
+    }
+
+    /// Commits the batch, trying it again while it fails for contention
+    /// (`Cause::is_contention`: nothing of it was committed), at most
+    /// `RETRIES_MAX` times, after a growing pause with a random part
+    /// (`backoff`), and only while a caller still waits: a caller's deadline
+    /// (the request timeout, or its own) ends its wait, and the writer leaves
+    /// out whoever gave up. A retry runs the whole transaction again, for the
+    /// callers left, so a batch is still all or nothing. Answers the outcome
+    /// and the callers to answer.
+    async fn attempt(&self, mut writes: Vec<Write>, mut waiters: Vec<Waiter>) -> (Outcome, Vec<Waiter>) {
+        let mut retries = 0;
+        loop {
+            let attempted = match self.store.check_up() {
+                Ok(()) => self.store.backend().attempt(writes).await,
+                Err(down) => return (Outcome::Failed { error: down, retries }, waiters),
+            };
+            let NotCommitted { error, batch } = match attempted {
+                Ok(written) => return (Outcome::Committed(written), waiters),
+                Err(not_committed) => not_committed,
+            };
+            if !error.cause().is_contention() || retries >= RETRIES_MAX {
+                return (Outcome::Failed { error, retries }, waiters);
+            }
+            let pause = backoff(retries);
+            tracing::debug!(
+                cause = %error.cause(),
+                code = error.code().as_deref(),
+                retry = retries + 1,
+                pause_ms = pause.as_millis() as u64,
+                "batch not committed, for contention; trying it again"
+            );
+            tokio::time::sleep(pause).await;
+            (writes, waiters) = still_waiting(batch, waiters);
+            if waiters.is_empty() {
+                return (Outcome::Abandoned { error, retries }, waiters);
+            }
+            retries += 1;
         }
     }
 
@@ -391,6 +452,51 @@ impl Committer {
             traces.batch(traced, size, began, ended, failed);
         }
     }
+}
+
+/// Most times the writer tries a batch again after contention broke it off.
+/// Each caller's deadline bounds the retries too, and is usually what ends them.
+pub const RETRIES_MAX: u32 = 10;
+/// The pause before the first retry; each further one doubles it.
+const BACKOFF_FIRST: Duration = Duration::from_millis(20);
+/// The longest pause between two attempts.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The pause before retry `retry` (from 0): `BACKOFF_FIRST` doubled per
+/// retry up to `BACKOFF_MAX`, of which a random half to all, so that
+/// writers that collided once (two sidecars' batches in a deadlock, say) do
+/// not collide again in step.
+pub fn backoff(retry: u32) -> Duration {
+    let ceiling = BACKOFF_FIRST.saturating_mul(1 << retry.min(16)).min(BACKOFF_MAX);
+    let jitter = getrandom::u32().map_or(0.5, |random| f64::from(random) / f64::from(u32::MAX));
+    ceiling / 2 + (ceiling / 2).mul_f64(jitter)
+}
+
+/// How a batch ended.
+enum Outcome {
+    Committed(Written),
+    /// Not committed, after `retries` retries.
+    Failed {
+        error: Error,
+        retries: u32,
+    },
+    /// Not committed, and every caller gave up before it could be tried again.
+    Abandoned {
+        error: Error,
+        retries: u32,
+    },
+}
+
+/// A caller in a batch: its reply, and its share of the queue's bytes.
+struct Waiter {
+    reply: Pending,
+    bytes: OwnedSemaphorePermit,
+}
+
+/// The writes whose callers still wait, with those callers: a retried batch
+/// leaves out whoever gave up, whose bytes go back to the queue now.
+fn still_waiting(writes: Vec<Write>, waiters: Vec<Waiter>) -> (Vec<Write>, Vec<Waiter>) {
+    writes.into_iter().zip(waiters).filter(|(_, waiter)| !waiter.reply.is_abandoned()).unzip()
 }
 
 /// The turn id whose append makes a writer task panic, in builds with the
@@ -486,5 +592,25 @@ fn send<T>(replies: Vec<Reply<T>>, answers: Vec<T>) {
 fn fail<T>(replies: Vec<Reply<T>>, error: &Arc<Error>) {
     for reply in replies {
         let _ = reply.send(Err(error.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn the_pause_doubles_up_to_its_ceiling_and_half_of_it_is_random() {
+        for retry in 0..RETRIES_MAX + 8 {
+            let ceiling = (BACKOFF_FIRST * 2u32.pow(retry.min(16))).min(BACKOFF_MAX);
+            for _ in 0..64 {
+                let pause = backoff(retry);
+                assert!(ceiling / 2 <= pause && pause <= ceiling, "retry {retry}: {pause:?} within {ceiling:?}");
+            }
+        }
+        let pauses: HashSet<Duration> = (0..64).map(|_| backoff(4)).collect();
+        assert!(pauses.len() > 1, "two writers that collided pause for different times");
     }
 }

@@ -137,8 +137,10 @@ async fn a_write_that_waits_past_the_lock_or_statement_timeout_is_unavailable_an
         let mut client = server.client();
         let request = checkpoint("t", "started", T0, r#"{"step":1}"#);
 
-        // Another session holds the log's table lock; the write waits on it
-        // until its bound, never longer, and is not acknowledged.
+        // Another session holds the log's table lock; each attempt at the
+        // write waits on it until its bound, never longer. A lock wait is
+        // contention, which the writer tries again, but only so many times:
+        // the write is then not acknowledged.
         let lock = store.hold_write_lock().await;
         let status = client.checkpoint(request.clone()).await.expect_err("the write cannot commit");
         stepwell_test_support::errors::assert_error(&status, Code::Unavailable, "STORE_UNAVAILABLE");

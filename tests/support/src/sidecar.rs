@@ -19,6 +19,10 @@
 //! Either dials over TLS when given `.client_tls(..)` (the sidecar's own TLS
 //! comes from its configuration or flags).
 //!
+//! An in-process sidecar logs its warnings (why the store was unavailable,
+//! say) into the output of the test that started it, which the test harness
+//! shows when that test fails.
+//!
 //! Both return only once health reports SERVING, as a `Running` sidecar
 //! that hands out connected clients. This is the one place a test's
 //! `Config` is built from its store (`Config::for_database`), before
@@ -168,6 +172,7 @@ impl<'a> SidecarBuilder<'a> {
 
     /// Starts the server and waits until it serves.
     pub async fn start(self) -> Sidecar {
+        log_to_test_output();
         let store = match self.store {
             Some(store) => store,
             None => TestStore::new().await,
@@ -198,6 +203,21 @@ impl<'a> SidecarBuilder<'a> {
         wait_for_serving(&channel).await;
         Running { channel, target, kind: InProcess { shutdown: Some(shutdown), task, store } }
     }
+}
+
+/// Sends the warnings of in-process sidecars to the output of the test
+/// whose thread logs them: the harness keeps it, and prints it only for a
+/// test that fails, where it says what the sidecar saw go wrong.
+fn log_to_test_output() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let logs = tracing_subscriber::fmt()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+            .with_ansi(false)
+            .with_test_writer();
+        // Another subscriber installed first keeps its place.
+        let _ = logs.try_init();
+    });
 }
 
 /// What a sidecar process is to be: see `SidecarProcess::builder`.

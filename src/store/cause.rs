@@ -1,0 +1,247 @@
+//! Why a store operation failed, in one word an operator can act on: which
+//! wait ran out (the pool's acquire timeout, Postgres's lock or statement
+//! timeout, SQLite's busy timeout), a deadlock or serialization failure the
+//! database broke off, a lost connection, or the breaker the health monitor
+//! opened. The log line of every STORE_UNAVAILABLE names it with the
+//! database's own code (a Postgres SQLSTATE, an SQLite result code); the
+//! client hears only the reason. The causes that come from contention
+//! between writers (`Cause::is_contention`) leave nothing of the batch
+//! behind, and the writer tries such a batch again.
+
+use super::Error;
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Postgres found the batch in a deadlock and rolled it back (SQLSTATE 40P01).
+    Deadlock,
+    /// Postgres could not serialize the batch with another (SQLSTATE 40001).
+    SerializationFailure,
+    /// A lock was not granted within `--postgres-lock-timeout-ms` (SQLSTATE 55P03).
+    LockTimeout,
+    /// Another connection held SQLite's write lock past `--sqlite-busy-timeout-ms`
+    /// (SQLITE_BUSY), or a table was locked (SQLITE_LOCKED).
+    SqliteBusy,
+    /// A row the batch found was deleted by another sidecar before the batch
+    /// could read it back.
+    DeletedMeanwhile,
+    /// A statement ran past `--postgres-statement-timeout-ms`, or was cancelled (SQLSTATE 57014).
+    StatementTimeout,
+    /// No connection came out of the pool within `--pool-acquire-timeout-ms`.
+    PoolAcquireTimeout,
+    /// The connection to the database broke, or the server shut it down.
+    ConnectionLost,
+    /// The health monitor's last check failed, so nothing was tried.
+    StoreDown,
+    /// The database has no room left.
+    StoreFull,
+    /// The sidecar is stopping.
+    ShuttingDown,
+    /// Anything else the database answered; its code says more.
+    DatabaseError,
+}
+
+impl Cause {
+    /// The name the log line gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Deadlock => "deadlock",
+            Cause::SerializationFailure => "serialization_failure",
+            Cause::LockTimeout => "lock_timeout",
+            Cause::SqliteBusy => "sqlite_busy",
+            Cause::DeletedMeanwhile => "deleted_meanwhile",
+            Cause::StatementTimeout => "statement_timeout",
+            Cause::PoolAcquireTimeout => "pool_acquire_timeout",
+            Cause::ConnectionLost => "connection_lost",
+            Cause::StoreDown => "store_down",
+            Cause::StoreFull => "store_full",
+            Cause::ShuttingDown => "shutting_down",
+            Cause::DatabaseError => "database_error",
+        }
+    }
+
+    /// Whether the failure came from contention with another writer: the
+    /// database rolled the whole transaction back (or the batch rolled itself
+    /// back), so nothing of it was committed, and the same batch may well
+    /// commit a moment later. Timeouts of a statement or of the pool are not:
+    /// they say that the database is slow or away, and trying again at once
+    /// would only add to its load.
+    pub fn is_contention(self) -> bool {
+        matches!(
+            self,
+            Cause::Deadlock
+                | Cause::SerializationFailure
+                | Cause::LockTimeout
+                | Cause::SqliteBusy
+                | Cause::DeletedMeanwhile
+        )
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Error {
+    /// Why this failed.
+    pub fn cause(&self) -> Cause {
+        match self {
+            Error::Database(error) => database_cause(error),
+            Error::Batch(error) => error.cause(),
+            Error::Vanished => Cause::DeletedMeanwhile,
+            Error::Down => Cause::StoreDown,
+            Error::WriterStopped => Cause::ShuttingDown,
+            Error::Migrate(_)
+            | Error::MigrationLock(_)
+            | Error::MigrationLockTimeout { .. }
+            | Error::CreateFile(_)
+            | Error::NotDurable(_)
+            | Error::QueueFull
+            | Error::QueueBytesFull => Cause::DatabaseError,
+        }
+    }
+
+    /// The database's own code for the failure, if it gave one: a Postgres
+    /// SQLSTATE, or an SQLite extended result code.
+    pub fn code(&self) -> Option<String> {
+        match self {
+            Error::Database(sqlx::Error::Database(error)) => error.code().map(|code| code.into_owned()),
+            Error::Batch(error) => error.code(),
+            _ => None,
+        }
+    }
+}
+
+fn database_cause(error: &sqlx::Error) -> Cause {
+    match error {
+        sqlx::Error::Database(error) => match super::sqlite::result_code(error.as_ref()) {
+            Some(code) => sqlite_cause(code),
+            None => error.code().as_deref().map_or(Cause::DatabaseError, sqlstate_cause),
+        },
+        sqlx::Error::PoolTimedOut => Cause::PoolAcquireTimeout,
+        sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => Cause::ShuttingDown,
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => Cause::ConnectionLost,
+        _ => Cause::DatabaseError,
+    }
+}
+
+/// The cause of a Postgres error, by its SQLSTATE.
+fn sqlstate_cause(code: &str) -> Cause {
+    match code {
+        "40P01" => Cause::Deadlock,
+        "40001" => Cause::SerializationFailure,
+        "55P03" => Cause::LockTimeout,
+        "57014" => Cause::StatementTimeout,
+        "53100" => Cause::StoreFull,
+        // admin_shutdown, crash_shutdown, cannot_connect_now, and the
+        // connection exceptions of class 08.
+        "57P01" | "57P02" | "57P03" => Cause::ConnectionLost,
+        code if code.starts_with("08") => Cause::ConnectionLost,
+        _ => Cause::DatabaseError,
+    }
+}
+
+/// The cause of an SQLite error, by its primary result code (the low byte
+/// of the extended one).
+fn sqlite_cause(code: i32) -> Cause {
+    const SQLITE_BUSY: i32 = 5;
+    const SQLITE_LOCKED: i32 = 6;
+    const SQLITE_FULL: i32 = 13;
+    match code & 0xff {
+        SQLITE_BUSY | SQLITE_LOCKED => Cause::SqliteBusy,
+        SQLITE_FULL => Cause::StoreFull,
+        _ => Cause::DatabaseError,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A Postgres error with `code` as its SQLSTATE, as sqlx reports one.
+    #[derive(Debug, thiserror::Error)]
+    #[error("a Postgres error")]
+    struct Sqlstate(&'static str);
+
+    impl sqlx::error::DatabaseError for Sqlstate {
+        fn message(&self) -> &str {
+            "a Postgres error"
+        }
+        fn code(&self) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(self.0))
+        }
+        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+            self
+        }
+        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+            self
+        }
+        fn kind(&self) -> sqlx::error::ErrorKind {
+            sqlx::error::ErrorKind::Other
+        }
+    }
+
+    fn postgres(code: &'static str) -> Error {
+        Error::Database(sqlx::Error::Database(Box::new(Sqlstate(code))))
+    }
+
+    #[test]
+    fn deadlocks_serialization_failures_and_lock_timeouts_are_contention_and_carry_their_sqlstate() {
+        for (code, cause) in
+            [("40P01", Cause::Deadlock), ("40001", Cause::SerializationFailure), ("55P03", Cause::LockTimeout)]
+        {
+            let error = postgres(code);
+            assert_eq!(error.cause(), cause, "{code}");
+            assert!(error.cause().is_contention(), "{code} is retried");
+            assert_eq!(error.code().as_deref(), Some(code));
+            // A batch's callers each get the batch's error, cause and all.
+            let batch = Error::Batch(Arc::new(postgres(code)));
+            assert_eq!((batch.cause(), batch.code().as_deref()), (cause, Some(code)));
+        }
+        assert_eq!(Error::Vanished.cause(), Cause::DeletedMeanwhile);
+        assert!(Error::Vanished.cause().is_contention());
+    }
+
+    #[test]
+    fn timeouts_outages_and_other_errors_are_named_and_not_retried() {
+        let cases = [
+            (postgres("57014"), Cause::StatementTimeout, "statement_timeout"),
+            (postgres("57P01"), Cause::ConnectionLost, "connection_lost"),
+            (postgres("08006"), Cause::ConnectionLost, "connection_lost"),
+            (postgres("53100"), Cause::StoreFull, "store_full"),
+            (postgres("23505"), Cause::DatabaseError, "database_error"),
+            (postgres("P0001"), Cause::DatabaseError, "database_error"),
+            (Error::Database(sqlx::Error::PoolTimedOut), Cause::PoolAcquireTimeout, "pool_acquire_timeout"),
+            (
+                Error::Database(sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into())),
+                Cause::ConnectionLost,
+                "connection_lost",
+            ),
+            (Error::Down, Cause::StoreDown, "store_down"),
+            (Error::WriterStopped, Cause::ShuttingDown, "shutting_down"),
+        ];
+        for (error, cause, name) in cases {
+            assert_eq!(error.cause(), cause, "{error}");
+            assert_eq!(cause.as_str(), name);
+            assert!(!cause.is_contention(), "{error} is not retried");
+        }
+    }
+
+    #[test]
+    fn sqlite_busy_and_locked_are_contention_whatever_their_extended_code() {
+        // SQLITE_BUSY, _RECOVERY, _SNAPSHOT, _TIMEOUT; SQLITE_LOCKED, _SHAREDCACHE.
+        for code in [5, 261, 517, 773, 6, 262] {
+            assert_eq!(sqlite_cause(code), Cause::SqliteBusy, "{code}");
+        }
+        assert_eq!(sqlite_cause(13), Cause::StoreFull);
+        assert_eq!(sqlite_cause(10), Cause::DatabaseError, "an I/O error is not contention");
+    }
+}
