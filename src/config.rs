@@ -790,6 +790,14 @@ pub struct ServeArgs {
           value_parser = millis(10, 60_000))]
     pub health_check_timeout: Duration,
 
+    /// How many health checks in a row may run past --health-check-timeout-ms
+    /// before the store counts as down. A check that merely ran late may be a
+    /// busy machine rather than the store; a check the store refused counts
+    /// at once.
+    #[arg(long = "health-check-timeouts-max", value_name = "N", env = "STEPWELL_HEALTH_CHECK_TIMEOUTS_MAX", default_value = "3",
+          value_parser = count(1, 100))]
+    pub health_check_timeouts_max: u32,
+
     /// Longest wait between tries to reach a shared store that is not up yet
     /// at start-up, in milliseconds (the wait doubles from 100 ms up to this).
     #[arg(long = "store-retry-max-ms", value_name = "MS", env = "STEPWELL_STORE_RETRY_MAX_MS", default_value = "5000",
@@ -1257,8 +1265,10 @@ fn turn_retention(args: &ServeArgs, errors: &mut ConfigErrors) -> TurnRetention 
 pub struct Health {
     /// How often the store is pinged.
     pub check_interval: Duration,
-    /// How long a ping may take before the store counts as down.
+    /// How long a ping may take before it counts as late.
     pub check_timeout: Duration,
+    /// How many late pings in a row make the store count as down.
+    pub check_timeouts_max: u32,
     /// The first wait before trying again to reach a shared store at start-up.
     pub retry_first: Duration,
     /// The longest such wait; each one doubles up to it.
@@ -1345,6 +1355,7 @@ impl Config {
             health: Health {
                 check_interval: args.health_check_interval,
                 check_timeout: args.health_check_timeout,
+                check_timeouts_max: args.health_check_timeouts_max,
                 retry_first: Duration::from_millis(100),
                 retry_max: args.store_retry_max,
             },
@@ -1590,6 +1601,18 @@ mod tests {
     fn mistakes(error: &clap::Error) -> Vec<String> {
         let text = error.render().to_string();
         text.lines().take_while(|l| !l.is_empty()).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn late_health_checks_before_the_store_counts_as_down() {
+        let health = |argv: &[&str], env: &Env| Config::from_args(&serve(argv, env).unwrap()).unwrap().health;
+        assert_eq!(health(&[], &Env::default()).check_timeouts_max, 3);
+        assert_eq!(health(&["--health-check-timeouts-max", "1"], &Env::default()).check_timeouts_max, 1);
+        let env: Env = [("STEPWELL_HEALTH_CHECK_TIMEOUTS_MAX", "7")].into_iter().collect();
+        assert_eq!(health(&[], &env).check_timeouts_max, 7);
+        for bad in ["0", "101", "x"] {
+            assert!(serve(&["--health-check-timeouts-max", bad], &Env::default()).is_err(), "{bad}");
+        }
     }
 
     #[test]

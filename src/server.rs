@@ -578,7 +578,11 @@ async fn open_store(
 /// request found the store unavailable. NOT_SERVING while pings fail, SERVING
 /// again when one succeeds; the store's pool reconnects by itself. While
 /// pings fail the store's breaker is open: requests hear UNAVAILABLE at once
-/// instead of each waiting out a dead server.
+/// instead of each waiting out a dead server. A ping the store refused opens
+/// the breaker at once; a ping that only ran past its timeout does so when
+/// `check_timeouts_max` run late in a row, since on a starved machine the
+/// monitor itself can be the one late, and one late ping must not fail
+/// every caller.
 async fn monitor(
     store: Handle,
     shared: Arc<Shared>,
@@ -587,6 +591,7 @@ async fn monitor(
     mut stopping: watch::Receiver<bool>,
 ) {
     let mut serving = true;
+    let mut late = 0;
     loop {
         tokio::select! {
             () = tokio::time::sleep(config.check_interval) => {}
@@ -594,7 +599,18 @@ async fn monitor(
             _ = stopping.wait_for(|s| *s) => return,
         }
         let pinged = tokio::time::timeout(config.check_timeout, store.backend().ping()).await;
-        let ok = matches!(pinged, Ok(Ok(())));
+        let ok = match pinged {
+            Ok(Ok(())) => {
+                late = 0;
+                true
+            }
+            Ok(Err(_)) => false,
+            Err(_) => {
+                late += 1;
+                tracing::debug!(late, "a health check of the store ran past its timeout");
+                serving && late < config.check_timeouts_max
+            }
+        };
         store.set_up(ok);
         if ok != serving && !*stopping.borrow() {
             serving = ok;
