@@ -33,7 +33,7 @@ use tonic::codegen::http;
 use tonic::transport::server::Connected;
 use x509_parser::extensions::GeneralName;
 
-use crate::auth::PeerIdentity;
+use crate::auth::{CertificateName, PeerIdentity};
 use crate::config;
 
 /// Why a TLS file could not be used, naming the file.
@@ -248,8 +248,9 @@ where
     ReceiverStream::new(receiver)
 }
 
-/// The URI and DNS names of the client's verified certificate. rustls has
-/// checked it against the client CAs before the handshake completed.
+/// The URI and DNS names of the client's verified certificate, each kept
+/// with its kind. rustls has checked it against the client CAs before the
+/// handshake completed.
 fn peer_identity<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> Option<PeerIdentity> {
     let leaf = stream.get_ref().1.peer_certificates()?.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
@@ -257,8 +258,8 @@ fn peer_identity<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> Option<Pee
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for name in &san.value.general_names {
             match name {
-                GeneralName::URI(uri) => names.push((*uri).to_owned()),
-                GeneralName::DNSName(dns) => names.push((*dns).to_owned()),
+                GeneralName::URI(uri) => names.push(CertificateName::Uri((*uri).to_owned())),
+                GeneralName::DNSName(dns) => names.push(CertificateName::Dns((*dns).to_owned())),
                 _ => {}
             }
         }

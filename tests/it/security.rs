@@ -1,6 +1,7 @@
 //! The transport's security: TLS and mutual TLS on the listener with
 //! certificates made in the test, the client certificate's identity as a
-//! handler sees it, the certificate's reload on SIGHUP, the start-up
+//! handler sees it (a URI principal named by URI SANs only, a DNS one by
+//! DNS SANs only), the certificate's reload on SIGHUP, the start-up
 //! refusals of an exposed port and of bad TLS files, `stepwell healthcheck`
 //! over TLS and mutual TLS, and the permissions and lifetime of the Unix
 //! socket and SQLite files.
@@ -11,7 +12,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stepwell::auth::PeerIdentity;
+use rcgen::SanType;
+use stepwell::auth::{CertificateName, PeerIdentity};
 use stepwell::config::{self, Database, Tls};
 use stepwell::tls::{ServerTls, attach_peer_identity};
 use stepwell_test_support::WAIT_LIMIT;
@@ -136,7 +138,10 @@ async fn a_handler_sees_the_client_certificates_identity() {
     let server_tls = ServerTls::load(&pki.tls).expect("the TLS files load");
 
     let seen = identity_seen(server_tls.clone(), pki.client_with_certificate()).await;
-    let expected = PeerIdentity(vec![SPIFFE_ID.to_owned(), "planner.example.org".to_owned()]);
+    let expected = PeerIdentity(vec![
+        CertificateName::Uri(SPIFFE_ID.to_owned()),
+        CertificateName::Dns("planner.example.org".to_owned()),
+    ]);
     assert_eq!(seen, format!("{:?}", Some(expected)));
 
     // Without a client CA no certificate is asked for, and none is proven.
@@ -410,4 +415,58 @@ async fn a_client_certificate_alone_authorizes_its_granted_namespace_and_no_othe
     let mut restore_a = restore("turn-a");
     restore_a.namespace = "ns-a".to_owned();
     assert_eq!(restore_all(&mut client, restore_a).await.len(), 1, "the granted namespace holds the checkpoint");
+}
+
+/// A sidecar with mutual TLS whose auth file names one principal by a URI
+/// and one by a DNS name, each granted writes everywhere.
+async fn sidecar_with_certificate_principals(store: &TestStore, pki: &Pki) -> Sidecar {
+    let auth_file = store.dir().join("auth.toml");
+    let grants = "grants = [{ namespace = \"*\", role = \"write\" }]";
+    std::fs::write(
+        &auth_file,
+        format!(
+            "[[principals]]\nid = \"writer-a\"\ncertificate = \"spiffe://example.org/writer-a\"\n{grants}\n\n\
+             [[principals]]\nid = \"writer-b\"\ncertificate = \"writer-b.example.org\"\n{grants}\n"
+        ),
+    )
+    .expect("write the auth file");
+    let tls = pki.tls.clone();
+    Sidecar::builder()
+        .store(store)
+        .configure(move |c| {
+            c.security.tls = Some(tls);
+            c.security.auth_file = Some(auth_file);
+        })
+        .client_tls(pki.client_with_certificate())
+        .start()
+        .await
+}
+
+/// What a Checkpoint answers a client presenting a certificate whose only
+/// subject alternative name is `name`.
+async fn checkpoint_as(server: &Sidecar, pki: &Pki, name: SanType) -> Result<(), Status> {
+    let tls = ClientTls::new(&pki.ca, Some(&pki.ca.client_named(vec![name])));
+    let channel = try_connect(server.target(), Some(&tls)).await.expect("the certificate is trusted");
+    let mut client = stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient::new(channel);
+    client.checkpoint(checkpoint("turn-san", "started", T0, "{}")).await.map(|_| ())
+}
+
+#[tokio::test]
+async fn a_principal_is_named_by_a_uri_san_or_a_dns_san_never_by_the_other_kind() {
+    let store = TestStore::new().await;
+    let pki = Pki::new(store.dir(), true);
+    let server = sidecar_with_certificate_principals(&store, &pki).await;
+    let uri = |text: &str| SanType::URI(text.try_into().expect("ASCII"));
+    let dns = |text: &str| SanType::DnsName(text.try_into().expect("ASCII"));
+
+    checkpoint_as(&server, &pki, uri("spiffe://example.org/writer-a")).await.expect("the URI SAN is writer-a");
+    checkpoint_as(&server, &pki, dns("writer-b.example.org")).await.expect("the DNS SAN is writer-b");
+
+    // The same texts under the other kind of SAN: trusted certificates, no principal.
+    let crossed = [dns("spiffe://example.org/writer-a"), uri("writer-b.example.org")];
+    for name in crossed {
+        let described = format!("{name:?}");
+        let refused = checkpoint_as(&server, &pki, name).await.expect_err(&described);
+        stepwell_test_support::errors::assert_error(&refused, tonic::Code::Unauthenticated, "UNAUTHENTICATED");
+    }
 }
