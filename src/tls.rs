@@ -8,9 +8,10 @@
 //! turns the listener's accepted streams into TLS streams, each handshake in
 //! a task of its own under a timeout, so a client that stalls or fails its
 //! handshake never holds up the accept loop or anyone else. Each TLS stream
-//! carries the identities its verified client certificate proves
-//! (`TlsPeer`); tonic puts that in every request's extensions, and
-//! `attach_peer_identity` copies it there as `auth::PeerIdentity`.
+//! carries the identities its verified client certificate proves and its
+//! TCP addresses (`TlsPeer`); tonic puts that in every request's
+//! extensions, and `attach_peer_identity` copies them there as
+//! `auth::PeerIdentity` and tonic's `TcpConnectInfo`.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http;
-use tonic::transport::server::Connected;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 use x509_parser::extensions::GeneralName;
 
 use crate::auth::{CertificateName, PeerIdentity};
@@ -139,10 +140,12 @@ fn pem_reason(error: &rustls_pki_types::pem::Error) -> String {
 }
 
 /// What a TLS connection proved about its client: the identities of a
-/// verified client certificate, or `None` without one.
+/// verified client certificate, or `None` without one; and, over TCP, the
+/// connection's addresses, which the audit log names.
 #[derive(Debug, Clone, Default)]
 pub struct TlsPeer {
     pub identity: Option<PeerIdentity>,
+    pub tcp: Option<TcpConnectInfo>,
 }
 
 /// A server-side TLS stream that tonic can serve.
@@ -156,6 +159,24 @@ impl<IO> Connected for TlsConn<IO> {
 
     fn connect_info(&self) -> TlsPeer {
         self.peer.clone()
+    }
+}
+
+/// What an accepted stream tells of where it comes from: a TCP stream its
+/// addresses, a Unix socket's stream nothing.
+pub trait Accepted {
+    fn tcp_info(&self) -> Option<TcpConnectInfo>;
+}
+
+impl Accepted for tokio::net::TcpStream {
+    fn tcp_info(&self) -> Option<TcpConnectInfo> {
+        Some(self.connect_info())
+    }
+}
+
+impl Accepted for tokio::net::UnixStream {
+    fn tcp_info(&self) -> Option<TcpConnectInfo> {
+        None
     }
 }
 
@@ -207,7 +228,7 @@ pub fn incoming<S, IO>(
 ) -> impl Stream<Item = io::Result<TlsConn<IO>>> + Send + 'static
 where
     S: Stream<Item = io::Result<IO>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Accepted + Unpin + Send + 'static,
 {
     let (ready, receiver) = mpsc::channel(HANDSHAKES_MAX);
     let mutual = tls.mutual();
@@ -231,12 +252,13 @@ where
             };
             let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
             let acceptor = tls.acceptor();
+            let tcp = stream.tcp_info();
             let ready = ready.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
                     Ok(Ok(stream)) => {
-                        let peer = TlsPeer { identity: mutual.then(|| peer_identity(&stream)).flatten() };
+                        let peer = TlsPeer { identity: mutual.then(|| peer_identity(&stream)).flatten(), tcp };
                         let _ = ready.send(Ok(TlsConn { stream, peer })).await;
                     }
                     Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
@@ -268,11 +290,17 @@ fn peer_identity<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> Option<Pee
 }
 
 /// Copies the connection's proven identity into the request as
-/// `auth::PeerIdentity`, where authorization and handlers read it. Requests
-/// over plaintext, or over TLS without a client certificate, get none.
+/// `auth::PeerIdentity`, where authorization and handlers read it, and its
+/// TCP addresses as tonic's `TcpConnectInfo`, where `remote_addr` (and so
+/// the audit log) finds them as over plaintext. Requests over plaintext, or
+/// over TLS without a client certificate, get no identity.
 pub fn attach_peer_identity<B>(mut request: http::Request<B>) -> http::Request<B> {
-    if let Some(identity) = request.extensions().get::<TlsPeer>().and_then(|peer| peer.identity.clone()) {
+    let Some(peer) = request.extensions().get::<TlsPeer>().cloned() else { return request };
+    if let Some(identity) = peer.identity {
         request.extensions_mut().insert(identity);
+    }
+    if let Some(tcp) = peer.tcp {
+        request.extensions_mut().insert(tcp);
     }
     request
 }
