@@ -122,7 +122,9 @@ async fn identity_seen(server_tls: Arc<ServerTls>, client_tls: ClientTls) -> Str
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let target = Target::Tcp(listener.local_addr().expect("an address"));
     let accepted = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let incoming = stepwell::tls::incoming(accepted, server_tls, config::TLS_HANDSHAKE_TIMEOUT);
+    let handshakes = config::Config::from_args(&config::ServeArgs::defaults()).expect("defaults").connections;
+    let metrics = stepwell::metrics::Metrics::off();
+    let incoming = stepwell::tls::incoming(accepted, server_tls, handshakes.tls_handshakes, metrics);
     let layer = tower::util::MapRequestLayer::new(attach_peer_identity::<tonic::body::Body>);
     let router = tonic::transport::Server::builder().layer(layer).add_service(HealthServer::new(IdentityEcho));
     let server = tokio::spawn(router.serve_with_incoming(incoming));
