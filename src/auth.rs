@@ -30,7 +30,41 @@ use crate::error::Error;
 /// as a SPIFFE ID) and DNS names. The TLS listener puts it in each request's
 /// extensions; a request over plaintext or without a certificate has none.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PeerIdentity(pub Vec<String>);
+pub struct PeerIdentity(pub Vec<CertificateName>);
+
+/// One subject alternative name of a certificate, of a kind stepwell reads.
+/// The kind is part of the name: a DNS name spelled `spiffe://…` is not that
+/// URI, since a CA that checks URIs may issue DNS names it never checks.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CertificateName {
+    /// A URI SAN, such as a SPIFFE ID.
+    Uri(String),
+    /// A DNS SAN.
+    Dns(String),
+}
+
+impl CertificateName {
+    /// The name an auth file's `certificate` value means: one with a URI
+    /// scheme (`spiffe://…`, `urn:…`) is a URI, since no DNS name holds a
+    /// colon; any other is a DNS name. A value that is neither is refused.
+    pub fn parse(text: &str) -> Result<CertificateName, String> {
+        if let Some((scheme, rest)) = text.split_once(':') {
+            let scheme_ok = scheme.as_bytes().first().is_some_and(u8::is_ascii_alphabetic)
+                && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+            if scheme_ok && !rest.is_empty() && text.bytes().all(|b| b.is_ascii_graphic()) {
+                return Ok(CertificateName::Uri(text.to_owned()));
+            }
+        } else if !text.is_empty()
+            && text.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'*'))
+        {
+            return Ok(CertificateName::Dns(text.to_owned()));
+        }
+        Err(format!(
+            "certificate {text:?} is neither a URI with a scheme (such as \"spiffe://example.org/agent\") \
+             nor a DNS name (letters, digits, '-', '.')"
+        ))
+    }
+}
 
 /// The audit log's `tracing` target: route it to keep the audit trail apart.
 pub const AUDIT_TARGET: &str = "stepwell::audit";
@@ -200,7 +234,7 @@ pub struct Principal {
     /// A name for logs and audit events; never a secret.
     pub id: String,
     token_sha256: Option<[u8; 32]>,
-    certificate: Option<String>,
+    certificate: Option<CertificateName>,
     grants: Vec<Grant>,
 }
 
@@ -263,15 +297,18 @@ impl Principals {
                 }
                 None => None,
             };
-            if let Some(certificate) = &entry.certificate {
-                if certificate.is_empty() {
-                    return Err(fault("certificate must not be empty"));
+            let certificate = match entry.certificate.as_deref() {
+                Some("") => return Err(fault("certificate must not be empty")),
+                Some(text) => {
+                    let name = CertificateName::parse(text).map_err(|message| fault(&message))?;
+                    if !certificates.insert(name.clone()) {
+                        return Err(fault("certificate is the same as another principal's"));
+                    }
+                    Some(name)
                 }
-                if !certificates.insert(certificate.clone()) {
-                    return Err(fault("certificate is the same as another principal's"));
-                }
-            }
-            if token_sha256.is_none() && entry.certificate.is_none() {
+                None => None,
+            };
+            if token_sha256.is_none() && certificate.is_none() {
                 return Err(fault("needs token_sha256 or certificate"));
             }
             for grant in &entry.grants {
@@ -282,12 +319,7 @@ impl Principals {
                     )));
                 }
             }
-            principals.push(Arc::new(Principal {
-                id: entry.id,
-                token_sha256,
-                certificate: entry.certificate,
-                grants: entry.grants,
-            }));
+            principals.push(Arc::new(Principal { id: entry.id, token_sha256, certificate, grants: entry.grants }));
         }
         Ok(Principals(principals))
     }
@@ -317,11 +349,10 @@ impl Principals {
         found
     }
 
-    /// The principal named by one of a verified certificate's identities.
+    /// The principal named by one of a verified certificate's identities: a
+    /// URI principal by a URI SAN only, a DNS one by a DNS SAN only.
     fn by_certificate(&self, peer: &PeerIdentity) -> Option<&Arc<Principal>> {
-        self.0.iter().find(|principal| {
-            principal.certificate.as_ref().is_some_and(|certificate| peer.0.iter().any(|name| name == certificate))
-        })
+        self.0.iter().find(|principal| principal.certificate.as_ref().is_some_and(|name| peer.0.contains(name)))
     }
 }
 
@@ -572,7 +603,10 @@ mod tests {
         let runner = &principals.0[1];
         assert_eq!(runner.role_in("agents"), Some(Role::Admin));
         assert_eq!(runner.role_in("billing"), None);
-        let peer = PeerIdentity(vec!["dns.example".into(), "spiffe://example.org/agents/runner".into()]);
+        let peer = PeerIdentity(vec![
+            CertificateName::Dns("dns.example".into()),
+            CertificateName::Uri("spiffe://example.org/agents/runner".into()),
+        ]);
         assert_eq!(principals.by_certificate(&peer).map(|p| p.id.as_str()), Some("runner"));
     }
 
@@ -674,14 +708,25 @@ mod tests {
             path: PathBuf::new(),
             principals: RwLock::new(Arc::new(Principals::parse(&text).expect("valid"))),
         };
+        // A test's name of either kind, spelled as a certificate would hold it.
+        let name = |text: &str| CertificateName::parse(text).expect("a URI or DNS name");
         let peer = |names: &[&str]| Credentials {
-            peer_identity: Some(PeerIdentity(names.iter().map(|n| (*n).to_owned()).collect())),
+            peer_identity: Some(PeerIdentity(names.iter().map(|text| name(text)).collect())),
             ..Credentials::default()
         };
         let id = |credentials: &Credentials| auth.authenticate(credentials).map(|p| p.id.clone());
         assert_eq!(id(&peer(&["x.example", "spiffe://example.org/runner"])), Ok("runner".to_owned()));
         assert_eq!(id(&peer(&["both.example"])), Ok("both".to_owned()));
         assert_eq!(id(&peer(&["spiffe://example.org/other"])), Err(Unknown::NoCredentials));
+        // The same text under the other kind of SAN names no one.
+        let crossed = |names: Vec<CertificateName>| Credentials {
+            peer_identity: Some(PeerIdentity(names)),
+            ..Credentials::default()
+        };
+        let dns_spelled_as_uri = CertificateName::Dns("spiffe://example.org/runner".to_owned());
+        assert_eq!(id(&crossed(vec![dns_spelled_as_uri])), Err(Unknown::NoCredentials));
+        let uri_spelled_as_dns = CertificateName::Uri("both.example".to_owned());
+        assert_eq!(id(&crossed(vec![uri_spelled_as_dns])), Err(Unknown::NoCredentials));
         let with_token = |header: &str| Credentials {
             authorization: Some(Authorization::One(header.to_owned())),
             ..peer(&["spiffe://example.org/runner"])
@@ -690,6 +735,23 @@ mod tests {
         assert_eq!(id(&with_token("Bearer swt_wrong")), Err(Unknown::UnknownToken), "a wrong token is refused");
         let debug = format!("{:?}", with_token("Bearer swt_both"));
         assert!(!debug.contains("swt_both"), "Debug leaves the token out: {debug}");
+    }
+
+    #[test]
+    fn a_certificate_value_names_a_uri_when_it_has_a_scheme_and_a_dns_name_otherwise() {
+        let uri = |text: &str| Ok(CertificateName::Uri(text.to_owned()));
+        let dns = |text: &str| Ok(CertificateName::Dns(text.to_owned()));
+        assert_eq!(CertificateName::parse("spiffe://example.org/agent"), uri("spiffe://example.org/agent"));
+        assert_eq!(CertificateName::parse("urn:example:agent"), uri("urn:example:agent"));
+        assert_eq!(CertificateName::parse("planner.example.org"), dns("planner.example.org"));
+        assert_eq!(CertificateName::parse("*.example.org"), dns("*.example.org"));
+        for neither in ["example.org/agent", "://x", "1x:y", "spiffe:", "a b.example", "spiffe://a b", "é.example"] {
+            let error = CertificateName::parse(neither).expect_err(neither);
+            assert!(error.contains("neither a URI"), "{neither}: {error}");
+        }
+        let text = "[[principals]]\nid = \"a\"\ncertificate = \"example.org/agent\"\n";
+        let refused = parse_err(text);
+        assert!(refused.contains("principal \"a\"") && refused.contains("neither a URI"), "{refused}");
     }
 
     #[test]

@@ -57,10 +57,6 @@ pub mod limits {
     pub const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
 }
 
-/// How long a client may take over its TLS handshake before the connection
-/// is dropped, so stalled clients cannot pile up.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The parsed command line.
 #[derive(Debug, Parser)]
 #[command(
@@ -839,6 +835,24 @@ pub struct ServeArgs {
     #[arg(long = "tls-client-ca", env = "STEPWELL_TLS_CLIENT_CA", value_name = "PATH")]
     pub tls_client_ca: Option<PathBuf>,
 
+    /// Longest a client may take over its TLS handshake, in milliseconds;
+    /// then its connection is closed.
+    #[arg(long = "tls-handshake-timeout-ms", value_name = "MS", env = "STEPWELL_TLS_HANDSHAKE_TIMEOUT_MS",
+          default_value = "10000", value_parser = millis(10, 600_000))]
+    pub tls_handshake_timeout: Duration,
+
+    /// TLS handshakes under way at once, from all clients; a new connection
+    /// that finds this many closes the oldest of them, so stalled handshakes
+    /// never keep a new caller out.
+    #[arg(long, env = "STEPWELL_TLS_HANDSHAKES_MAX", default_value = "256", value_parser = size(1, 100_000))]
+    pub tls_handshakes_max: usize,
+
+    /// TLS handshakes under way at once from one IP address; a new connection
+    /// from an address that has this many closes that address's oldest, so
+    /// one address cannot push out the handshakes of others.
+    #[arg(long, env = "STEPWELL_TLS_HANDSHAKES_PER_ADDRESS_MAX", default_value = "32", value_parser = size(1, 100_000))]
+    pub tls_handshakes_per_address_max: usize,
+
     /// UNSAFE: serve a TCP address beyond loopback without TLS and
     /// authentication, so anyone who reaches it can read and delete every
     /// namespace. A warning is logged at every start.
@@ -1153,6 +1167,16 @@ pub struct Connections {
     pub http2_keepalive_interval: Duration,
     pub http2_keepalive_timeout: Duration,
     pub tcp_keepalive: Duration,
+    pub tls_handshakes: Handshakes,
+}
+
+/// How long a TLS handshake may take, and how many may be under way at
+/// once, in all and from one IP address (`--tls-handshake*`).
+#[derive(Debug, Clone, Copy)]
+pub struct Handshakes {
+    pub timeout: Duration,
+    pub max: usize,
+    pub per_address_max: usize,
 }
 
 /// How writes are grouped into transactions.
@@ -1370,6 +1394,11 @@ impl Config {
                 http2_keepalive_interval: args.http2_keepalive_interval,
                 http2_keepalive_timeout: args.http2_keepalive_timeout,
                 tcp_keepalive: args.tcp_keepalive,
+                tls_handshakes: Handshakes {
+                    timeout: args.tls_handshake_timeout,
+                    max: args.tls_handshakes_max,
+                    per_address_max: args.tls_handshakes_per_address_max,
+                },
             },
             observability: observability(args, &mut errors),
             shutdown_grace: args.shutdown_grace,
@@ -1668,6 +1697,11 @@ mod tests {
         );
         assert_eq!((config.tcp_keepalive, config.preface_timeout), (Duration::from_secs(60), Duration::from_secs(10)));
         assert_eq!(config.body_buffer_bytes_max, 256 << 20);
+        let handshakes = config.tls_handshakes;
+        assert_eq!(
+            (handshakes.timeout, handshakes.max, handshakes.per_address_max),
+            (Duration::from_secs(10), 256, 32)
+        );
         let small = serve(&["--body-buffer-bytes-max", "4096"], &Env::default()).unwrap();
         let lines = Config::from_args(&small).unwrap_err().0;
         assert!(lines.len() == 1 && lines[0].starts_with("--body-buffer-bytes-max"), "{lines:?}");
@@ -1680,6 +1714,9 @@ mod tests {
             ("STEPWELL_HTTP2_KEEPALIVE_TIMEOUT_MS", "100"),
             ("STEPWELL_TCP_KEEPALIVE_MS", "5000"),
             ("STEPWELL_CONNECTION_PREFACE_TIMEOUT_MS", "250"),
+            ("STEPWELL_TLS_HANDSHAKE_TIMEOUT_MS", "400"),
+            ("STEPWELL_TLS_HANDSHAKES_MAX", "16"),
+            ("STEPWELL_TLS_HANDSHAKES_PER_ADDRESS_MAX", "2"),
         ]
         .into_iter()
         .collect();
@@ -1697,6 +1734,10 @@ mod tests {
             (args.tcp_keepalive, args.connection_preface_timeout),
             (Duration::from_secs(5), Duration::from_millis(250))
         );
+        assert_eq!(
+            (args.tls_handshake_timeout, args.tls_handshakes_max, args.tls_handshakes_per_address_max),
+            (Duration::from_millis(400), 16, 2)
+        );
         for flag in [
             "--connection-streams-max",
             "--connection-requests-max",
@@ -1706,6 +1747,9 @@ mod tests {
             "--http2-keepalive-timeout-ms",
             "--tcp-keepalive-ms",
             "--connection-preface-timeout-ms",
+            "--tls-handshake-timeout-ms",
+            "--tls-handshakes-max",
+            "--tls-handshakes-per-address-max",
         ] {
             let lines = mistakes(&serve(&[flag, "0"], &Env::default()).unwrap_err());
             assert!(lines.len() == 1 && lines[0].contains(flag), "{flag}: {lines:?}");

@@ -82,6 +82,16 @@ pub enum Sweep {
     Failed,
 }
 
+/// The bound under which a TLS handshake was closed to make room for a new
+/// connection, as `stepwell_tls_handshakes_shed_total{limit}` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeShed {
+    /// `--tls-handshakes-per-address-max`: the address's own oldest.
+    Address,
+    /// `--tls-handshakes-max`: the oldest of all.
+    Total,
+}
+
 /// What a scrape reads of the sidecar's state at that moment.
 #[derive(Debug, Clone, Default)]
 pub struct State {
@@ -138,6 +148,7 @@ pub struct Metrics {
     turns_expired: [Counter; 2],
     pub checkpoints_expired: Counter,
     pub retention_failures: Counter,
+    tls_handshakes_shed: [Counter; 2],
     queue_depth: Gauge,
     queue_bytes: Gauge,
     store_up: Gauge,
@@ -227,6 +238,8 @@ impl Metrics {
                 .map(|status| r.counter("stepwell_turns_expired_total", &[("status", status)])),
             checkpoints_expired: r.counter("stepwell_checkpoints_expired_total", &[]),
             retention_failures: r.counter("stepwell_turn_retention_failures_total", &[]),
+            tls_handshakes_shed: ["address", "total"]
+                .map(|limit| r.counter("stepwell_tls_handshakes_shed_total", &[("limit", limit)])),
             queue_depth: r.gauge("stepwell_write_queue_depth", &[]),
             queue_bytes: r.gauge("stepwell_write_queue_bytes", &[]),
             store_up: r.gauge("stepwell_store_up", &[]),
@@ -279,6 +292,11 @@ impl Metrics {
     /// Turn retention deleted a terminal (or open) turn.
     pub fn turns_expired(&self, terminal: bool) {
         self.turns_expired[usize::from(!terminal)].increment(1);
+    }
+
+    /// A TLS handshake under way was closed to make room under `limit`.
+    pub fn tls_handshake_shed(&self, limit: HandshakeShed) {
+        self.tls_handshakes_shed[limit as usize].increment(1);
     }
 
     pub fn begin(&self, outcome: BeginOutcome) {
@@ -418,6 +436,10 @@ impl Registrar<'_> {
             (
                 "stepwell_turn_retention_failures_total",
                 "Turn retention passes that failed (the log says why); the next interval tries again.",
+            ),
+            (
+                "stepwell_tls_handshakes_shed_total",
+                "TLS handshakes under way closed to make room for a new connection, by the limit reached (address, total).",
             ),
         ] {
             r.describe_counter(name.into(), None, help(text));

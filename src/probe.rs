@@ -244,7 +244,9 @@ mod tests {
         reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let incoming = crate::tls::incoming(TcpListenerStream::new(listener), server_tls, WAIT);
+        let limits = crate::config::Handshakes { timeout: WAIT, max: 16, per_address_max: 16 };
+        let metrics = crate::metrics::Metrics::off();
+        let incoming = crate::tls::incoming(TcpListenerStream::new(listener), server_tls, limits, metrics);
         tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming));
         let server_name = ServerName::try_from("localhost").unwrap();
         (Listen::Tcp(addr), ProbeTls { ca: cert_path, server_name, client: None })

@@ -149,7 +149,7 @@ pub async fn serve(
     let description = listener.describe();
     let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
-    let (server, socket_file) = serve_on(listener, router, tls, &config.connections, signal);
+    let (server, socket_file) = serve_on(listener, router, tls, &config.connections, &metrics, signal);
     let start = async {
         let observers = (metrics.clone(), traces.clone());
         let mut started = start_store(&config, &shared, &health, stopping_for_start, observers).await;
@@ -358,16 +358,18 @@ fn serve_on(
     router: Router<Stack<PeerLayer, Identity>>,
     tls: Option<Arc<ServerTls>>,
     connections: &config::Connections,
+    metrics: &Arc<Metrics>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> (Serving, Option<SocketFile>) {
     let (keepalive, preface) = (connections.tcp_keepalive, connections.preface_timeout);
     let tcp = |l| TcpIncoming::from(l).with_nodelay(Some(true)).with_keepalive(Some(keepalive));
+    let handshakes = connections.tls_handshakes;
     match (listener, tls) {
         (Listener::Tcp(l), None) => {
             (Box::pin(router.serve_with_incoming_shutdown(preface::deadlined(tcp(l), preface), signal)), None)
         }
         (Listener::Tcp(l), Some(tls)) => {
-            let incoming = preface::deadlined(tls::incoming(tcp(l), tls, config::TLS_HANDSHAKE_TIMEOUT), preface);
+            let incoming = preface::deadlined(tls::incoming(tcp(l), tls, handshakes, metrics.clone()), preface);
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), None)
         }
         // On a Unix socket, an `:authority` the HTTP/2 server would refuse is replaced first.
@@ -377,7 +379,7 @@ fn serve_on(
         }
         (Listener::Unix(l, file), Some(tls)) => {
             let incoming = preface::deadlined(
-                unix_authority::relaxed(tls::incoming(UnixListenerStream::new(l), tls, config::TLS_HANDSHAKE_TIMEOUT)),
+                unix_authority::relaxed(tls::incoming(UnixListenerStream::new(l), tls, handshakes, metrics.clone())),
                 preface,
             );
             (Box::pin(router.serve_with_incoming_shutdown(incoming, signal)), Some(file))

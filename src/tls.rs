@@ -7,15 +7,21 @@
 //! a file that does not load keeps the configuration in use. `incoming`
 //! turns the listener's accepted streams into TLS streams, each handshake in
 //! a task of its own under a timeout, so a client that stalls or fails its
-//! handshake never holds up the accept loop or anyone else. Each TLS stream
-//! carries the identities its verified client certificate proves
-//! (`TlsPeer`); tonic puts that in every request's extensions, and
-//! `attach_peer_identity` copies it there as `auth::PeerIdentity`.
+//! handshake never holds up the accept loop or anyone else. The accept loop
+//! never waits: handshakes under way are bounded per peer address and in
+//! all, and a new connection past either bound closes the oldest handshake
+//! under it (`UnderWay`), so stalled connections cannot keep a new caller
+//! out. Each TLS stream carries the identities its verified client
+//! certificate proves and its TCP addresses (`TlsPeer`); tonic puts that in
+//! every request's extensions, and `attach_peer_identity` copies them there
+//! as `auth::PeerIdentity` and tonic's `TcpConnectInfo`.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,14 +33,16 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http;
-use tonic::transport::server::Connected;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 use x509_parser::extensions::GeneralName;
 
-use crate::auth::PeerIdentity;
+use crate::auth::{CertificateName, PeerIdentity};
 use crate::config;
+use crate::metrics::{HandshakeShed, Metrics};
 
 /// Why a TLS file could not be used, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -139,10 +147,12 @@ fn pem_reason(error: &rustls_pki_types::pem::Error) -> String {
 }
 
 /// What a TLS connection proved about its client: the identities of a
-/// verified client certificate, or `None` without one.
+/// verified client certificate, or `None` without one; and, over TCP, the
+/// connection's addresses, which the audit log names.
 #[derive(Debug, Clone, Default)]
 pub struct TlsPeer {
     pub identity: Option<PeerIdentity>,
+    pub tcp: Option<TcpConnectInfo>,
 }
 
 /// A server-side TLS stream that tonic can serve.
@@ -156,6 +166,24 @@ impl<IO> Connected for TlsConn<IO> {
 
     fn connect_info(&self) -> TlsPeer {
         self.peer.clone()
+    }
+}
+
+/// What an accepted stream tells of where it comes from: a TCP stream its
+/// addresses, a Unix socket's stream nothing.
+pub trait Accepted {
+    fn tcp_info(&self) -> Option<TcpConnectInfo>;
+}
+
+impl Accepted for tokio::net::TcpStream {
+    fn tcp_info(&self) -> Option<TcpConnectInfo> {
+        Some(self.connect_info())
+    }
+}
+
+impl Accepted for tokio::net::UnixStream {
+    fn tcp_info(&self) -> Option<TcpConnectInfo> {
+        None
     }
 }
 
@@ -191,65 +219,182 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConn<IO> {
     }
 }
 
-/// Handshakes waiting to finish at once; more accepted connections wait
-/// for room, which bounds what stalled clients can hold.
-const HANDSHAKES_MAX: usize = 256;
-
-/// TLS streams from the plain streams `accepted` yields: each handshake runs
-/// in its own task, bounded by `timeout`, and one that fails or stalls is
-/// logged and dropped without touching the others. Accept errors (a full
-/// descriptor table) are logged and accepting goes on. The stream ends, and
-/// the listener closes, once the server stops taking connections.
+/// TLS streams from the plain streams `accepted` yields. Each handshake
+/// runs in its own task, bounded by `limits.timeout`; one that fails or
+/// stalls is logged and dropped without touching the others. The accept
+/// loop never waits for room: a connection from an address that has
+/// `limits.per_address_max` handshakes under way closes that address's
+/// oldest, and one that finds `limits.max` under way closes the oldest of
+/// all, so stalled clients cost the newest callers nothing. Accept errors (a
+/// full descriptor table) are logged and accepting goes on. The stream
+/// ends, and the listener closes, once the server stops taking connections.
 pub fn incoming<S, IO>(
     accepted: S,
     tls: Arc<ServerTls>,
-    timeout: Duration,
+    limits: config::Handshakes,
+    metrics: Arc<Metrics>,
 ) -> impl Stream<Item = io::Result<TlsConn<IO>>> + Send + 'static
 where
     S: Stream<Item = io::Result<IO>> + Send + 'static,
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    IO: AsyncRead + AsyncWrite + Accepted + Unpin + Send + 'static,
 {
-    let (ready, receiver) = mpsc::channel(HANDSHAKES_MAX);
-    let mutual = tls.mutual();
+    let (ready, receiver) = mpsc::channel(limits.max);
     tokio::spawn(async move {
         let mut accepted = std::pin::pin!(accepted);
-        let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES_MAX));
+        let under_way = Arc::new(Mutex::new(UnderWay::new(limits)));
         loop {
             let next = tokio::select! {
                 next = accepted.next() => next,
                 () = ready.closed() => return,
             };
-            let stream = match next {
-                Some(Ok(stream)) => stream,
+            match next {
+                Some(Ok(stream)) => start_handshake(stream, &tls, &limits, &under_way, &metrics, &ready),
                 Some(Err(error)) => {
                     tracing::warn!(%error, "could not accept a connection");
                     // Back off briefly, so a full descriptor table is not a busy loop.
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
                 }
                 None => return,
-            };
-            let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
-            let acceptor = tls.acceptor();
-            let ready = ready.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => {
-                        let peer = TlsPeer { identity: mutual.then(|| peer_identity(&stream)).flatten() };
-                        let _ = ready.send(Ok(TlsConn { stream, peer })).await;
-                    }
-                    Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(?timeout, "TLS handshake timed out"),
-                }
-            });
+            }
         }
     });
     ReceiverStream::new(receiver)
 }
 
-/// The URI and DNS names of the client's verified certificate. rustls has
-/// checked it against the client CAs before the handshake completed.
+/// Makes room for the handshake of `stream` and starts it in a task of its
+/// own, entered in `under_way` before it can run, so that it can be shed.
+fn start_handshake<IO>(
+    stream: IO,
+    tls: &ServerTls,
+    limits: &config::Handshakes,
+    under_way: &Arc<Mutex<UnderWay>>,
+    metrics: &Metrics,
+    ready: &mpsc::Sender<io::Result<TlsConn<IO>>>,
+) where
+    IO: AsyncRead + AsyncWrite + Accepted + Unpin + Send + 'static,
+{
+    let tcp = stream.tcp_info();
+    let address = tcp.as_ref().and_then(|tcp| tcp.remote_addr).map(|remote| remote.ip().to_canonical());
+    let mut table = under_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for limit in table.make_room(address) {
+        tracing::debug!(?address, ?limit, "closed the oldest TLS handshake under way to make room for a new one");
+        metrics.tls_handshake_shed(limit);
+    }
+    let id = table.next_id();
+    let handshake = Handshake {
+        acceptor: tls.acceptor(),
+        mutual: tls.mutual(),
+        timeout: limits.timeout,
+        tcp,
+        under_way: under_way.clone(),
+        id,
+        ready: ready.clone(),
+    };
+    let task = tokio::spawn(handshake.run(stream));
+    table.insert(id, address, task.abort_handle());
+}
+
+/// One handshake's task: what it needs to finish and to hand on its stream.
+struct Handshake<IO> {
+    acceptor: TlsAcceptor,
+    mutual: bool,
+    timeout: Duration,
+    tcp: Option<TcpConnectInfo>,
+    under_way: Arc<Mutex<UnderWay>>,
+    id: u64,
+    ready: mpsc::Sender<io::Result<TlsConn<IO>>>,
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> Handshake<IO> {
+    async fn run(self, stream: IO) {
+        let result = tokio::time::timeout(self.timeout, self.acceptor.accept(stream)).await;
+        // Done, one way or another: no longer under way, so never shed.
+        self.under_way.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(self.id);
+        match result {
+            Ok(Ok(stream)) => {
+                let identity = self.mutual.then(|| peer_identity(&stream)).flatten();
+                let peer = TlsPeer { identity, tcp: self.tcp };
+                let _ = self.ready.send(Ok(TlsConn { stream, peer })).await;
+            }
+            Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+            Err(_) => tracing::debug!(timeout = ?self.timeout, "TLS handshake timed out"),
+        }
+    }
+}
+
+/// The handshakes under way, numbered in the order their connections were
+/// accepted (the lowest is the oldest), each with its peer's IP address
+/// (none over a Unix socket) and the handle that closes it.
+struct UnderWay {
+    limits: config::Handshakes,
+    next: u64,
+    all: BTreeMap<u64, (Option<IpAddr>, AbortHandle)>,
+    by_address: HashMap<IpAddr, BTreeSet<u64>>,
+}
+
+impl UnderWay {
+    fn new(limits: config::Handshakes) -> UnderWay {
+        UnderWay { limits, next: 0, all: BTreeMap::new(), by_address: HashMap::new() }
+    }
+
+    /// Closes what must go for a handshake from `address` to start: that
+    /// address's oldest while it has its share, then the oldest of all
+    /// while the total is reached. Answers the bound each one made room under.
+    fn make_room(&mut self, address: Option<IpAddr>) -> Vec<HandshakeShed> {
+        let mut shed = Vec::new();
+        while let Some(oldest) = address
+            .and_then(|address| self.by_address.get(&address))
+            .filter(|own| own.len() >= self.limits.per_address_max)
+            .and_then(|own| own.first().copied())
+        {
+            self.close(oldest);
+            shed.push(HandshakeShed::Address);
+        }
+        while self.all.len() >= self.limits.max
+            && let Some(oldest) = self.all.keys().next().copied()
+        {
+            self.close(oldest);
+            shed.push(HandshakeShed::Total);
+        }
+        shed
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    fn insert(&mut self, id: u64, address: Option<IpAddr>, handle: AbortHandle) {
+        self.all.insert(id, (address, handle));
+        if let Some(address) = address {
+            self.by_address.entry(address).or_default().insert(id);
+        }
+    }
+
+    /// Ends a handshake's task, which drops (and so closes) its connection.
+    fn close(&mut self, id: u64) {
+        if let Some(handle) = self.remove(id) {
+            handle.abort();
+        }
+    }
+
+    fn remove(&mut self, id: u64) -> Option<AbortHandle> {
+        let (address, handle) = self.all.remove(&id)?;
+        if let Some(address) = address
+            && let Some(own) = self.by_address.get_mut(&address)
+        {
+            own.remove(&id);
+            if own.is_empty() {
+                self.by_address.remove(&address);
+            }
+        }
+        Some(handle)
+    }
+}
+
+/// The URI and DNS names of the client's verified certificate, each kept
+/// with its kind. rustls has checked it against the client CAs before the
+/// handshake completed.
 fn peer_identity<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> Option<PeerIdentity> {
     let leaf = stream.get_ref().1.peer_certificates()?.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
@@ -257,8 +402,8 @@ fn peer_identity<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> Option<Pee
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for name in &san.value.general_names {
             match name {
-                GeneralName::URI(uri) => names.push((*uri).to_owned()),
-                GeneralName::DNSName(dns) => names.push((*dns).to_owned()),
+                GeneralName::URI(uri) => names.push(CertificateName::Uri((*uri).to_owned())),
+                GeneralName::DNSName(dns) => names.push(CertificateName::Dns((*dns).to_owned())),
                 _ => {}
             }
         }
@@ -267,11 +412,17 @@ fn peer_identity<IO>(stream: &tokio_rustls::server::TlsStream<IO>) -> Option<Pee
 }
 
 /// Copies the connection's proven identity into the request as
-/// `auth::PeerIdentity`, where authorization and handlers read it. Requests
-/// over plaintext, or over TLS without a client certificate, get none.
+/// `auth::PeerIdentity`, where authorization and handlers read it, and its
+/// TCP addresses as tonic's `TcpConnectInfo`, where `remote_addr` (and so
+/// the audit log) finds them as over plaintext. Requests over plaintext, or
+/// over TLS without a client certificate, get no identity.
 pub fn attach_peer_identity<B>(mut request: http::Request<B>) -> http::Request<B> {
-    if let Some(identity) = request.extensions().get::<TlsPeer>().and_then(|peer| peer.identity.clone()) {
+    let Some(peer) = request.extensions().get::<TlsPeer>().cloned() else { return request };
+    if let Some(identity) = peer.identity {
         request.extensions_mut().insert(identity);
+    }
+    if let Some(tcp) = peer.tcp {
+        request.extensions_mut().insert(tcp);
     }
     request
 }

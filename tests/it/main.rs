@@ -32,6 +32,7 @@ mod restore;
 mod retention;
 mod security;
 mod shared_store;
+mod tls_handshakes;
 mod tracing;
 mod turns;
 mod validation;

@@ -174,6 +174,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("stepwell_checkpoint_conflicts_total", "counter"),
     ("stepwell_turns_deleted_total", "counter"),
     ("stepwell_checkpoints_deleted_total", "counter"),
+    ("stepwell_tls_handshakes_shed_total", "counter"),
     ("stepwell_build_info", "gauge"),
     ("process_start_time_seconds", "gauge"),
 ];

@@ -1,9 +1,10 @@
 //! The transport's security: TLS and mutual TLS on the listener with
 //! certificates made in the test, the client certificate's identity as a
-//! handler sees it, the certificate's reload on SIGHUP, the start-up
-//! refusals of an exposed port and of bad TLS files, `stepwell healthcheck`
-//! over TLS and mutual TLS, and the permissions and lifetime of the Unix
-//! socket and SQLite files.
+//! handler sees it (a URI principal named by URI SANs only, a DNS one by
+//! DNS SANs only), the caller's address in audit events over TLS, the
+//! certificate's reload on SIGHUP, the start-up refusals of an exposed port
+//! and of bad TLS files, `stepwell healthcheck` over TLS and mutual TLS,
+//! and the permissions and lifetime of the Unix socket and SQLite files.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -11,12 +12,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stepwell::auth::PeerIdentity;
+use rcgen::SanType;
+use stepwell::api::pb::DeleteTurnRequest;
+use stepwell::auth::{CertificateName, PeerIdentity};
 use stepwell::config::{self, Database, Tls};
 use stepwell::tls::{ServerTls, attach_peer_identity};
 use stepwell_test_support::WAIT_LIMIT;
 use stepwell_test_support::backend::TestStore;
-use stepwell_test_support::channel::{Target, connect, server_certificate, try_connect};
+use stepwell_test_support::channel::{Target, connect, server_certificate, try_connect, try_connect_from};
 use stepwell_test_support::requests::{T0, assert_inserted, checkpoint, restore, restore_all, states};
 use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
 use stepwell_test_support::tls::{Authority, ClientTls};
@@ -119,7 +122,9 @@ async fn identity_seen(server_tls: Arc<ServerTls>, client_tls: ClientTls) -> Str
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let target = Target::Tcp(listener.local_addr().expect("an address"));
     let accepted = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let incoming = stepwell::tls::incoming(accepted, server_tls, config::TLS_HANDSHAKE_TIMEOUT);
+    let handshakes = config::Config::from_args(&config::ServeArgs::defaults()).expect("defaults").connections;
+    let metrics = stepwell::metrics::Metrics::off();
+    let incoming = stepwell::tls::incoming(accepted, server_tls, handshakes.tls_handshakes, metrics);
     let layer = tower::util::MapRequestLayer::new(attach_peer_identity::<tonic::body::Body>);
     let router = tonic::transport::Server::builder().layer(layer).add_service(HealthServer::new(IdentityEcho));
     let server = tokio::spawn(router.serve_with_incoming(incoming));
@@ -136,7 +141,10 @@ async fn a_handler_sees_the_client_certificates_identity() {
     let server_tls = ServerTls::load(&pki.tls).expect("the TLS files load");
 
     let seen = identity_seen(server_tls.clone(), pki.client_with_certificate()).await;
-    let expected = PeerIdentity(vec![SPIFFE_ID.to_owned(), "planner.example.org".to_owned()]);
+    let expected = PeerIdentity(vec![
+        CertificateName::Uri(SPIFFE_ID.to_owned()),
+        CertificateName::Dns("planner.example.org".to_owned()),
+    ]);
     assert_eq!(seen, format!("{:?}", Some(expected)));
 
     // Without a client CA no certificate is asked for, and none is proven.
@@ -410,4 +418,115 @@ async fn a_client_certificate_alone_authorizes_its_granted_namespace_and_no_othe
     let mut restore_a = restore("turn-a");
     restore_a.namespace = "ns-a".to_owned();
     assert_eq!(restore_all(&mut client, restore_a).await.len(), 1, "the granted namespace holds the checkpoint");
+}
+
+/// A sidecar with mutual TLS whose auth file names one principal by a URI
+/// and one by a DNS name, each granted writes everywhere.
+async fn sidecar_with_certificate_principals(store: &TestStore, pki: &Pki) -> Sidecar {
+    let auth_file = store.dir().join("auth.toml");
+    let grants = "grants = [{ namespace = \"*\", role = \"write\" }]";
+    std::fs::write(
+        &auth_file,
+        format!(
+            "[[principals]]\nid = \"writer-a\"\ncertificate = \"spiffe://example.org/writer-a\"\n{grants}\n\n\
+             [[principals]]\nid = \"writer-b\"\ncertificate = \"writer-b.example.org\"\n{grants}\n"
+        ),
+    )
+    .expect("write the auth file");
+    let tls = pki.tls.clone();
+    Sidecar::builder()
+        .store(store)
+        .configure(move |c| {
+            c.security.tls = Some(tls);
+            c.security.auth_file = Some(auth_file);
+        })
+        .client_tls(pki.client_with_certificate())
+        .start()
+        .await
+}
+
+/// What a Checkpoint answers a client presenting a certificate whose only
+/// subject alternative name is `name`.
+async fn checkpoint_as(server: &Sidecar, pki: &Pki, name: SanType) -> Result<(), Status> {
+    let tls = ClientTls::new(&pki.ca, Some(&pki.ca.client_named(vec![name])));
+    let channel = try_connect(server.target(), Some(&tls)).await.expect("the certificate is trusted");
+    let mut client = stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient::new(channel);
+    client.checkpoint(checkpoint("turn-san", "started", T0, "{}")).await.map(|_| ())
+}
+
+#[tokio::test]
+async fn a_principal_is_named_by_a_uri_san_or_a_dns_san_never_by_the_other_kind() {
+    let store = TestStore::new().await;
+    let pki = Pki::new(store.dir(), true);
+    let server = sidecar_with_certificate_principals(&store, &pki).await;
+    let uri = |text: &str| SanType::URI(text.try_into().expect("ASCII"));
+    let dns = |text: &str| SanType::DnsName(text.try_into().expect("ASCII"));
+
+    checkpoint_as(&server, &pki, uri("spiffe://example.org/writer-a")).await.expect("the URI SAN is writer-a");
+    checkpoint_as(&server, &pki, dns("writer-b.example.org")).await.expect("the DNS SAN is writer-b");
+
+    // The same texts under the other kind of SAN: trusted certificates, no principal.
+    let crossed = [dns("spiffe://example.org/writer-a"), uri("writer-b.example.org")];
+    for name in crossed {
+        let described = format!("{name:?}");
+        let refused = checkpoint_as(&server, &pki, name).await.expect_err(&described);
+        stepwell_test_support::errors::assert_error(&refused, tonic::Code::Unauthenticated, "UNAUTHENTICATED");
+    }
+}
+
+#[tokio::test]
+async fn audit_events_over_tls_name_the_callers_address() {
+    let store = TestStore::new().await;
+    let pki = Pki::new(store.dir(), true);
+    let auth_file = store.dir().join("auth.toml");
+    let grant = "grants = [{ namespace = \"ns-a\", role = \"admin\" }]";
+    std::fs::write(&auth_file, format!("[[principals]]\nid = \"planner\"\ncertificate = \"{SPIFFE_ID}\"\n{grant}\n"))
+        .expect("write the auth file");
+    let log = store.dir().join("stepwell.log");
+    let path = |p: &Path| p.to_str().expect("a UTF-8 path").to_owned();
+    let client_ca = pki.tls.client_ca.as_deref().expect("mutual TLS");
+    let flags = [
+        "--tls-cert".to_owned(),
+        path(&pki.tls.cert),
+        "--tls-key".to_owned(),
+        path(&pki.tls.key),
+        "--tls-client-ca".to_owned(),
+        path(client_ca),
+        "--auth-file".to_owned(),
+        path(&auth_file),
+        "--log-format".to_owned(),
+        "json".to_owned(),
+    ];
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .flags(&flags.iter().map(String::as_str).collect::<Vec<_>>())
+        .client_tls(pki.client_with_certificate())
+        .stderr_to(&log)
+        .spawn_on_loopback()
+        .await;
+    let Target::Tcp(addr) = server.target().clone() else { panic!("a TCP sidecar") };
+
+    // From an address of its own, so the event cannot name another caller's.
+    let source = "127.0.0.9".parse().expect("an address");
+    let (channel, local) = try_connect_from(addr, source, &pki.client_with_certificate()).await.expect("connect");
+    let mut client = stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient::new(channel);
+    let delete = DeleteTurnRequest { namespace: "ns-a".to_owned(), turn_id: "turn-9".to_owned() };
+    client.delete_turn(delete).await.expect("the admin deletes");
+    let mut elsewhere = checkpoint("turn-b", "started", T0, "{}");
+    elsewhere.namespace = "ns-b".to_owned();
+    client.checkpoint(elsewhere).await.expect_err("ns-b is not granted");
+
+    server.terminate();
+    assert!(server.wait().await.success(), "a clean exit flushes the log");
+    let text = std::fs::read_to_string(&log).expect("the log");
+    let peers: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["target"] == "stepwell::audit")
+        .map(|event| {
+            let field = |name: &str| event["fields"][name].as_str().unwrap_or("-").to_owned();
+            (field("rpc"), field("peer"))
+        })
+        .collect();
+    let expected = [("DeleteTurn", local.to_string()), ("Checkpoint", local.to_string())];
+    assert_eq!(peers, expected.map(|(rpc, peer)| (rpc.to_owned(), peer)), "{text}");
 }

@@ -2,16 +2,17 @@
 //! one Unix-socket connector, either at once (retrying while the server is
 //! not yet listening) or lazily, reconnecting after every lost connection
 //! as a long-lived client does while its sidecar restarts; plain, or over
-//! TLS as a `ClientTls` says.
+//! TLS as a `ClientTls` says; and from a chosen loopback address.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::{TcpSocket, TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -83,6 +84,41 @@ pub async fn try_connect(target: &Target, tls: Option<&ClientTls>) -> Result<Cha
                 .await
         }
     }
+}
+
+/// Connects once over TLS to `addr` from the loopback address `source` (any
+/// 127.x.y.z: Linux lets a client bind every one of them), for tests that
+/// tell callers apart by address. Answers the channel and the address it
+/// connected from, which the server sees as its peer.
+pub async fn try_connect_from(
+    addr: SocketAddr,
+    source: IpAddr,
+    tls: &ClientTls,
+) -> Result<(Channel, SocketAddr), tonic::transport::Error> {
+    let local = Arc::new(Mutex::new(None));
+    let (seen, tls) = (local.clone(), tls.clone());
+    let channel = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let (seen, tls) = (seen.clone(), tls.clone());
+            async move {
+                let stream = connect_from(addr, source).await?;
+                *seen.lock().expect("not poisoned") = Some(stream.local_addr()?);
+                let name = ServerName::try_from("localhost").expect("a server name");
+                Ok::<_, std::io::Error>(TokioIo::new(TlsConnector::from(tls.config).connect(name, stream).await?))
+            }
+        }))
+        .await?;
+    let local = local.lock().expect("not poisoned").expect("the connector ran");
+    Ok((channel, local))
+}
+
+/// A TCP connection to `addr` from `source`, on a port the system picks.
+pub async fn connect_from(addr: SocketAddr, source: IpAddr) -> std::io::Result<TcpStream> {
+    let socket = if source.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.bind(SocketAddr::new(source, 0))?;
+    let stream = socket.connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 /// The certificate a new TLS connection to `target` is shown, for tests

@@ -10,7 +10,8 @@
 //!   child process on a Unix socket in the store's directory, for tests
 //!   that kill or signal it and restart it on the same store; `.name(..)`
 //!   picks the socket, so several can share a store, `.flags(..)` and
-//!   `.env(..)` reach the process, and `.stderr_to(..)` keeps its log.
+//!   `.env(..)` reach the process, and `.stderr_to(..)` keeps its log;
+//!   `spawn_on_loopback` serves TCP instead, on a port the log names.
 //!
 //! Neither serves the admin listener unless asked (`.admin_listen(..)`, or
 //! the configuration), so sidecars side by side never contend for its port;
@@ -382,6 +383,23 @@ impl SidecarProcessBuilder {
         Running { channel, target: Target::Unix(socket.clone()), kind: ChildProcess { process, socket } }
     }
 
+    /// Starts the process on a loopback TCP port of its own choosing and
+    /// waits until it serves. The port is read from the "serving" line of
+    /// its log, so it needs `.stderr_to(..)` and a log at `info` for
+    /// stepwell's own events (the default here).
+    pub async fn spawn_on_loopback(mut self) -> SidecarProcess {
+        self.listen = Some("127.0.0.1:0".to_owned());
+        let log = self.stderr.clone().expect("spawn_on_loopback reads the log that .stderr_to(..) names");
+        let (mut command, socket) = self.command();
+        command.stderr(std::fs::File::create(&log).expect("create the log file"));
+        let child = command.env("STEPWELL_LOG", "info").spawn().expect("start the stepwell binary");
+        let process = Process(Some(child));
+        let addr = served_address(&log).await;
+        let channel = connect_with(&Target::Tcp(addr), self.tls.as_ref()).await;
+        wait_for_serving(&channel).await;
+        Running { channel, target: Target::Tcp(addr), kind: ChildProcess { process, socket } }
+    }
+
     /// Runs a process expected to refuse to start; returns its exit status
     /// and what it wrote to stderr. One still running after `WAIT_LIMIT` is
     /// killed and fails the test.
@@ -439,6 +457,25 @@ impl SidecarProcessBuilder {
                 Err(_) => panic!("stepwell did not log {line:?}; its stderr:\n{seen}"),
             }
         }
+    }
+}
+
+/// The address the "serving" line of the log at `path` names, once written
+/// (text or JSON: the first `127.0.0.1:PORT` on that line).
+async fn served_address(path: &Path) -> std::net::SocketAddr {
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let port = text.lines().filter(|line| line.contains("serving")).find_map(|line| {
+            let (_, rest) = line.split_once("127.0.0.1:")?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u16>().ok()
+        });
+        if let Some(port) = port {
+            return std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        }
+        assert!(tokio::time::Instant::now() < deadline, "stepwell never logged where it serves:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await; // polling the log, bounded above
     }
 }
 
