@@ -2,7 +2,8 @@
 //! module: what a put stores and which put wins an address (`put`), how
 //! ListRecords orders, filters and pages, with children and refs attached
 //! (`list`), metadata containment as Postgres's `@>` defines it
-//! (`metadata`), the response byte budget (`budget`), DeleteRecords
+//! (`metadata`), the response byte budget (`budget`) and entries cut at it
+//! and continued across pages (`split`), DeleteRecords
 //! (`delete`), CopyTurn (`copy`), puts fenced by an idempotency lease
 //! (`fencing`), invalid input and limits (`validation`), and acknowledged
 //! puts surviving a SIGKILL of the real binary (`durability`); on Postgres,
@@ -18,6 +19,7 @@ mod list;
 mod metadata;
 mod postgres_only;
 mod put;
+mod split;
 mod validation;
 
 use sqlx::Connection;
