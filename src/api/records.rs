@@ -244,6 +244,26 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
             format!("with metadata and refs must be at most {} bytes (--record-bytes-max)", limits.record_bytes_max),
         ));
     }
+    // A record must also be listable: alone in a ListRecords page, with its
+    // addressing, framing and the longest page token, within what the
+    // sidecar sends (--message-bytes-max). Postgres may print metadata
+    // longer than it was written (jsonb's spaces), so it counts twice.
+    let listed = record.bytes()
+        + record.metadata.as_ref().map_or(0, String::len)
+        + records::RECORD_OVERHEAD_BYTES
+        + validate::RECORDS_CUT_TOKEN_BYTES_MAX;
+    if listed > limits.message_bytes_max {
+        let room = limits.message_bytes_max.saturating_sub(listed - size);
+        return Err(Error::invalid(
+            name("payload"),
+            InvalidReason::TooLong,
+            format!(
+                "with metadata and refs must be at most {room} bytes here, so that a ListRecords page holding \
+                 the record, its ids and a page token fits --message-bytes-max ({} bytes)",
+                limits.message_bytes_max
+            ),
+        ));
+    }
     Ok(record)
 }
 

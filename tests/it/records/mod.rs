@@ -85,6 +85,27 @@ async fn put_ok(client: &mut RecordClient, records: Vec<Record>) -> PutRecordsRe
     response
 }
 
+/// The largest payload PutRecords accepts for the record `make` builds
+/// around a payload of the given size, found by bisection between 3 MiB
+/// (accepted) and 4 MiB (refused); a refusal must be a size's. The
+/// largest is then stored.
+pub(crate) async fn largest_accepted(client: &mut RecordClient, make: impl Fn(usize) -> Record) -> usize {
+    let (mut accepted, mut refused) = (3 << 20, 4 << 20);
+    while refused - accepted > 1 {
+        let size = accepted + (refused - accepted) / 2;
+        match client.put_records(put(vec![make(size)])).await {
+            Ok(_) => accepted = size,
+            Err(status) => {
+                let code = status.code();
+                assert!(matches!(code, Code::InvalidArgument | Code::ResourceExhausted), "{status:?}");
+                refused = size;
+            }
+        }
+    }
+    put_ok(client, vec![make(accepted)]).await;
+    accepted
+}
+
 /// A ListRecords of `kind` across every turn of the default namespace.
 fn list(kind: &str) -> ListRecordsRequest {
     ListRecordsRequest { kind: kind.to_owned(), ..Default::default() }
