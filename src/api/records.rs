@@ -236,6 +236,14 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
         refs: serde_json::to_string(&refs).expect("strings serialize"),
         mode,
     };
+    check_size(field, &record, limits)?;
+    Ok(record)
+}
+
+/// A record's size checks: its payload, metadata and refs within
+/// --record-bytes-max, and the record listable. `field` names it.
+fn check_size(field: &str, record: &NewRecord, limits: &Limits) -> Result<()> {
+    let name = |part: &str| format!("{field}.{part}");
     let size = record.payload.len() + record.metadata.as_ref().map_or(0, String::len) + record.refs.len();
     if size > limits.record_bytes_max {
         return Err(Error::invalid(
@@ -264,7 +272,7 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
             ),
         ));
     }
-    Ok(record)
+    Ok(())
 }
 
 fn to_pb(stored: StoredRecord) -> pb::Record {

@@ -333,23 +333,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
                 mode=rec.PUT_MODE_UPSERT,
             )
         ]
-        records: List[rec.Record] = []
-        for ch, ver in new_versions.items():
-            if ch in values:
-                blob_type, blob = self.serde.dumps_typed(values[ch])
-            else:
-                blob_type, blob = EMPTY, b""
-            records.append(
-                rec.Record(
-                    turn_id=thread_id,
-                    scope=checkpoint_ns,
-                    kind=BLOB_KIND,
-                    id=blob_id(ch, ver),
-                    payload=blob,
-                    content_type=blob_type,
-                    mode=rec.PUT_MODE_INSERT_IF_ABSENT,
-                )
-            )
+        records = [self._blob(thread_id, checkpoint_ns, ch, ver, values) for ch, ver in new_versions.items()]
         next_config: RunnableConfig = {
             "configurable": {
                 "thread_id": thread_id,
@@ -362,6 +346,24 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
             runs = [head + records]
         requests = [rec.PutRecordsRequest(namespace=self.namespace, records=run) for run in runs]
         return thread_id, requests, next_config
+
+    def _blob(
+        self, thread_id: str, checkpoint_ns: str, channel: str, version: Any, values: Dict[str, Any]
+    ) -> rec.Record:
+        """The blob of ``channel`` at ``version``: its value, or none."""
+        if channel in values:
+            blob_type, blob = self.serde.dumps_typed(values[channel])
+        else:
+            blob_type, blob = EMPTY, b""
+        return rec.Record(
+            turn_id=thread_id,
+            scope=checkpoint_ns,
+            kind=BLOB_KIND,
+            id=blob_id(channel, version),
+            payload=blob,
+            content_type=blob_type,
+            mode=rec.PUT_MODE_INSERT_IF_ABSENT,
+        )
 
     def _put_writes_request(
         self,
