@@ -55,6 +55,9 @@ pub mod limits {
     pub const DELETE_SELECTORS_MAX: usize = 1000;
     /// Room a request needs beyond its state bytes (ids, timestamps, framing).
     pub const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
+    /// The largest `--message-bytes-max`: no sidecar sends a larger message,
+    /// so the operator commands accept any message up to it.
+    pub const MESSAGE_BYTES_LIMIT: usize = 256 << 20;
 }
 
 /// The parsed command line.
@@ -551,7 +554,8 @@ pub struct ServeArgs {
 
     /// Largest request message accepted, in bytes. Must leave 64 KiB beyond
     /// --state-bytes-max for the other fields.
-    #[arg(long, env = "STEPWELL_MESSAGE_BYTES_MAX", default_value = "4194304", value_parser = size(1024, 256 << 20))]
+    #[arg(long, env = "STEPWELL_MESSAGE_BYTES_MAX", default_value = "4194304",
+          value_parser = size(1024, limits::MESSAGE_BYTES_LIMIT as u64))]
     pub message_bytes_max: usize,
 
     /// Largest idempotency result accepted by Complete, in bytes.

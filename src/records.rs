@@ -118,9 +118,15 @@ pub struct RecordQuery {
     pub refs_kind: Option<String>,
     /// The page continues below this (id, turn_id, scope).
     pub after: Option<RecordCursor>,
+    /// With `after`: the entry at `after` was cut, and the page begins with
+    /// its related records that follow this one.
+    pub within: Option<RelatedCursor>,
     pub limit: u32,
     /// Most bytes of entries (records, children and refs) in the page; at least one entry.
     pub bytes_max: usize,
+    /// Cut an entry that does not fit a page of its own at `bytes_max`
+    /// (else it comes whole, alone in its page).
+    pub split_entries: bool,
 }
 
 /// Where a page of records ended, in list order (id, turn, scope, descending).
@@ -131,27 +137,129 @@ pub struct RecordCursor {
     pub scope: String,
 }
 
-/// A listed record with its related records.
+/// Which of an entry's related records a position is among: its children
+/// (by id) come first, then its refs (by id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Part {
+    Children,
+    Refs,
+}
+
+/// A position among an entry's related records: the next one is the first
+/// of `part` whose id is above `after` (`""`: the part's first), else the
+/// first of a later part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelatedCursor {
+    pub part: Part,
+    pub after: String,
+}
+
+impl RelatedCursor {
+    /// Before an entry's first related record.
+    pub fn start() -> RelatedCursor {
+        RelatedCursor { part: Part::Children, after: String::new() }
+    }
+}
+
+/// One related record of an entry, as sized before it is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelatedSize {
+    pub part: Part,
+    pub id: String,
+    /// Its cost in a page, as `RecordEntry::bytes` counts it.
+    pub bytes: usize,
+}
+
+/// A listed record with its related records, or a piece of one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordEntry {
+    /// The record; of a `continued` entry only its address counts (it was
+    /// sent with the entry's first piece, and is not sent again).
     pub record: StoredRecord,
     pub children: Vec<StoredRecord>,
     pub refs: Vec<StoredRecord>,
+    /// The rest of the previous page's last entry.
+    pub continued: bool,
+    /// Where the entry was cut: its related records after this come in the next page.
+    pub cut: Option<RelatedCursor>,
 }
 
 impl RecordEntry {
+    /// An entry whole, or the first piece of one.
+    pub fn new(record: StoredRecord, children: Vec<StoredRecord>, refs: Vec<StoredRecord>) -> RecordEntry {
+        RecordEntry { record, children, refs, continued: false, cut: None }
+    }
+
     pub fn cursor(&self) -> RecordCursor {
         let r = &self.record.record;
         RecordCursor { id: r.id.clone(), turn_id: r.turn_id.clone(), scope: r.scope.clone() }
     }
 
-    /// What the entry costs in a page: its records' bytes and each one's framing.
+    /// What the entry costs in a page: its records' bytes and each one's
+    /// framing (a continued entry's record is not sent).
     pub fn bytes(&self) -> usize {
-        std::iter::once(&self.record)
+        let record = (!self.continued).then_some(&self.record);
+        record
+            .into_iter()
             .chain(&self.children)
             .chain(&self.refs)
             .map(|r| r.record.bytes() + RECORD_OVERHEAD_BYTES)
             .sum()
+    }
+
+    /// Adds related records read in `part`'s order.
+    pub fn attach(&mut self, part: Part, record: StoredRecord) {
+        match part {
+            Part::Children => self.children.push(record),
+            Part::Refs => self.refs.push(record),
+        }
+    }
+}
+
+/// How many of an entry's related records, in order, fit in `room` bytes,
+/// at least one if `at_least_one` (a page's first record); and where the
+/// entry is then cut (`None`: nothing is left), given that `related`
+/// follows `from`.
+pub fn fitting_related(
+    related: &[RelatedSize],
+    room: usize,
+    at_least_one: bool,
+    from: &RelatedCursor,
+) -> (usize, Option<RelatedCursor>) {
+    let mut used = 0usize;
+    let mut take = 0;
+    for r in related {
+        if !(at_least_one && take == 0) && used.saturating_add(r.bytes) > room {
+            break;
+        }
+        used = used.saturating_add(r.bytes);
+        take += 1;
+    }
+    let cut = match take {
+        n if n == related.len() => None,
+        0 => Some(from.clone()),
+        n => Some(RelatedCursor { part: related[n - 1].part, after: related[n - 1].id.clone() }),
+    };
+    (take, cut)
+}
+
+/// A record of `kind` at `at` that stands for its address alone: a
+/// continued entry's, whose record is not sent again.
+pub fn address(kind: &str, at: &RecordCursor) -> StoredRecord {
+    StoredRecord {
+        record: NewRecord {
+            turn_id: at.turn_id.clone(),
+            scope: at.scope.clone(),
+            kind: kind.to_owned(),
+            id: at.id.clone(),
+            parent_id: String::new(),
+            content_type: String::new(),
+            payload: Vec::new(),
+            metadata: None,
+            refs: "[]".to_owned(),
+            mode: PutMode::Upsert,
+        },
+        recorded_at: 0,
     }
 }
 

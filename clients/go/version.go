@@ -6,4 +6,4 @@ package stepwell
 // the stepwell.v1 contract it was generated from (proto/VERSION in the
 // repository); the patch number moves for fixes in the client alone. Tag a
 // release of this module as clients/go/vVERSION.
-const Version = "1.2.0"
+const Version = "1.3.0"

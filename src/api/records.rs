@@ -69,6 +69,11 @@ impl RecordApi {
         };
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, false)?;
         let scope = validate::record_text("scope", req.scope, limits::RECORD_ID_BYTES_MAX, false)?;
+        let (after, within) = validate::records_after(&req.page_token, req.split_entries)?;
+        let token_room = match req.split_entries {
+            true => validate::RECORDS_CUT_TOKEN_BYTES_MAX,
+            false => validate::RECORDS_TOKEN_BYTES_MAX,
+        };
         let query = RecordQuery {
             namespace: validate::namespace(req.namespace)?,
             turn_id: (!turn_id.is_empty()).then_some(turn_id),
@@ -83,22 +88,27 @@ impl RecordApi {
             )?,
             children_kind: optional_kind("children_kind", req.children_kind)?,
             refs_kind: optional_kind("refs_kind", req.refs_kind)?,
-            after: validate::records_after(&req.page_token)?,
+            after,
+            within,
             limit: validate::page_size(req.page_size, limits.page_size_default, limits.page_size_max)?,
             // The page's token comes beside its entries.
-            bytes_max: limits.response_bytes_max.saturating_sub(validate::RECORDS_TOKEN_BYTES_MAX).max(1),
+            bytes_max: limits.response_bytes_max.saturating_sub(token_room).max(1),
+            split_entries: req.split_entries,
         };
         let (entries, more) = self.shared.store()?.list_records(&query).await?;
         let next_page_token = match entries.last() {
-            Some(last) if more => validate::records_token(&last.cursor()),
+            Some(last) if more => validate::records_token(&last.cursor(), last.cut.as_ref()),
             _ => String::new(),
         };
         let entries = entries
             .into_iter()
             .map(|entry| pb::RecordEntry {
-                record: Some(to_pb(entry.record)),
+                // A continued entry's record came with its first piece.
+                record: (!entry.continued).then(|| to_pb(entry.record)),
                 children: entry.children.into_iter().map(to_pb).collect(),
                 refs: entry.refs.into_iter().map(to_pb).collect(),
+                cut: entry.cut.is_some(),
+                continued: entry.continued,
             })
             .collect();
         Ok(ListRecordsResponse { entries, next_page_token })
@@ -226,6 +236,14 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
         refs: serde_json::to_string(&refs).expect("strings serialize"),
         mode,
     };
+    check_size(field, &record, limits)?;
+    Ok(record)
+}
+
+/// A record's size checks: its payload, metadata and refs within
+/// --record-bytes-max, and the record listable. `field` names it.
+fn check_size(field: &str, record: &NewRecord, limits: &Limits) -> Result<()> {
+    let name = |part: &str| format!("{field}.{part}");
     let size = record.payload.len() + record.metadata.as_ref().map_or(0, String::len) + record.refs.len();
     if size > limits.record_bytes_max {
         return Err(Error::invalid(
@@ -234,7 +252,27 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
             format!("with metadata and refs must be at most {} bytes (--record-bytes-max)", limits.record_bytes_max),
         ));
     }
-    Ok(record)
+    // A record must also be listable: alone in a ListRecords page, with its
+    // addressing, framing and the longest page token, within what the
+    // sidecar sends (--message-bytes-max). Postgres may print metadata
+    // longer than it was written (jsonb's spaces), so it counts twice.
+    let listed = record.bytes()
+        + record.metadata.as_ref().map_or(0, String::len)
+        + records::RECORD_OVERHEAD_BYTES
+        + validate::RECORDS_CUT_TOKEN_BYTES_MAX;
+    if listed > limits.message_bytes_max {
+        let room = limits.message_bytes_max.saturating_sub(listed - size);
+        return Err(Error::invalid(
+            name("payload"),
+            InvalidReason::TooLong,
+            format!(
+                "with metadata and refs must be at most {room} bytes here, so that a ListRecords page holding \
+                 the record, its ids and a page token fits --message-bytes-max ({} bytes)",
+                limits.message_bytes_max
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn to_pb(stored: StoredRecord) -> pb::Record {

@@ -8,7 +8,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use crate::config::limits;
 use crate::error::{Error, InvalidReason, Result};
 use crate::model::{Cursor, UnixNanos};
-use crate::records::RecordCursor;
+use crate::records::{Part, RecordCursor, RelatedCursor};
 
 /// The namespace of requests that leave it empty.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -354,24 +354,45 @@ fn holds_nul(value: &serde_json::Value) -> bool {
 /// length) in base64, rounded up.
 pub const RECORDS_TOKEN_BYTES_MAX: usize = 4096;
 
-/// The page token that resumes a record listing after `cursor`: each field
-/// as its length (4 bytes) and bytes.
-pub fn records_token(cursor: &RecordCursor) -> String {
-    let mut raw = vec![RECORDS_TOKEN];
-    for field in [&cursor.id, &cursor.turn_id, &cursor.scope] {
+/// The same for a listing with `split_entries`, whose token may also name
+/// where an entry was cut (its part and a related record's id).
+pub const RECORDS_CUT_TOKEN_BYTES_MAX: usize = 5120;
+
+/// The page token that resumes a record listing after `cursor`, or within
+/// it after `within` when its entry was cut: each field as its length (4
+/// bytes) and bytes; a cut's part as one byte before its id.
+pub fn records_token(cursor: &RecordCursor, within: Option<&RelatedCursor>) -> String {
+    let mut raw = vec![if within.is_some() { RECORDS_CUT_TOKEN } else { RECORDS_TOKEN }];
+    let mut field = |field: &str| {
         raw.extend_from_slice(&(field.len() as u32).to_be_bytes());
         raw.extend_from_slice(field.as_bytes());
+    };
+    for value in [&cursor.id, &cursor.turn_id, &cursor.scope] {
+        field(value);
+    }
+    if let Some(within) = within {
+        field(&within.after);
+        raw.push(match within.part {
+            Part::Children => 0,
+            Part::Refs => 1,
+        });
     }
     URL_SAFE_NO_PAD.encode(raw)
 }
 
-/// Reads a record listing page token.
-pub fn records_after(token: &str) -> Result<Option<RecordCursor>> {
+/// Reads a record listing page token: where the listing goes on, and where
+/// within a cut entry. A cut entry's token is only for a listing with
+/// `split_entries`.
+pub fn records_after(token: &str, split_entries: bool) -> Result<(Option<RecordCursor>, Option<RelatedCursor>)> {
     if token.is_empty() {
-        return Ok(None);
+        return Ok((None, None));
     }
     let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad_token())?;
-    let Some((&RECORDS_TOKEN, mut rest)) = raw.split_first() else { return Err(bad_token()) };
+    let (cut, mut rest) = match raw.split_first() {
+        Some((&RECORDS_TOKEN, rest)) => (false, rest),
+        Some((&RECORDS_CUT_TOKEN, rest)) if split_entries => (true, rest),
+        _ => return Err(bad_token()),
+    };
     let mut field = || -> Result<String> {
         let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(bad_token)?;
         let len = u32::from_be_bytes(*len) as usize;
@@ -380,15 +401,20 @@ pub fn records_after(token: &str) -> Result<Option<RecordCursor>> {
         String::from_utf8(bytes.to_vec()).map_err(|_| bad_token())
     };
     let cursor = RecordCursor { id: field()?, turn_id: field()?, scope: field()? };
-    if !rest.is_empty() {
-        return Err(bad_token());
-    }
-    Ok(Some(cursor))
+    let within = if cut { Some(field()?) } else { None };
+    let within = match (within, rest) {
+        (None, []) => None,
+        (Some(after), [0]) => Some(RelatedCursor { part: Part::Children, after }),
+        (Some(after), [1]) => Some(RelatedCursor { part: Part::Refs, after }),
+        _ => return Err(bad_token()),
+    };
+    Ok((Some(cursor), within))
 }
 
 const RESTORE_TOKEN: u8 = b'r';
 const TURNS_TOKEN: u8 = b't';
 const RECORDS_TOKEN: u8 = b'g';
+const RECORDS_CUT_TOKEN: u8 = b'e';
 
 /// The page token that resumes a restore after `cursor`.
 pub fn restore_token(cursor: Cursor, newest_first: bool) -> String {
@@ -480,11 +506,21 @@ mod tests {
     #[test]
     fn record_tokens_round_trip_and_refuse_what_they_did_not_make() {
         let cursor = RecordCursor { id: "c|\u{1f}é".into(), turn_id: "t".into(), scope: String::new() };
-        assert_eq!(records_after(&records_token(&cursor)).unwrap(), Some(cursor));
+        assert_eq!(records_after(&records_token(&cursor, None), false).unwrap(), (Some(cursor.clone()), None));
+        assert_eq!(records_after(&records_token(&cursor, None), true).unwrap(), (Some(cursor.clone()), None));
         let longest = RecordCursor { id: "x".repeat(1024), turn_id: "t".repeat(256), scope: "s".repeat(1024) };
-        assert!(records_token(&longest).len() <= RECORDS_TOKEN_BYTES_MAX);
-        assert!(records_after(&turns_token("t")).is_err());
-        assert!(records_after("Zw").is_err());
+        assert!(records_token(&longest, None).len() <= RECORDS_TOKEN_BYTES_MAX);
+        assert!(records_after(&turns_token("t"), false).is_err());
+        assert!(records_after("Zw", false).is_err());
+
+        for part in [Part::Children, Part::Refs] {
+            let within = RelatedCursor { part, after: "w\u{1f}1".into() };
+            let token = records_token(&cursor, Some(&within));
+            assert_eq!(records_after(&token, true).unwrap(), (Some(cursor.clone()), Some(within)));
+            assert!(records_after(&token, false).is_err(), "a cut entry's token needs split_entries");
+        }
+        let longest_cut = RelatedCursor { part: Part::Refs, after: "r".repeat(1024) };
+        assert!(records_token(&longest, Some(&longest_cut)).len() <= RECORDS_CUT_TOKEN_BYTES_MAX);
     }
 
     #[test]

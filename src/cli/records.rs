@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::{Failure, Session, one_line, print_ndjson, print_record, print_table, put_time, text_cell, time_cell};
 use crate::api::pb::{DeleteRecordsRequest, ListRecordsRequest, Record};
-use crate::config::{RecordsLs, RecordsRm};
+use crate::config::{RecordsLs, RecordsRm, limits};
 
 /// Most turns one DeleteRecords names (the sidecar's limit).
 const TURNS_PER_DELETE: usize = 1000;
@@ -31,9 +31,12 @@ pub(super) async fn ls(session: &Session, args: &RecordsLs) -> Result<(), Failur
         page_size: 0,
         ..Default::default()
     };
+    // A page holds at most the sidecar's --message-bytes-max, which may be
+    // above gRPC's default 4 MiB when records of several MB are allowed.
+    let mut client = session.records().max_decoding_message_size(limits::MESSAGE_BYTES_LIMIT);
     let mut records: Vec<Record> = Vec::new();
     loop {
-        let page = session.call(session.records().list_records(session.request(request.clone()))).await?;
+        let page = session.call(client.list_records(session.request(request.clone()))).await?;
         records.extend(page.entries.into_iter().filter_map(|entry| entry.record));
         if page.next_page_token.is_empty() || records.len() >= limit {
             break;

@@ -611,6 +611,45 @@ async fn records_ls_follows_page_tokens_up_to_the_limit() {
 }
 
 #[tokio::test]
+async fn records_ls_lists_the_largest_record_a_sidecar_accepts_whatever_its_message_limit() {
+    let store = TestStore::new().await;
+    // Defaults: the largest record a put accepts, with the longest ids and
+    // a record after it, so that a page token follows it.
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    let (turn, scope) = ("t".repeat(256), "s".repeat(1024));
+    let blob = |id: String, bytes: usize| Record {
+        turn_id: turn.clone(),
+        scope: scope.clone(),
+        kind: "blob".to_owned(),
+        id,
+        payload: vec![b'x'; bytes],
+        ..Default::default()
+    };
+    let mut client = server.records();
+    let largest = crate::records::largest_accepted(&mut client, |n| blob(format!("z{}", "i".repeat(1023)), n)).await;
+    client
+        .put_records(PutRecordsRequest { records: vec![blob("a".to_owned(), 10)], ..Default::default() })
+        .await
+        .expect("the record after it");
+    let listed = rows(server.socket_path(), &["records", "ls", &turn, "--kind", "blob", "--json"]);
+    let sizes: Vec<u64> = listed.iter().map(|r| r["payload_bytes"].as_u64().expect("a size")).collect();
+    assert_eq!(sizes, [largest as u64, 10]);
+    drop(server);
+
+    // A sidecar that takes records of 8 MiB sends pages above gRPC's default 4 MiB.
+    let raised = ["--message-bytes-max", "16777216", "--record-bytes-max", "8388608"];
+    let server = SidecarProcess::builder(STEPWELL, &store).flags(&raised).spawn().await;
+    const BIG: usize = (8 << 20) - 16;
+    let big = Record { turn_id: "big".to_owned(), ..blob("b".to_owned(), BIG) };
+    let mut client = server.records().max_encoding_message_size(16 << 20);
+    client.put_records(PutRecordsRequest { records: vec![big], ..Default::default() }).await.expect("an 8 MiB record");
+    let listed = rows(server.socket_path(), &["records", "ls", "big", "--kind", "blob", "--json", "--payload"]);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["payload_bytes"], BIG);
+    assert_eq!(listed[0]["payload"].as_str().map(str::len), Some(BIG.div_ceil(3) * 4), "the payload in base64");
+}
+
+#[tokio::test]
 async fn records_ls_without_json_is_a_table() {
     let store = TestStore::new().await;
     let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;

@@ -14,10 +14,13 @@
 use std::collections::HashMap;
 
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
-use sqlx::{Arguments, Encode, Postgres, Row, Type};
+use sqlx::{Arguments, Connection, Encode, Postgres, Row, Type};
 
 use crate::model::UnixNanos;
-use crate::records::{NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, StoredRecord};
+use crate::records::{
+    self, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor, RelatedSize,
+    StoredRecord,
+};
 use crate::store::IdleQuery;
 
 /// A record's columns as a list reads them: jsonb as its text.
@@ -310,6 +313,13 @@ pub async fn copy(
 /// their payloads), so that only the entries within the byte budget are
 /// ever read whole.
 pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
+    if q.split_entries {
+        // Sizes and records from one snapshot, so the page is cut where it was sized.
+        let mut tx = conn.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?;
+        let page = split_page(&mut tx, q).await?;
+        tx.commit().await?;
+        return Ok(page);
+    }
     let (take, mut more) = if q.limit > 1 { fitting(conn, q).await? } else { (1, false) };
     let arguments = list_arguments(q, i64::try_from(take).unwrap_or(i64::MAX))?;
     let rows =
@@ -337,22 +347,214 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
 /// its size), and whether more follow: the page's records and the sizes of
 /// their related records, without their payloads.
 async fn fitting(conn: &mut PgConnection, q: &RecordQuery) -> Result<(usize, bool), sqlx::Error> {
-    let arguments = list_arguments(q, i64::from(q.limit))?;
-    let sizes: Vec<i64> = sqlx::query_scalar_with(sqlx::AssertSqlSafe(list_sql(q, SIZE_COLUMNS)), arguments)
-        .fetch_all(&mut *conn)
-        .await?;
+    let sizes = entry_sizes(conn, q, q.limit as usize).await?;
     // One row per entry of the page, in list order.
     let limit = q.limit as usize;
     let (mut take, mut used) = (0usize, 0usize);
     for size in sizes.iter().take(limit) {
-        let size = usize::try_from(*size).unwrap_or(usize::MAX);
-        if take > 0 && used.saturating_add(size) > q.bytes_max {
+        if take > 0 && used.saturating_add(size.bytes) > q.bytes_max {
             return Ok((take, true));
         }
-        used = used.saturating_add(size);
+        used = used.saturating_add(size.bytes);
         take += 1;
     }
     Ok((take.max(1), sizes.len() > limit))
+}
+
+/// An entry of a list as sized before it is read.
+struct EntrySize {
+    key: RecordCursor,
+    /// The record's own cost.
+    record: usize,
+    /// The record's and its related records' cost.
+    bytes: usize,
+}
+
+/// The sizes of the next `entries` entries of the list, and of one more if
+/// there is one, in list order.
+async fn entry_sizes(conn: &mut PgConnection, q: &RecordQuery, entries: usize) -> Result<Vec<EntrySize>, sqlx::Error> {
+    let arguments = list_arguments(q, i64::try_from(entries).unwrap_or(i64::MAX))?;
+    let rows =
+        sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q, SIZE_COLUMNS)), arguments).fetch_all(&mut *conn).await?;
+    let size = |row: &PgRow, column: &str| -> Result<usize, sqlx::Error> {
+        Ok(usize::try_from(row.try_get::<i64, _>(column)?).unwrap_or(usize::MAX))
+    };
+    rows.iter()
+        .map(|row| {
+            Ok(EntrySize {
+                key: RecordCursor {
+                    id: row.try_get("id")?,
+                    turn_id: row.try_get("turn_id")?,
+                    scope: row.try_get("scope")?,
+                },
+                record: size(row, "record_bytes")?,
+                bytes: size(row, "bytes")?,
+            })
+        })
+        .collect()
+}
+
+/// A page with `split_entries`, in one snapshot: the rest of the entry the
+/// last page cut, then whole entries while they fit (read in one statement),
+/// and an entry that does not fit a page of its own, first in its page, cut
+/// at the budget. Every record is sized before it is read.
+async fn split_page(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
+    let (mut page, mut used) = (Vec::new(), 0usize);
+    if let (Some(after), Some(within)) = (&q.after, &q.within) {
+        let entry = continued(conn, q, after, within).await?;
+        let cut = entry.cut.is_some();
+        used = entry.bytes();
+        page.push(entry);
+        if cut {
+            return Ok((page, true));
+        }
+    }
+    let room = (q.limit as usize).saturating_sub(page.len());
+    let sizes = entry_sizes(conn, q, room).await?;
+    let mut take = 0;
+    for size in sizes.iter().take(room) {
+        let alone = page.is_empty() && take == 0 && size.bytes == size.record;
+        if used.saturating_add(size.bytes) > q.bytes_max && !alone {
+            break;
+        }
+        used = used.saturating_add(size.bytes);
+        take += 1;
+    }
+    if take > 0 {
+        let arguments = list_arguments(q, i64::try_from(take - 1).unwrap_or(i64::MAX))?;
+        let rows =
+            sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q, LIST_COLUMNS)), arguments).fetch_all(&mut *conn).await?;
+        page.extend(assemble(&rows)?);
+    }
+    match sizes.get(take) {
+        Some(first) if page.is_empty() && take < room => {
+            page.push(cut_entry(conn, q, first).await?);
+            Ok((page, true))
+        }
+        next => Ok((page, next.is_some())),
+    }
+}
+
+/// The first piece of an entry that does not fit a page of its own: its
+/// record and the related records that fit the budget beside it.
+async fn cut_entry(conn: &mut PgConnection, q: &RecordQuery, size: &EntrySize) -> Result<RecordEntry, sqlx::Error> {
+    let record = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM records r \
+         WHERE r.namespace = $1 AND r.turn_id = $2 AND r.kind = $3 AND r.scope = $4 AND r.id = $5"
+    )))
+    .bind(&q.namespace)
+    .bind(&size.key.turn_id)
+    .bind(&q.kind)
+    .bind(&size.key.scope)
+    .bind(&size.key.id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let start = RelatedCursor::start();
+    let related = related_sizes(conn, q, &size.key, &start).await?;
+    let (take, cut) = records::fitting_related(&related, q.bytes_max.saturating_sub(size.record), false, &start);
+    let mut entry = RecordEntry::new(stored(&record)?, Vec::new(), Vec::new());
+    read_related(conn, q, &size.key, &related[..take], &mut entry).await?;
+    entry.cut = cut;
+    Ok(entry)
+}
+
+/// The rest of the entry at `after`, cut at `within`: its related records
+/// that follow, as many as fit the budget (at least one).
+async fn continued(
+    conn: &mut PgConnection,
+    q: &RecordQuery,
+    after: &RecordCursor,
+    within: &RelatedCursor,
+) -> Result<RecordEntry, sqlx::Error> {
+    let related = related_sizes(conn, q, after, within).await?;
+    let (take, cut) = records::fitting_related(&related, q.bytes_max, true, within);
+    let mut entry = RecordEntry::new(records::address(&q.kind, after), Vec::new(), Vec::new());
+    entry.continued = true;
+    read_related(conn, q, after, &related[..take], &mut entry).await?;
+    entry.cut = cut;
+    Ok(entry)
+}
+
+/// The sizes of the related records of the entry at `key` that follow
+/// `from`: its children by id, then its refs (as the entry names them now;
+/// none if it is gone) by id. A part the query does not ask for, or that
+/// `from` is past, has a NULL kind and matches nothing.
+async fn related_sizes(
+    conn: &mut PgConnection,
+    q: &RecordQuery,
+    key: &RecordCursor,
+    from: &RelatedCursor,
+) -> Result<Vec<RelatedSize>, sqlx::Error> {
+    let after = |part: Part| if from.part == part { from.after.as_str() } else { "" };
+    let children = q.children_kind.as_deref().filter(|_| from.part <= Part::Children);
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "WITH owner AS (SELECT refs FROM records \
+                        WHERE namespace = $1 AND turn_id = $2 AND kind = $9 AND scope = $3 AND id = $4) \
+         SELECT 0 AS part, r.id, CAST({RECORD_BYTES} AS bigint) AS bytes FROM records r \
+         WHERE r.namespace = $1 AND r.turn_id = $2 AND r.kind = $5 AND r.scope = $3 AND r.parent_id = $4 \
+           AND r.id > $6 \
+         UNION ALL \
+         SELECT 1, r.id, CAST({RECORD_BYTES} AS bigint) \
+         FROM owner o CROSS JOIN LATERAL jsonb_array_elements_text(o.refs) AS u(ref) JOIN records r \
+           ON r.namespace = $1 AND r.turn_id = $2 AND r.kind = $7 AND r.scope = $3 AND r.id = u.ref \
+         WHERE r.id > $8 \
+         ORDER BY part, id"
+    )))
+    .bind(&q.namespace)
+    .bind(&key.turn_id)
+    .bind(&key.scope)
+    .bind(&key.id)
+    .bind(children)
+    .bind(after(Part::Children))
+    .bind(q.refs_kind.as_deref())
+    .bind(after(Part::Refs))
+    .bind(&q.kind)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let part = if row.try_get::<i32, _>("part")? == 0 { Part::Children } else { Part::Refs };
+            let bytes = usize::try_from(row.try_get::<i64, _>("bytes")?).unwrap_or(usize::MAX);
+            Ok(RelatedSize { part, id: row.try_get("id")?, bytes })
+        })
+        .collect()
+}
+
+/// Reads the related records `chosen` (sized by `related_sizes`) of the
+/// entry at `key` into `entry`, each part by id, in one statement.
+async fn read_related(
+    conn: &mut PgConnection,
+    q: &RecordQuery,
+    key: &RecordCursor,
+    chosen: &[RelatedSize],
+    entry: &mut RecordEntry,
+) -> Result<(), sqlx::Error> {
+    if chosen.is_empty() {
+        return Ok(());
+    }
+    let ids = |part: Part| chosen.iter().filter(|r| r.part == part).map(|r| r.id.as_str()).collect::<Vec<&str>>();
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 0 AS part, {COLUMNS} FROM records r \
+         WHERE r.namespace = $1 AND r.turn_id = $2 AND r.kind = $4 AND r.scope = $3 AND r.id = ANY($5::text[]) \
+         UNION ALL \
+         SELECT 1, {COLUMNS} FROM records r \
+         WHERE r.namespace = $1 AND r.turn_id = $2 AND r.kind = $6 AND r.scope = $3 AND r.id = ANY($7::text[]) \
+         ORDER BY part, id"
+    )))
+    .bind(&q.namespace)
+    .bind(&key.turn_id)
+    .bind(&key.scope)
+    .bind(q.children_kind.as_deref())
+    .bind(ids(Part::Children))
+    .bind(q.refs_kind.as_deref())
+    .bind(ids(Part::Refs))
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &rows {
+        let part = if row.try_get::<i32, _>("part")? == 0 { Part::Children } else { Part::Refs };
+        entry.attach(part, stored(row)?);
+    }
+    Ok(())
 }
 
 /// The arguments of `list_sql(q, _)`, in the order it numbers them: the
@@ -467,7 +669,8 @@ fn sized_sql(q: &RecordQuery, filters: &str, limit: usize) -> String {
         ));
     }
     format!(
-        "SELECT CAST(p.bytes{related} AS bigint) FROM (\
+        "SELECT p.turn_id, p.scope, p.id, CAST(p.bytes AS bigint) AS record_bytes, \
+                CAST(p.bytes{related} AS bigint) AS bytes FROM (\
            SELECT r.turn_id, r.scope, r.id, r.refs, {RECORD_BYTES} AS bytes FROM records r \
            WHERE r.namespace = $1 AND r.kind = $2{filters} \
            ORDER BY r.id DESC, r.turn_id DESC, r.scope DESC LIMIT ${limit}) p \
@@ -483,7 +686,7 @@ fn assemble(rows: &[PgRow]) -> Result<Vec<RecordEntry>, sqlx::Error> {
         let part: i32 = row.try_get("part")?;
         let record = stored(row)?;
         if part == 0 {
-            entries.push(RecordEntry { record, children: Vec::new(), refs: Vec::new() });
+            entries.push(RecordEntry::new(record, Vec::new(), Vec::new()));
         } else {
             let owner = (row.try_get("owner_turn")?, row.try_get("owner_scope")?, row.try_get("owner_id")?);
             related.push((part, owner, record));

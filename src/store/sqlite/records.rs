@@ -13,11 +13,20 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use crate::model::UnixNanos;
-use crate::records::{self, NewRecord, PutMode, RecordDelete, RecordEntry, RecordQuery, Selection, StoredRecord};
+use crate::records::{
+    self, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor, RelatedSize,
+    Selection, StoredRecord,
+};
 use crate::store::IdleQuery;
 
 /// A record's columns, in the order `stored` reads them.
 const COLUMNS: &str = "turn_id, scope, kind, id, parent_id, content_type, payload, metadata, refs, recorded_at_ns";
+
+/// What a record costs in a page, as `RecordEntry::bytes` counts it, read
+/// from the lengths of its values (`octet_length` of a blob does not read it).
+const RECORD_BYTES: &str = "(octet_length(turn_id) + octet_length(scope) + octet_length(kind) + octet_length(id) \
+     + octet_length(parent_id) + octet_length(content_type) + octet_length(payload) \
+     + coalesce(octet_length(metadata), 0) + octet_length(refs) + 64)";
 
 /// Most rows one multi-row insert carries (11 parameters each, well under
 /// SQLite's limit on parameters).
@@ -238,8 +247,9 @@ pub fn idle_turns(conn: &Connection, q: &IdleQuery) -> rusqlite::Result<Vec<(Str
 
 /// The main statement of a list: only the filters asked for, so that the
 /// planner reads the primary key within a turn and `records_by_id` across turns.
-fn list_sql(q: &RecordQuery) -> String {
-    let mut sql = format!("SELECT {COLUMNS} FROM records WHERE namespace = $1 AND kind = $2");
+/// With `columns` a record's `COLUMNS`, or other columns of it.
+fn list_sql(q: &RecordQuery, columns: &str) -> String {
+    let mut sql = format!("SELECT {columns} FROM records WHERE namespace = $1 AND kind = $2");
     if q.turn_id.is_some() {
         sql.push_str(" AND turn_id = $3");
     }
@@ -267,6 +277,13 @@ fn list_sql(q: &RecordQuery) -> String {
 /// where the page is full by count or by bytes (at least one entry).
 pub fn list(conn: &Connection, q: &RecordQuery) -> rusqlite::Result<(Vec<RecordEntry>, bool)> {
     let snapshot = conn.unchecked_transaction()?;
+    let page = if q.split_entries { list_split(conn, q)? } else { list_whole(conn, q)? };
+    snapshot.finish()?;
+    Ok(page)
+}
+
+/// Binds the list statement's `$1..$10`: the query's filters and cursor.
+fn bind_list(statement: &mut rusqlite::Statement<'_>, q: &RecordQuery) -> rusqlite::Result<()> {
     let (after_id, after_turn, after_scope) = match &q.after {
         Some(c) => (Some(&c.id), Some(&c.turn_id), Some(&c.scope)),
         None => (None, None, None),
@@ -283,8 +300,13 @@ pub fn list(conn: &Connection, q: &RecordQuery) -> rusqlite::Result<(Vec<RecordE
         &after_turn,
         &after_scope,
     ];
-    let mut statement = conn.prepare_cached(&list_sql(q))?;
-    super::bind_numbered(&mut statement, &values)?;
+    super::bind_numbered(statement, &values)
+}
+
+/// A page of whole entries: the first one however large.
+fn list_whole(conn: &Connection, q: &RecordQuery) -> rusqlite::Result<(Vec<RecordEntry>, bool)> {
+    let mut statement = conn.prepare_cached(&list_sql(q, COLUMNS))?;
+    bind_list(&mut statement, q)?;
     let mut rows = statement.raw_query();
     let (mut page, mut used, mut more) = (Vec::new(), 0usize, false);
     while let Some(row) = rows.next()? {
@@ -301,7 +323,7 @@ pub fn list(conn: &Connection, q: &RecordQuery) -> rusqlite::Result<(Vec<RecordE
             Some(kind) => referenced(conn, &q.namespace, &record.record, kind)?,
             None => Vec::new(),
         };
-        let entry = RecordEntry { record, children, refs };
+        let entry = RecordEntry::new(record, children, refs);
         let cost = entry.bytes();
         if !page.is_empty() && used.saturating_add(cost) > q.bytes_max {
             more = true;
@@ -310,10 +332,153 @@ pub fn list(conn: &Connection, q: &RecordQuery) -> rusqlite::Result<(Vec<RecordE
         used = used.saturating_add(cost);
         page.push(entry);
     }
-    drop(rows);
-    drop(statement);
-    snapshot.finish()?;
     Ok((page, more))
+}
+
+/// A page with `split_entries`: the rest of the entry the last page cut,
+/// then whole entries while they fit, and an entry that does not fit a page
+/// of its own, first in its page, cut at the budget. Every record is sized
+/// before it is read, so nothing beyond the page is read.
+fn list_split(conn: &Connection, q: &RecordQuery) -> rusqlite::Result<(Vec<RecordEntry>, bool)> {
+    let (mut page, mut used) = (Vec::new(), 0usize);
+    if let (Some(after), Some(within)) = (&q.after, &q.within) {
+        let entry = continued(conn, q, after, within)?;
+        let cut = entry.cut.is_some();
+        used = entry.bytes();
+        page.push(entry);
+        if cut {
+            return Ok((page, true));
+        }
+    }
+    let mut statement = conn.prepare_cached(&list_sql(q, &format!("turn_id, scope, id, refs, {RECORD_BYTES}")))?;
+    bind_list(&mut statement, q)?;
+    let mut rows = statement.raw_query();
+    while let Some(row) = rows.next()? {
+        if page.len() == q.limit as usize {
+            return Ok((page, true));
+        }
+        let key = RecordCursor { turn_id: row.get(0)?, scope: row.get(1)?, id: row.get(2)? };
+        let refs: String = row.get(3)?;
+        let bytes = usize::try_from(row.get::<_, i64>(4)?).unwrap_or(usize::MAX);
+        let related = related_sizes(conn, q, &key, &refs, &RelatedCursor::start())?;
+        let total = related.iter().fold(bytes, |sum, r| sum.saturating_add(r.bytes));
+        let fits = used.saturating_add(total) <= q.bytes_max || (page.is_empty() && related.is_empty());
+        if !fits && !page.is_empty() {
+            return Ok((page, true));
+        }
+        let Some(record) = record_at(conn, q, &key)? else { continue };
+        // Whole if it fits; else first in its page, cut after what fits beside its record.
+        let room = if fits { usize::MAX } else { q.bytes_max.saturating_sub(bytes) };
+        let (take, cut) = records::fitting_related(&related, room, false, &RelatedCursor::start());
+        let mut entry = RecordEntry::new(record, Vec::new(), Vec::new());
+        read_related(conn, q, &key, &related[..take], &mut entry)?;
+        entry.cut = cut;
+        used = used.saturating_add(entry.bytes());
+        let cut = entry.cut.is_some();
+        page.push(entry);
+        if cut {
+            return Ok((page, true));
+        }
+    }
+    Ok((page, false))
+}
+
+/// The rest of the entry at `after`, cut at `within`: its related records
+/// that follow, as many as fit the budget (at least one).
+fn continued(
+    conn: &Connection,
+    q: &RecordQuery,
+    after: &RecordCursor,
+    within: &RelatedCursor,
+) -> rusqlite::Result<RecordEntry> {
+    // Its refs as they are now; none if it was deleted since.
+    let refs: Option<String> = conn
+        .prepare_cached(
+            "SELECT refs FROM records WHERE namespace = ?1 AND turn_id = ?2 AND kind = ?3 AND scope = ?4 AND id = ?5",
+        )?
+        .query_row(rusqlite::params![q.namespace, after.turn_id, q.kind, after.scope, after.id], |row| row.get(0))
+        .optional()?;
+    let related = related_sizes(conn, q, after, refs.as_deref().unwrap_or("[]"), within)?;
+    let (take, cut) = records::fitting_related(&related, q.bytes_max, true, within);
+    let mut entry = RecordEntry::new(records::address(&q.kind, after), Vec::new(), Vec::new());
+    entry.continued = true;
+    read_related(conn, q, after, &related[..take], &mut entry)?;
+    entry.cut = cut;
+    Ok(entry)
+}
+
+/// The record of the listed kind at `key`, whole.
+fn record_at(conn: &Connection, q: &RecordQuery, key: &RecordCursor) -> rusqlite::Result<Option<StoredRecord>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM records WHERE namespace = ?1 AND turn_id = ?2 AND kind = ?3 AND scope = ?4 AND id = ?5"
+    );
+    conn.prepare_cached(&sql)?
+        .query_row(rusqlite::params![q.namespace, key.turn_id, q.kind, key.scope, key.id], stored)
+        .optional()
+}
+
+/// The sizes of the related records of the entry at `key` (whose refs are
+/// `refs`) that follow `from`: its children by id, then its refs by id.
+fn related_sizes(
+    conn: &Connection,
+    q: &RecordQuery,
+    key: &RecordCursor,
+    refs: &str,
+    from: &RelatedCursor,
+) -> rusqlite::Result<Vec<RelatedSize>> {
+    let mut sizes = Vec::new();
+    for (part, kind) in [(Part::Children, &q.children_kind), (Part::Refs, &q.refs_kind)] {
+        let Some(kind) = kind else { continue };
+        if part < from.part {
+            continue;
+        }
+        let after = if part == from.part { from.after.as_str() } else { "" };
+        let chosen = match part {
+            Part::Children => "parent_id = ?5",
+            Part::Refs => "id IN (SELECT value FROM json_each(?5))",
+        };
+        let sql = format!(
+            "SELECT id, {RECORD_BYTES} FROM records \
+             WHERE namespace = ?1 AND turn_id = ?2 AND kind = ?3 AND scope = ?4 AND {chosen} AND id > ?6 ORDER BY id"
+        );
+        let owner: &str = if part == Part::Children { &key.id } else { refs };
+        let mut statement = conn.prepare_cached(&sql)?;
+        let found =
+            statement.query_map(rusqlite::params![q.namespace, key.turn_id, kind, key.scope, owner, after], |row| {
+                let bytes: i64 = row.get(1)?;
+                Ok(RelatedSize { part, id: row.get(0)?, bytes: usize::try_from(bytes).unwrap_or(usize::MAX) })
+            })?;
+        for size in found {
+            sizes.push(size?);
+        }
+    }
+    Ok(sizes)
+}
+
+/// Reads the related records `chosen` (sized by `related_sizes`) of the
+/// entry at `key` into `entry`, each part by id.
+fn read_related(
+    conn: &Connection,
+    q: &RecordQuery,
+    key: &RecordCursor,
+    chosen: &[RelatedSize],
+    entry: &mut RecordEntry,
+) -> rusqlite::Result<()> {
+    for (part, kind) in [(Part::Children, &q.children_kind), (Part::Refs, &q.refs_kind)] {
+        let ids: Vec<&str> = chosen.iter().filter(|r| r.part == part).map(|r| r.id.as_str()).collect();
+        let Some(kind) = kind.as_ref().filter(|_| !ids.is_empty()) else { continue };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM records WHERE namespace = ?1 AND turn_id = ?2 AND kind = ?3 AND scope = ?4 \
+               AND id IN (SELECT value FROM json_each(?5)) ORDER BY id"
+        );
+        let ids = serde_json::to_string(&ids).expect("strings serialize");
+        let mut statement = conn.prepare_cached(&sql)?;
+        let found = statement.query_map(rusqlite::params![q.namespace, key.turn_id, kind, key.scope, ids], stored)?;
+        for record in found {
+            entry.attach(part, record?);
+        }
+    }
+    Ok(())
 }
 
 /// The records of `kind` whose parent is `of`, by id.

@@ -12,7 +12,7 @@ use stepwell_test_support::RecordClient;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
 
-use super::{KIND, list_turn, page, put_ok, record, with_payload};
+use super::{KIND, largest_accepted, list_turn, page, put_ok, record, with_payload};
 use crate::STEPWELL;
 
 const BUDGET: usize = 16 * 1024;
@@ -165,4 +165,41 @@ async fn a_page_costs_the_sidecar_memory_for_the_page_not_for_the_records_behind
     let grown_mb = peak_memory_kb(server.socket_path()).saturating_sub(before) / 1024;
     // 180 MB of records lie behind the page; a page of 3 MiB may cost a few copies of itself.
     assert!(grown_mb < 64, "one page of 3 MiB raised the sidecar's peak memory by {grown_mb} MB");
+}
+
+#[tokio::test]
+async fn the_largest_record_a_put_accepts_lists_through_a_default_client_with_the_longest_ids_and_a_token() {
+    let server = Sidecar::builder().start().await;
+    let mut client = server.records();
+    // A turn, scope and ids at their limits make the longest page tokens.
+    let (turn, scope) = ("t".repeat(256), "s".repeat(1024));
+    let at = |kind: &str, id: String, payload: usize| Record {
+        scope: scope.clone(),
+        ..with_payload(record(&turn, kind, &id), &vec![b'p'; payload])
+    };
+    let largest = largest_accepted(&mut client, |n| at(KIND, format!("z{}", "i".repeat(1023)), n)).await;
+    put_ok(&mut client, vec![at(KIND, "a".to_owned(), 10)]).await;
+    // Read with the client's default limit (4 MiB); a page token follows.
+    let first = client.list_records(list_turn(&turn, KIND)).await.expect("the largest record's page is read");
+    let first = first.into_inner();
+    assert_eq!((first.entries.len(), first.entries[0].record.as_ref().map(|r| r.payload.len())), (1, Some(largest)));
+    assert!(!first.next_page_token.is_empty());
+
+    // As a child of a split entry, it ends a page whose token also names it.
+    let child = |n: usize| Record { parent_id: "p".to_owned(), ..at("write", format!("a{}", "w".repeat(1023)), n) };
+    let largest_child = largest_accepted(&mut client, child).await;
+    let small_child = Record { parent_id: "p".to_owned(), ..at("write", "b".to_owned(), 10) };
+    put_ok(&mut client, vec![at("parent", "p".to_owned(), 10), small_child]).await;
+    let mut request =
+        ListRecordsRequest { children_kind: "write".to_owned(), split_entries: true, ..list_turn(&turn, "parent") };
+    let mut children = Vec::new();
+    loop {
+        let answer = client.list_records(request.clone()).await.expect("each page is read").into_inner();
+        children.extend(answer.entries.iter().flat_map(|e| e.children.iter().map(|c| c.payload.len())));
+        if answer.next_page_token.is_empty() {
+            break;
+        }
+        request.page_token = answer.next_page_token;
+    }
+    assert_eq!(children, [largest_child, 10]);
 }

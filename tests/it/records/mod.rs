@@ -2,7 +2,8 @@
 //! module: what a put stores and which put wins an address (`put`), how
 //! ListRecords orders, filters and pages, with children and refs attached
 //! (`list`), metadata containment as Postgres's `@>` defines it
-//! (`metadata`), the response byte budget (`budget`), DeleteRecords
+//! (`metadata`), the response byte budget (`budget`) and entries cut at it
+//! and continued across pages (`split`), DeleteRecords
 //! (`delete`), CopyTurn (`copy`), puts fenced by an idempotency lease
 //! (`fencing`), invalid input and limits (`validation`), and acknowledged
 //! puts surviving a SIGKILL of the real binary (`durability`); on Postgres,
@@ -18,6 +19,7 @@ mod list;
 mod metadata;
 mod postgres_only;
 mod put;
+mod split;
 mod validation;
 
 use sqlx::Connection;
@@ -81,6 +83,27 @@ async fn put_ok(client: &mut RecordClient, records: Vec<Record>) -> PutRecordsRe
     let response = client.put_records(put(records)).await.expect("PutRecords succeeds").into_inner();
     assert!(response.recorded_at.is_some(), "recorded_at is set: {response:?}");
     response
+}
+
+/// The largest payload PutRecords accepts for the record `make` builds
+/// around a payload of the given size, found by bisection between 3 MiB
+/// (accepted) and 4 MiB (refused); a refusal must be a size's. The
+/// largest is then stored.
+pub(crate) async fn largest_accepted(client: &mut RecordClient, make: impl Fn(usize) -> Record) -> usize {
+    let (mut accepted, mut refused) = (3 << 20, 4 << 20);
+    while refused - accepted > 1 {
+        let size = accepted + (refused - accepted) / 2;
+        match client.put_records(put(vec![make(size)])).await {
+            Ok(_) => accepted = size,
+            Err(status) => {
+                let code = status.code();
+                assert!(matches!(code, Code::InvalidArgument | Code::ResourceExhausted), "{status:?}");
+                refused = size;
+            }
+        }
+    }
+    put_ok(client, vec![make(accepted)]).await;
+    accepted
 }
 
 /// A ListRecords of `kind` across every turn of the default namespace.

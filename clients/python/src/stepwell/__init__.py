@@ -62,4 +62,4 @@ __all__ = [
     "Unavailable",
     "WorkflowVersionMismatch",
 ]
-__version__ = "1.2.0"
+__version__ = "1.3.0"

@@ -13,10 +13,18 @@ group commit makes every save durable before it is acknowledged.
         graph.invoke(inputs, {"configurable": {"thread_id": "t-1"}})
 
 Each saver method is one RecordService call (plus, for a fenced saver, the
-lease calls described below); ``list`` asks for the next page only when the
-sidecar's response byte budget (or its page size) cut a page short. Filtering
-by thread, namespace, id, metadata and ``before``, and the newest-first order,
-are the sidecar's: the client never scans.
+lease calls described below), unless what it carries does not fit one gRPC
+message of 4 MiB: ``get_tuple`` and ``list`` ask for the next page when the
+sidecar's response byte budget (or its page size) cut a page short, and a
+checkpoint larger than the budget comes cut into pieces over as many pages as
+it takes (ListRecords with ``split_entries``), which the saver joins; ``put``
+and ``put_writes`` whose records add up to more than ``request_bytes_max``
+(4 MiB less 64 KiB) send them in several PutRecords (see below). So a tuple
+of any size round-trips with the client's and the sidecar's default limits,
+as long as each channel value and each write fits a record
+(``--record-bytes-max``, and one message). Filtering by thread, namespace,
+id, metadata and ``before``, and the newest-first order, are the sidecar's:
+the client never scans.
 
 Mapping of LangGraph's model onto records:
 
@@ -34,7 +42,9 @@ Mapping of LangGraph's model onto records:
   ``"empty"`` and no payload when the channel has no value. A blob is stored
   once per (channel, version): ``put`` sends only the blobs of
   ``new_versions``, with PUT_MODE_INSERT_IF_ABSENT, in the same PutRecords as
-  the checkpoint.
+  the checkpoint; when they do not fit one request, in requests before the
+  checkpoint's, so that the checkpoint is stored after every blob it uses
+  (blobs of a put that failed midway are of versions no checkpoint names).
 * kind ``"write"``: parent_id = the checkpoint's id; id =
   ``checkpoint_id \\x1f task_path \\x1f task_id \\x1f idx+2**31`` (ten digits),
   so the sidecar's bytewise order of children is LangGraph's
@@ -44,10 +54,16 @@ Mapping of LangGraph's model onto records:
   interrupts, resumes, scheduled) replace what is stored; a regular write
   keeps the first one stored (PUT_MODE_INSERT_IF_ABSENT), so a task's retried
   writes never change what a resumed run sees. One PutRecords per
-  ``put_writes``.
+  ``put_writes``, or, when its writes do not fit one request, several: then
+  its regular writes form a group, each one's id ending in ``\x1f`` and the
+  group's random id, its metadata naming the ``group`` and how many writes it
+  has (``parts``), and a reader counts a group's writes only once all of them
+  are stored, so a put_writes cut short by a crash leaves the task as if it had
+  written nothing, and the task runs again.
 * ``get_tuple`` is ListRecords of kind ``"checkpoint"`` in the thread and
   namespace (the given id, or the newest), page size 1, with its ``"write"``
-  children and ``"blob"`` refs; ``list`` is the same across the filters
+  children and ``"blob"`` refs, pieces of one cut across pages joined;
+  ``list`` is the same across the filters
   LangGraph passes (``filter`` becomes ``metadata_contains``, ``before`` is
   ``before_id``, ``limit`` the page size).
 * ``delete_thread`` deletes the turn; ``delete_for_runs`` deletes the
@@ -94,6 +110,7 @@ import json
 import random
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Coroutine, Dict, List, Optional, Tuple, TypeVar, cast
@@ -134,6 +151,12 @@ IDX_OFFSET = 2**31
 DELETE_BATCH_MAX = 1000
 # The sidecar's default --page-size-max: a list limit above it is paged.
 PAGE_SIZE_MAX = 10_000
+# What one PutRecords carries at most: the sidecar's default
+# --message-bytes-max (4 MiB) less room for the request's own fields. A put or
+# put_writes whose records add up to more is sent as several requests.
+REQUEST_BYTES_MAX = (4 << 20) - (64 << 10)
+# A record's framing inside a PutRecordsRequest: its tag and length.
+RECORD_FRAMING_BYTES = 8
 LEASE_KEY_PREFIX = "langgraph-thread:"
 LEASE_KEY_BYTES_MAX = 256
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -153,6 +176,47 @@ def blob_id(channel: str, version: Any) -> str:
 
 def write_id(checkpoint_id: str, task_path: str, task_id: str, idx: int) -> str:
     return f"{checkpoint_id}{SEP}{task_path}{SEP}{task_id}{SEP}{idx + IDX_OFFSET:010d}"
+
+
+def _batches(records: Sequence[rec.Record], budget: int) -> List[List[rec.Record]]:
+    """``records`` in order, in runs whose encoded size fits ``budget`` (a
+    record larger than it makes a run of its own)."""
+    runs: List[List[rec.Record]] = []
+    used = 0
+    for r in records:
+        size = r.ByteSize() + RECORD_FRAMING_BYTES
+        if not runs or (runs[-1] and used + size > budget):
+            runs.append([])
+            used = 0
+        runs[-1].append(r)
+        used += size
+    return runs
+
+
+class _Pieces:
+    """Joins the pieces of the entries a ListRecords with ``split_entries``
+    cut across pages: ``feed`` each page in turn; it answers the entries that
+    page completed, each as (record, children, refs)."""
+
+    def __init__(self) -> None:
+        self.open: Optional[Tuple[rec.Record, List[rec.Record], List[rec.Record]]] = None
+
+    def feed(self, page: rec.ListRecordsResponse) -> List[Tuple[rec.Record, List[rec.Record], List[rec.Record]]]:
+        done = []
+        for entry in page.entries:
+            if entry.continued:
+                if self.open is None:
+                    raise StepwellError(
+                        grpc.StatusCode.INTERNAL, "a continued entry without the entry it continues", "PROTOCOL"
+                    )
+                self.open[1].extend(entry.children)
+                self.open[2].extend(entry.refs)
+            else:
+                self.open = (entry.record, list(entry.children), list(entry.refs))
+            if not entry.cut:
+                done.append(self.open)
+                self.open = None
+        return done
 
 
 def _json(value: Any) -> bytes:
@@ -198,6 +262,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
     fenced: bool
     lease: float
     timeout: Optional[float]
+    request_bytes_max: int
 
     def _init_common(
         self,
@@ -206,14 +271,18 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
         fenced: bool,
         lease: float,
         timeout: Optional[float],
+        request_bytes_max: int,
     ) -> None:
         BaseCheckpointSaver.__init__(self, serde=serde)
         if lease <= 0:
             raise ValueError("lease must be positive")
+        if request_bytes_max <= 0:
+            raise ValueError("request_bytes_max must be positive")
         self.namespace = namespace
         self.fenced = fenced
         self.lease = float(lease)
         self.timeout = timeout
+        self.request_bytes_max = request_bytes_max
         self._leases: Dict[str, ThreadLease] = {}
 
     # -- versions -----------------------------------------------------------
@@ -237,7 +306,12 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> Tuple[str, rec.PutRecordsRequest, RunnableConfig]:
+    ) -> Tuple[str, List[rec.PutRecordsRequest], RunnableConfig]:
+        """The PutRecords of a put: one, or, when its records do not fit one
+        request, several, the checkpoint in the last. The blobs are stored
+        only if absent and are of versions no stored checkpoint names yet,
+        so the requests before the last change nothing a reader sees, and
+        the checkpoint appears with every blob it uses already stored."""
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         checkpoint_ns = str(conf.get("checkpoint_ns") or "")
@@ -245,7 +319,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
         values = checkpoint.get("channel_values") or {}
         stored: Dict[str, Any] = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         content_type, payload = self.serde.dumps_typed(stored)
-        records = [
+        head = [
             rec.Record(
                 turn_id=thread_id,
                 scope=checkpoint_ns,
@@ -259,22 +333,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
                 mode=rec.PUT_MODE_UPSERT,
             )
         ]
-        for ch, ver in new_versions.items():
-            if ch in values:
-                blob_type, blob = self.serde.dumps_typed(values[ch])
-            else:
-                blob_type, blob = EMPTY, b""
-            records.append(
-                rec.Record(
-                    turn_id=thread_id,
-                    scope=checkpoint_ns,
-                    kind=BLOB_KIND,
-                    id=blob_id(ch, ver),
-                    payload=blob,
-                    content_type=blob_type,
-                    mode=rec.PUT_MODE_INSERT_IF_ABSENT,
-                )
-            )
+        records = [self._blob(thread_id, checkpoint_ns, ch, ver, values) for ch, ver in new_versions.items()]
         next_config: RunnableConfig = {
             "configurable": {
                 "thread_id": thread_id,
@@ -282,7 +341,29 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
                 "checkpoint_id": checkpoint["id"],
             }
         }
-        return thread_id, rec.PutRecordsRequest(namespace=self.namespace, records=records), next_config
+        runs = _batches(records + head, self.request_bytes_max)
+        if len(runs) == 1:
+            runs = [head + records]
+        requests = [rec.PutRecordsRequest(namespace=self.namespace, records=run) for run in runs]
+        return thread_id, requests, next_config
+
+    def _blob(
+        self, thread_id: str, checkpoint_ns: str, channel: str, version: Any, values: Dict[str, Any]
+    ) -> rec.Record:
+        """The blob of ``channel`` at ``version``: its value, or none."""
+        if channel in values:
+            blob_type, blob = self.serde.dumps_typed(values[channel])
+        else:
+            blob_type, blob = EMPTY, b""
+        return rec.Record(
+            turn_id=thread_id,
+            scope=checkpoint_ns,
+            kind=BLOB_KIND,
+            id=blob_id(channel, version),
+            payload=blob,
+            content_type=blob_type,
+            mode=rec.PUT_MODE_INSERT_IF_ABSENT,
+        )
 
     def _put_writes_request(
         self,
@@ -290,29 +371,50 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
         writes: Sequence[Tuple[str, Any]],
         task_id: str,
         task_path: str,
-    ) -> Tuple[str, rec.PutRecordsRequest]:
+    ) -> Tuple[str, List[rec.PutRecordsRequest]]:
+        """The PutRecords of a put_writes: one, or, when the writes do not fit
+        one request, several. Then the task's regular writes form a group:
+        each one's id and metadata name the group and how many writes it has,
+        and a reader takes a group's writes only once all of them are stored
+        (``_to_tuple``), so a task whose writes were cut short by a crash is
+        run again, as if none were stored."""
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         checkpoint_ns = str(conf.get("checkpoint_ns") or "")
         checkpoint_id = str(conf["checkpoint_id"])
-        records = []
+        encoded = []
         for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
-            content_type, payload = self.serde.dumps_typed(value)
-            records.append(
-                rec.Record(
-                    turn_id=thread_id,
-                    scope=checkpoint_ns,
-                    kind=WRITE_KIND,
-                    id=write_id(checkpoint_id, task_path, task_id, idx),
-                    parent_id=checkpoint_id,
-                    payload=payload,
-                    content_type=content_type,
-                    metadata=_json({"task_id": task_id, "task_path": task_path, "channel": channel, "idx": idx}),
-                    mode=rec.PUT_MODE_UPSERT if channel in WRITES_IDX_MAP else rec.PUT_MODE_INSERT_IF_ABSENT,
+            encoded.append((channel, idx, self.serde.dumps_typed(value)))
+
+        def records(group: Optional[str]) -> List[rec.Record]:
+            regular = sum(1 for channel, _, _ in encoded if channel not in WRITES_IDX_MAP)
+            out = []
+            for channel, idx, (content_type, payload) in encoded:
+                meta: Dict[str, Any] = {"task_id": task_id, "task_path": task_path, "channel": channel, "idx": idx}
+                record_id = write_id(checkpoint_id, task_path, task_id, idx)
+                if group is not None and channel not in WRITES_IDX_MAP:
+                    meta.update(group=group, parts=regular)
+                    record_id += SEP + group
+                out.append(
+                    rec.Record(
+                        turn_id=thread_id,
+                        scope=checkpoint_ns,
+                        kind=WRITE_KIND,
+                        id=record_id,
+                        parent_id=checkpoint_id,
+                        payload=payload,
+                        content_type=content_type,
+                        metadata=_json(meta),
+                        mode=rec.PUT_MODE_UPSERT if channel in WRITES_IDX_MAP else rec.PUT_MODE_INSERT_IF_ABSENT,
+                    )
                 )
-            )
-        return thread_id, rec.PutRecordsRequest(namespace=self.namespace, records=records)
+            return out
+
+        runs = _batches(records(None), self.request_bytes_max)
+        if len(runs) > 1:
+            runs = _batches(records(uuid.uuid4().hex), self.request_bytes_max)
+        return thread_id, [rec.PutRecordsRequest(namespace=self.namespace, records=run) for run in runs]
 
     def _get_tuple_request(self, config: RunnableConfig) -> rec.ListRecordsRequest:
         conf = config["configurable"]
@@ -326,6 +428,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
             page_size=1,
             children_kind=WRITE_KIND,
             refs_kind=BLOB_KIND,
+            split_entries=True,
         )
 
     def _list_request(
@@ -341,6 +444,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
             children_kind=WRITE_KIND,
             refs_kind=BLOB_KIND,
             page_size=min(limit, PAGE_SIZE_MAX) if limit else 0,
+            split_entries=True,
         )
         if config:
             conf = config.get("configurable") or {}
@@ -398,20 +502,28 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
 
     # -- answers ------------------------------------------------------------
 
-    def _to_tuple(self, entry: rec.RecordEntry) -> CheckpointTuple:
-        r = entry.record
+    def _to_tuple(self, entry: Tuple[rec.Record, List[rec.Record], List[rec.Record]]) -> CheckpointTuple:
+        r, children, refs = entry
         checkpoint: Any = self.serde.loads_typed((r.content_type, r.payload))
         values: Dict[str, Any] = {}
-        for blob in entry.refs:
+        for blob in refs:
             if blob.content_type == EMPTY:
                 continue
             channel = json.loads(blob.id)[0]
             values[channel] = self.serde.loads_typed((blob.content_type, blob.payload))
         checkpoint["channel_values"] = values
-        pending = []
-        for w in entry.children:
-            meta = json.loads(w.metadata)
-            pending.append((meta["task_id"], meta["channel"], self.serde.loads_typed((w.content_type, w.payload))))
+        writes = [(w, json.loads(w.metadata)) for w in children]
+        # A group's writes count only once every one of them is stored.
+        stored: Dict[Tuple[str, str], int] = {}
+        for _, meta in writes:
+            if "group" in meta:
+                key = (meta["task_id"], meta["group"])
+                stored[key] = stored.get(key, 0) + 1
+        pending = [
+            (meta["task_id"], meta["channel"], self.serde.loads_typed((w.content_type, w.payload)))
+            for w, meta in writes
+            if "group" not in meta or stored[(meta["task_id"], meta["group"])] == meta["parts"]
+        ]
         config: RunnableConfig = {
             "configurable": {"thread_id": r.turn_id, "checkpoint_ns": r.scope, "checkpoint_id": r.id}
         }
@@ -460,6 +572,9 @@ class StepwellSaver(_RecordSaverBase):
             module's documentation).
         lease: the lease, in seconds, when fenced.
         timeout: per-call deadline in seconds; the client's default when None.
+        request_bytes_max: the most one PutRecords carries (default 4 MiB
+            less 64 KiB, for the sidecar's default --message-bytes-max); a
+            put or put_writes with more is sent as several requests.
     """
 
     def __init__(
@@ -471,8 +586,11 @@ class StepwellSaver(_RecordSaverBase):
         fenced: bool = False,
         lease: float = 30.0,
         timeout: Optional[float] = None,
+        request_bytes_max: int = REQUEST_BYTES_MAX,
     ) -> None:
-        self._init_common(client.namespace if namespace is None else namespace, serde, fenced, lease, timeout)
+        self._init_common(
+            client.namespace if namespace is None else namespace, serde, fenced, lease, timeout, request_bytes_max
+        )
         self.client = client
         self._owns_client = False
         self._lock = threading.RLock()
@@ -486,12 +604,19 @@ class StepwellSaver(_RecordSaverBase):
         serde: Optional[SerializerProtocol] = None,
         fenced: bool = False,
         lease: float = 30.0,
+        request_bytes_max: int = REQUEST_BYTES_MAX,
         **client_kwargs: Any,
     ) -> "StepwellSaver":
         """A saver with its own :class:`stepwell.Client` of ``target``
         (``client_kwargs`` go to the client); ``close()`` or leaving a
         ``with`` block closes it."""
-        saver = cls(Client(target, namespace=namespace, **client_kwargs), serde=serde, fenced=fenced, lease=lease)
+        saver = cls(
+            Client(target, namespace=namespace, **client_kwargs),
+            serde=serde,
+            fenced=fenced,
+            lease=lease,
+            request_bytes_max=request_bytes_max,
+        )
         saver._owns_client = True
         return saver
 
@@ -518,8 +643,13 @@ class StepwellSaver(_RecordSaverBase):
     # -- reads --------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
-        resp = self._call(self.client.record_stub.ListRecords, self._get_tuple_request(config))
-        return self._to_tuple(resp.entries[0]) if resp.entries else None
+        req, pieces = self._get_tuple_request(config), _Pieces()
+        while True:
+            resp = self._call(self.client.record_stub.ListRecords, req)
+            done = pieces.feed(resp)
+            if done or pieces.open is None or not resp.next_page_token:
+                return self._to_tuple(done[0]) if done else None
+            req.page_token = resp.next_page_token
 
     def list(
         self,
@@ -529,11 +659,11 @@ class StepwellSaver(_RecordSaverBase):
         before: Optional[RunnableConfig] = None,
         limit: Optional[int] = None,
     ) -> Iterator[CheckpointTuple]:
-        req = self._list_request(config, filter, before, limit)
+        req, pieces = self._list_request(config, filter, before, limit), _Pieces()
         remaining = limit if limit else None
         while True:
             resp = self._call(self.client.record_stub.ListRecords, req)
-            for entry in resp.entries:
+            for entry in pieces.feed(resp):
                 yield self._to_tuple(entry)
                 if remaining is not None:
                     remaining -= 1
@@ -552,8 +682,9 @@ class StepwellSaver(_RecordSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id, req, next_config = self._put_request(config, checkpoint, metadata, new_versions)
-        self._put_fenced(thread_id, req)
+        thread_id, requests, next_config = self._put_request(config, checkpoint, metadata, new_versions)
+        for req in requests:
+            self._put_fenced(thread_id, req)
         return next_config
 
     def put_writes(
@@ -565,8 +696,9 @@ class StepwellSaver(_RecordSaverBase):
     ) -> None:
         if not writes:
             return
-        thread_id, req = self._put_writes_request(config, writes, task_id, task_path)
-        self._put_fenced(thread_id, req)
+        thread_id, requests = self._put_writes_request(config, writes, task_id, task_path)
+        for req in requests:
+            self._put_fenced(thread_id, req)
 
     def _put_fenced(self, thread_id: str, req: rec.PutRecordsRequest) -> None:
         lease = self._fence(thread_id)
@@ -691,8 +823,11 @@ class AsyncStepwellSaver(_RecordSaverBase):
         fenced: bool = False,
         lease: float = 30.0,
         timeout: Optional[float] = None,
+        request_bytes_max: int = REQUEST_BYTES_MAX,
     ) -> None:
-        self._init_common(client.namespace if namespace is None else namespace, serde, fenced, lease, timeout)
+        self._init_common(
+            client.namespace if namespace is None else namespace, serde, fenced, lease, timeout, request_bytes_max
+        )
         self.client = client
         self._owns_client = False
         self._alock = asyncio.Lock()
@@ -707,13 +842,18 @@ class AsyncStepwellSaver(_RecordSaverBase):
         serde: Optional[SerializerProtocol] = None,
         fenced: bool = False,
         lease: float = 30.0,
+        request_bytes_max: int = REQUEST_BYTES_MAX,
         **client_kwargs: Any,
     ) -> "AsyncStepwellSaver":
         """A saver with its own :class:`stepwell.AsyncClient` of ``target``;
         use it as ``async with AsyncStepwellSaver.from_address(...) as saver``
         (or call ``await saver.aclose()``)."""
         saver = cls(
-            AsyncClient(target, namespace=namespace, **client_kwargs), serde=serde, fenced=fenced, lease=lease
+            AsyncClient(target, namespace=namespace, **client_kwargs),
+            serde=serde,
+            fenced=fenced,
+            lease=lease,
+            request_bytes_max=request_bytes_max,
         )
         saver._owns_client = True
         return saver
@@ -741,8 +881,13 @@ class AsyncStepwellSaver(_RecordSaverBase):
     # -- reads --------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> Optional[CheckpointTuple]:
-        resp = await self._call(self.client.record_stub.ListRecords, self._get_tuple_request(config))
-        return self._to_tuple(resp.entries[0]) if resp.entries else None
+        req, pieces = self._get_tuple_request(config), _Pieces()
+        while True:
+            resp = await self._call(self.client.record_stub.ListRecords, req)
+            done = pieces.feed(resp)
+            if done or pieces.open is None or not resp.next_page_token:
+                return self._to_tuple(done[0]) if done else None
+            req.page_token = resp.next_page_token
 
     async def alist(
         self,
@@ -752,11 +897,11 @@ class AsyncStepwellSaver(_RecordSaverBase):
         before: Optional[RunnableConfig] = None,
         limit: Optional[int] = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        req = self._list_request(config, filter, before, limit)
+        req, pieces = self._list_request(config, filter, before, limit), _Pieces()
         remaining = limit if limit else None
         while True:
             resp = await self._call(self.client.record_stub.ListRecords, req)
-            for entry in resp.entries:
+            for entry in pieces.feed(resp):
                 yield self._to_tuple(entry)
                 if remaining is not None:
                     remaining -= 1
@@ -775,8 +920,9 @@ class AsyncStepwellSaver(_RecordSaverBase):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id, req, next_config = self._put_request(config, checkpoint, metadata, new_versions)
-        await self._put_fenced(thread_id, req)
+        thread_id, requests, next_config = self._put_request(config, checkpoint, metadata, new_versions)
+        for req in requests:
+            await self._put_fenced(thread_id, req)
         return next_config
 
     async def aput_writes(
@@ -788,8 +934,9 @@ class AsyncStepwellSaver(_RecordSaverBase):
     ) -> None:
         if not writes:
             return
-        thread_id, req = self._put_writes_request(config, writes, task_id, task_path)
-        await self._put_fenced(thread_id, req)
+        thread_id, requests = self._put_writes_request(config, writes, task_id, task_path)
+        for req in requests:
+            await self._put_fenced(thread_id, req)
 
     async def _put_fenced(self, thread_id: str, req: rec.PutRecordsRequest) -> None:
         lease = await self._fence(thread_id)

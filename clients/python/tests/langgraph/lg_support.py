@@ -21,22 +21,6 @@ from langchain_core.runnables import RunnableConfig
 
 from conftest import Sidecar, free_port, fresh_namespace
 
-# A state of several MB needs a sidecar and a client that accept such
-# messages: the sidecar's request, record and response limits, the client's
-# gRPC send and receive limits.
-BIG_MESSAGE_BYTES = 64 << 20
-BIG_RECORD_BYTES = 16 << 20
-BIG_RESPONSE_BYTES = 16 << 20
-BIG_SIDECAR_ARGS = [
-    "--message-bytes-max", str(BIG_MESSAGE_BYTES),
-    "--record-bytes-max", str(BIG_RECORD_BYTES),
-    "--response-bytes-max", str(BIG_RESPONSE_BYTES),
-]
-BIG_CLIENT_OPTIONS = [
-    ("grpc.max_send_message_length", BIG_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", BIG_MESSAGE_BYTES),
-]
-
 
 def backend() -> str:
     return "postgres" if os.environ.get("STEPWELL_TEST_POSTGRES_URL") else "sqlite"
@@ -56,13 +40,6 @@ def start_sidecar(workdir: Path, extra_args: Optional[List[str]] = None) -> Side
 @pytest.fixture(scope="session")
 def lg_sidecar(workdir: Path) -> Iterator[Sidecar]:
     s = start_sidecar(workdir)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="session")
-def big_sidecar(workdir: Path) -> Iterator[Sidecar]:
-    s = start_sidecar(workdir, BIG_SIDECAR_ARGS)
     yield s
     s.stop()
 

@@ -1,6 +1,7 @@
 """Real LangGraph graphs on the stepwell savers: nested subgraphs, interrupts and
 resumes, state history and time travel, a crashed worker resumed by a new
-process, and states of several MB."""
+process, and a state of 18 MB (five 3 MB channels, 3 MB of pending writes)
+with the client's and the sidecar's default 4 MiB messages."""
 
 from __future__ import annotations
 
@@ -22,15 +23,13 @@ from typing_extensions import TypedDict
 import lg_graphs
 from conftest import Sidecar
 from lg_support import (  # noqa: F401  (fixtures)
-    BIG_CLIENT_OPTIONS,
-    big_sidecar,
     lg_namespace,
     lg_sidecar,
     lg_target,
     new_thread,
     thread_config,
 )
-from stepwell import Client
+from stepwell import AsyncClient, Client
 from stepwell.langgraph import AsyncStepwellSaver, StepwellSaver
 
 GRAPHS = Path(lg_graphs.__file__)
@@ -190,32 +189,47 @@ def test_crashed_worker_resumes_in_a_new_process(lg_target: str, lg_namespace: s
     assert effects.read_text().split() == ["a", "b", "c", "c", "d"]
 
 
+MB3 = 3 << 20
+
+
 class BigState(TypedDict, total=False):
-    blob: str
-    steps: List[int]
+    c0: str
+    c1: bytes
+    c2: str
+    c3: bytes
+    c4: str
+    notes: bytes
+    done: Annotated[List[str], operator.add]
 
 
 def big_graph() -> StateGraph:
+    """START -> fill (five channels of 3 MB, text and bytes) -> (note, asks)
+    in parallel -> join: "note" writes 3 MB more, and "asks" interrupts in
+    the same step, so the paused checkpoint carries 15 MB of channels and
+    note's 3 MB as pending writes."""
+
     def fill(state: BigState) -> BigState:
-        return {"blob": os.urandom(3 << 20).hex(), "steps": state["steps"] + [1]}  # 6 MB of text
+        text = lambda: os.urandom(MB3 // 2).hex()  # noqa: E731
+        return {"c0": text(), "c1": os.urandom(MB3), "c2": text(), "c3": os.urandom(MB3), "c4": text()}
 
-    def touch(name: int) -> Any:
-        def run(state: BigState) -> BigState:
-            assert len(state["blob"]) == 6 << 20
-            return {"steps": state["steps"] + [name]}
+    def note(state: BigState) -> BigState:
+        assert all(len(state[c]) == MB3 for c in ("c0", "c1", "c2", "c3", "c4"))  # type: ignore[literal-required]
+        return {"notes": os.urandom(MB3), "done": ["note"]}
 
-        return run
+    def asks(state: BigState) -> BigState:
+        return {"done": [f"asks:{interrupt('go?')}"]}
+
+    def join(state: BigState) -> BigState:
+        return {"done": ["join"]}
 
     g = StateGraph(BigState)
-    g.add_node("fill", fill)
-    g.add_node("s2", touch(2))
-    g.add_node("s3", touch(3))
-    g.add_node("refill", fill)
+    for name, node in (("fill", fill), ("note", note), ("asks", asks), ("join", join)):
+        g.add_node(name, node)
     g.add_edge(START, "fill")
-    g.add_edge("fill", "s2")
-    g.add_edge("s2", "s3")
-    g.add_edge("s3", "refill")
-    g.add_edge("refill", END)
+    g.add_edge("fill", "note")
+    g.add_edge("fill", "asks")
+    g.add_edge(["note", "asks"], "join")
+    g.add_edge("join", END)
     return g
 
 
@@ -230,37 +244,78 @@ class CountingClient(Client):
         return super()._call(method, request, timeout)
 
 
-def test_states_of_several_megabytes(big_sidecar: Sidecar, lg_namespace: str) -> None:
-    client = CountingClient(big_sidecar.target, namespace=lg_namespace, options=BIG_CLIENT_OPTIONS, timeout=60)
+class CountingAsyncClient(AsyncClient):
+    """Counts the RecordService calls by method name."""
+
+    calls: Dict[str, int]
+
+    async def _call(self, method: Any, request: Any, timeout: Any) -> Any:
+        name = type(request).__name__
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return await super()._call(method, request, timeout)
+
+
+def check_big_run(first: Any, paused: Any, tup: Any, out: Any, history: List[Any], calls: Dict[str, int]) -> None:
+    """What a run of big_graph gives, however it was run: the pause with 15 MB
+    of channels and 3 MB of pending writes, read back whole; the resumed
+    run's result; a history whose every checkpoint after fill carries the
+    15 MB; reads in more than one page each, every page within 4 MiB."""
+    channels = ("c0", "c1", "c2", "c3", "c4")
+    assert [i.value for i in first["__interrupt__"]] == ["go?"]
+    assert paused.next == ("asks",) and all(len(paused.values[c]) == MB3 for c in channels)
+    pending = [(w[1], w[2]) for w in tup.pending_writes or []]
+    assert ("done", ["note"]) in pending and [len(v) for c, v in pending if c == "notes"] == [MB3]
+    assert tup.checkpoint["channel_values"]["c1"] == paused.values["c1"]
+    assert sorted(out["done"][:2]) == ["asks:yes", "note"] and out["done"][2] == "join" and len(out["notes"]) == MB3
+    assert [h.metadata["step"] for h in history] == [3, 2, 1, 0, -1]
+    assert all(all(len(h.values[c]) == MB3 for c in channels) for h in history[:3])
+    # A paused checkpoint of 18 MB comes in several pages of at most 4 MiB.
+    assert calls["ListRecordsRequest"] > 1
+
+
+def test_a_state_of_eighteen_megabytes_runs_pauses_and_resumes_with_default_limits(
+    lg_target: str, lg_namespace: str
+) -> None:
+    client = CountingClient(lg_target, namespace=lg_namespace, timeout=120)
     client.calls = {}
     config = thread_config(new_thread())
     with client, StepwellSaver(client) as saver:
         graph = big_graph().compile(checkpointer=saver)
-        out = graph.invoke({"steps": []}, config)
-        assert len(out["blob"]) == 6 << 20 and out["steps"] == [1, 2, 3, 1]
-
+        first = graph.invoke({"done": []}, config)
         client.calls.clear()
-        state = graph.get_state(config)
-        assert state.values["blob"] == out["blob"]
-        assert client.calls == {"ListRecordsRequest": 1}
-
-        # Every checkpoint after "fill" carries a 6 MB channel: the sidecar's
-        # response budget cuts the history into pages, which list follows.
-        client.calls.clear()
+        paused = graph.get_state(config)
+        calls = dict(client.calls)
+        tup = saver.get_tuple(config)
+        out = graph.invoke(Command(resume="yes"), config)
         history = list(graph.get_state_history(config))
-        assert [h.metadata["step"] for h in history] == [4, 3, 2, 1, 0, -1]
-        assert all(len(h.values["blob"]) == 6 << 20 for h in history[:4])
-        assert client.calls["ListRecordsRequest"] > 1
+        check_big_run(first, paused, tup, out, history, calls)
 
-        # The same list with a limit stops after it, in one call.
-        client.calls.clear()
-        assert len(list(saver.list(config, limit=1))) == 1
-        assert client.calls == {"ListRecordsRequest": 1}
-        # A limit the budget cuts short is made up from the next pages, and no more.
-        client.calls.clear()
+        # A limit stops after its tuples, made up from as many pages as they take.
         three = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config, limit=3)]
         assert three == [h.config["configurable"]["checkpoint_id"] for h in history[:3]]
-        assert client.calls["ListRecordsRequest"] > 1
+
+
+def test_a_state_of_eighteen_megabytes_runs_pauses_and_resumes_with_default_limits_async(
+    lg_target: str, lg_namespace: str
+) -> None:
+    async def run() -> None:
+        client = CountingAsyncClient(lg_target, namespace=lg_namespace, timeout=120)
+        client.calls = {}
+        config = thread_config(new_thread())
+        async with client, AsyncStepwellSaver(client) as saver:
+            graph = big_graph().compile(checkpointer=saver)
+            first = await graph.ainvoke({"done": []}, config)
+            client.calls.clear()
+            paused = await graph.aget_state(config)
+            calls = dict(client.calls)
+            tup = await saver.aget_tuple(config)
+            out = await graph.ainvoke(Command(resume="yes"), config)
+            history = [h async for h in graph.aget_state_history(config)]
+            check_big_run(first, paused, tup, out, history, calls)
+            three = [t.config["configurable"]["checkpoint_id"] async for t in saver.alist(config, limit=3)]
+            assert three == [h.config["configurable"]["checkpoint_id"] for h in history[:3]]
+
+    asyncio.run(run())
 
 
 class FanState(TypedDict, total=False):

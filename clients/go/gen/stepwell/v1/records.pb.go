@@ -437,7 +437,22 @@ type ListRecordsRequest struct {
 	// 0 means the server default (1000); at most --page-size-max.
 	PageSize int32 `protobuf:"varint,11,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// From a previous ListRecordsResponse with the same request.
-	PageToken     string `protobuf:"bytes,12,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,12,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Opt in to entries cut at the response byte budget (contract 1.3).
+	// Without it, an entry comes whole, with all its children and refs, alone
+	// in its page when it is larger than the budget, so its page may be larger
+	// than a client accepts. With it, an entry that does not fit a page of its
+	// own is cut at the budget: it ends its page, marked `cut`, with its
+	// record and the children and refs that fit; the next page begins with an
+	// entry marked `continued` that carries the ones that follow, and that
+	// may be cut again. Children come before refs, each by id, across the
+	// pieces. An entry that fits a page of its own is never cut: one that does
+	// not fit what is left of a page starts the next. Every page then holds at
+	// most the budget, or one record larger than it. The pages of a listing
+	// are not one snapshot, so a continued entry holds its related records as
+	// they are when its page is read. A page token of a listing with
+	// split_entries is refused (INVALID_ARGUMENT) by a request without it.
+	SplitEntries  bool `protobuf:"varint,13,opt,name=split_entries,json=splitEntries,proto3" json:"split_entries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -556,14 +571,32 @@ func (x *ListRecordsRequest) GetPageToken() string {
 	return ""
 }
 
-// RecordEntry is a listed record with the records related to it.
+func (x *ListRecordsRequest) GetSplitEntries() bool {
+	if x != nil {
+		return x.SplitEntries
+	}
+	return false
+}
+
+// RecordEntry is a listed record with the records related to it, or, with
+// ListRecordsRequest.split_entries, a piece of one.
 type RecordEntry struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Record *Record                `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record; absent on a continued entry (its record came with the
+	// entry's first piece).
+	Record *Record `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
 	// Records of children_kind whose parent_id is record.id.
 	Children []*Record `protobuf:"bytes,2,rep,name=children,proto3" json:"children,omitempty"`
 	// Records of refs_kind named in record.refs.
-	Refs          []*Record `protobuf:"bytes,3,rep,name=refs,proto3" json:"refs,omitempty"`
+	Refs []*Record `protobuf:"bytes,3,rep,name=refs,proto3" json:"refs,omitempty"`
+	// Only with split_entries: the entry's children and refs go on in the
+	// first entry of the next page, which is `continued`. Always the last
+	// entry of its page.
+	Cut bool `protobuf:"varint,4,opt,name=cut,proto3" json:"cut,omitempty"`
+	// Only with split_entries: this entry carries the children and refs that
+	// follow those of the previous page's last entry, which was `cut`. Always
+	// the first entry of its page; it counts toward page_size.
+	Continued     bool `protobuf:"varint,5,opt,name=continued,proto3" json:"continued,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -619,12 +652,28 @@ func (x *RecordEntry) GetRefs() []*Record {
 	return nil
 }
 
+func (x *RecordEntry) GetCut() bool {
+	if x != nil {
+		return x.Cut
+	}
+	return false
+}
+
+func (x *RecordEntry) GetContinued() bool {
+	if x != nil {
+		return x.Continued
+	}
+	return false
+}
+
 // ListRecordsResponse is one page, newest id first (across turns: by id,
 // then turn_id, then scope, all descending).
 type ListRecordsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// At most page_size entries and at most the response byte budget; an
-	// entry larger than the budget comes alone.
+	// entry larger than the budget comes alone, or, with split_entries, cut
+	// into pieces across pages (only a single record larger than the budget
+	// then makes a page larger than it).
 	Entries []*RecordEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -962,7 +1011,7 @@ const file_stepwell_v1_records_proto_rawDesc = "" +
 	"\x05fence\x18\x03 \x01(\v2\x12.stepwell.v1.FenceR\x05fence\"Q\n" +
 	"\x12PutRecordsResponse\x12;\n" +
 	"\vrecorded_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"recordedAt\"\xea\x02\n" +
+	"recordedAt\"\x8f\x03\n" +
 	"\x12ListRecordsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x12\x14\n" +
@@ -977,11 +1026,14 @@ const file_stepwell_v1_records_proto_rawDesc = "" +
 	" \x01(\tR\brefsKind\x12\x1b\n" +
 	"\tpage_size\x18\v \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\f \x01(\tR\tpageToken\"\x94\x01\n" +
+	"page_token\x18\f \x01(\tR\tpageToken\x12#\n" +
+	"\rsplit_entries\x18\r \x01(\bR\fsplitEntries\"\xc4\x01\n" +
 	"\vRecordEntry\x12+\n" +
 	"\x06record\x18\x01 \x01(\v2\x13.stepwell.v1.RecordR\x06record\x12/\n" +
 	"\bchildren\x18\x02 \x03(\v2\x13.stepwell.v1.RecordR\bchildren\x12'\n" +
-	"\x04refs\x18\x03 \x03(\v2\x13.stepwell.v1.RecordR\x04refs\"q\n" +
+	"\x04refs\x18\x03 \x03(\v2\x13.stepwell.v1.RecordR\x04refs\x12\x10\n" +
+	"\x03cut\x18\x04 \x01(\bR\x03cut\x12\x1c\n" +
+	"\tcontinued\x18\x05 \x01(\bR\tcontinued\"q\n" +
 	"\x13ListRecordsResponse\x122\n" +
 	"\aentries\x18\x01 \x03(\v2\x18.stepwell.v1.RecordEntryR\aentries\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe9\x01\n" +

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19stepwell/v1/records.proto\x12\x0bstepwell.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n\x06Record\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\n\n\x02id\x18\x04 \x01(\t\x12\x11\n\tparent_id\x18\x05 \x01(\t\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12\x10\n\x08metadata\x18\x08 \x01(\x0c\x12\x0c\n\x04refs\x18\t \x03(\t\x12\"\n\x04mode\x18\n \x01(\x0e\x32\x14.stepwell.v1.PutMode\x12/\n\x0brecorded_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\")\n\x05\x46\x65nce\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\x04\"o\n\x11PutRecordsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12$\n\x07records\x18\x02 \x03(\x0b\x32\x13.stepwell.v1.Record\x12!\n\x05\x66\x65nce\x18\x03 \x01(\x0b\x32\x12.stepwell.v1.Fence\"E\n\x12PutRecordsResponse\x12/\n\x0brecorded_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf3\x01\n\x12ListRecordsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x11\n\thas_scope\x18\x04 \x01(\x08\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\n\n\x02id\x18\x06 \x01(\t\x12\x11\n\tbefore_id\x18\x07 \x01(\t\x12\x19\n\x11metadata_contains\x18\x08 \x01(\x0c\x12\x15\n\rchildren_kind\x18\t \x01(\t\x12\x11\n\trefs_kind\x18\n \x01(\t\x12\x11\n\tpage_size\x18\x0b \x01(\x05\x12\x12\n\npage_token\x18\x0c \x01(\t\"|\n\x0bRecordEntry\x12#\n\x06record\x18\x01 \x01(\x0b\x32\x13.stepwell.v1.Record\x12%\n\x08\x63hildren\x18\x02 \x03(\x0b\x32\x13.stepwell.v1.Record\x12!\n\x04refs\x18\x03 \x03(\x0b\x32\x13.stepwell.v1.Record\"Y\n\x13ListRecordsResponse\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.stepwell.v1.RecordEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9e\x01\n\x14\x44\x65leteRecordsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08turn_ids\x18\x02 \x03(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x14\n\x0cmetadata_any\x18\x04 \x03(\x0c\x12\x13\n\x0bkeep_latest\x18\x05 \x01(\x08\x12\x15\n\rchildren_kind\x18\x06 \x01(\t\x12\x11\n\trefs_kind\x18\x07 \x01(\t\"(\n\x15\x44\x65leteRecordsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x03\"T\n\x0f\x43opyTurnRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0esource_turn_id\x18\x02 \x01(\t\x12\x16\n\x0etarget_turn_id\x18\x03 \x01(\t\"\"\n\x10\x43opyTurnResponse\x12\x0e\n\x06\x63opied\x18\x01 \x01(\x03*W\n\x07PutMode\x12\x18\n\x14PUT_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fPUT_MODE_UPSERT\x10\x01\x12\x1d\n\x19PUT_MODE_INSERT_IF_ABSENT\x10\x02\x32\xd1\x02\n\rRecordService\x12M\n\nPutRecords\x12\x1e.stepwell.v1.PutRecordsRequest\x1a\x1f.stepwell.v1.PutRecordsResponse\x12P\n\x0bListRecords\x12\x1f.stepwell.v1.ListRecordsRequest\x1a .stepwell.v1.ListRecordsResponse\x12V\n\rDeleteRecords\x12!.stepwell.v1.DeleteRecordsRequest\x1a\".stepwell.v1.DeleteRecordsResponse\x12G\n\x08\x43opyTurn\x12\x1c.stepwell.v1.CopyTurnRequest\x1a\x1d.stepwell.v1.CopyTurnResponseBC\n\x0f\x64\x65v.stepwell.v1P\x01Z.stepwell.dev/client/gen/stepwell/v1;stepwellv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19stepwell/v1/records.proto\x12\x0bstepwell.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf1\x01\n\x06Record\x12\x0f\n\x07turn_id\x18\x01 \x01(\t\x12\r\n\x05scope\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\n\n\x02id\x18\x04 \x01(\t\x12\x11\n\tparent_id\x18\x05 \x01(\t\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\x12\x14\n\x0c\x63ontent_type\x18\x07 \x01(\t\x12\x10\n\x08metadata\x18\x08 \x01(\x0c\x12\x0c\n\x04refs\x18\t \x03(\t\x12\"\n\x04mode\x18\n \x01(\x0e\x32\x14.stepwell.v1.PutMode\x12/\n\x0brecorded_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\")\n\x05\x46\x65nce\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x13\n\x0blease_token\x18\x02 \x01(\x04\"o\n\x11PutRecordsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12$\n\x07records\x18\x02 \x03(\x0b\x32\x13.stepwell.v1.Record\x12!\n\x05\x66\x65nce\x18\x03 \x01(\x0b\x32\x12.stepwell.v1.Fence\"E\n\x12PutRecordsResponse\x12/\n\x0brecorded_at\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8a\x02\n\x12ListRecordsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07turn_id\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x11\n\thas_scope\x18\x04 \x01(\x08\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\n\n\x02id\x18\x06 \x01(\t\x12\x11\n\tbefore_id\x18\x07 \x01(\t\x12\x19\n\x11metadata_contains\x18\x08 \x01(\x0c\x12\x15\n\rchildren_kind\x18\t \x01(\t\x12\x11\n\trefs_kind\x18\n \x01(\t\x12\x11\n\tpage_size\x18\x0b \x01(\x05\x12\x12\n\npage_token\x18\x0c \x01(\t\x12\x15\n\rsplit_entries\x18\r \x01(\x08\"\x9c\x01\n\x0bRecordEntry\x12#\n\x06record\x18\x01 \x01(\x0b\x32\x13.stepwell.v1.Record\x12%\n\x08\x63hildren\x18\x02 \x03(\x0b\x32\x13.stepwell.v1.Record\x12!\n\x04refs\x18\x03 \x03(\x0b\x32\x13.stepwell.v1.Record\x12\x0b\n\x03\x63ut\x18\x04 \x01(\x08\x12\x11\n\tcontinued\x18\x05 \x01(\x08\"Y\n\x13ListRecordsResponse\x12)\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x18.stepwell.v1.RecordEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9e\x01\n\x14\x44\x65leteRecordsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08turn_ids\x18\x02 \x03(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x14\n\x0cmetadata_any\x18\x04 \x03(\x0c\x12\x13\n\x0bkeep_latest\x18\x05 \x01(\x08\x12\x15\n\rchildren_kind\x18\x06 \x01(\t\x12\x11\n\trefs_kind\x18\x07 \x01(\t\"(\n\x15\x44\x65leteRecordsResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x03\"T\n\x0f\x43opyTurnRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0esource_turn_id\x18\x02 \x01(\t\x12\x16\n\x0etarget_turn_id\x18\x03 \x01(\t\"\"\n\x10\x43opyTurnResponse\x12\x0e\n\x06\x63opied\x18\x01 \x01(\x03*W\n\x07PutMode\x12\x18\n\x14PUT_MODE_UNSPECIFIED\x10\x00\x12\x13\n\x0fPUT_MODE_UPSERT\x10\x01\x12\x1d\n\x19PUT_MODE_INSERT_IF_ABSENT\x10\x02\x32\xd1\x02\n\rRecordService\x12M\n\nPutRecords\x12\x1e.stepwell.v1.PutRecordsRequest\x1a\x1f.stepwell.v1.PutRecordsResponse\x12P\n\x0bListRecords\x12\x1f.stepwell.v1.ListRecordsRequest\x1a .stepwell.v1.ListRecordsResponse\x12V\n\rDeleteRecords\x12!.stepwell.v1.DeleteRecordsRequest\x1a\".stepwell.v1.DeleteRecordsResponse\x12G\n\x08\x43opyTurn\x12\x1c.stepwell.v1.CopyTurnRequest\x1a\x1d.stepwell.v1.CopyTurnResponseBC\n\x0f\x64\x65v.stepwell.v1P\x01Z.stepwell.dev/client/gen/stepwell/v1;stepwellv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stepwell.v1.records_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017dev.stepwell.v1P\001Z.stepwell.dev/client/gen/stepwell/v1;stepwellv1'
-  _globals['_PUTMODE']._serialized_start=1334
-  _globals['_PUTMODE']._serialized_end=1421
+  _globals['_PUTMODE']._serialized_start=1390
+  _globals['_PUTMODE']._serialized_end=1477
   _globals['_RECORD']._serialized_start=76
   _globals['_RECORD']._serialized_end=317
   _globals['_FENCE']._serialized_start=319
@@ -44,19 +44,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PUTRECORDSRESPONSE']._serialized_start=475
   _globals['_PUTRECORDSRESPONSE']._serialized_end=544
   _globals['_LISTRECORDSREQUEST']._serialized_start=547
-  _globals['_LISTRECORDSREQUEST']._serialized_end=790
-  _globals['_RECORDENTRY']._serialized_start=792
-  _globals['_RECORDENTRY']._serialized_end=916
-  _globals['_LISTRECORDSRESPONSE']._serialized_start=918
-  _globals['_LISTRECORDSRESPONSE']._serialized_end=1007
-  _globals['_DELETERECORDSREQUEST']._serialized_start=1010
-  _globals['_DELETERECORDSREQUEST']._serialized_end=1168
-  _globals['_DELETERECORDSRESPONSE']._serialized_start=1170
-  _globals['_DELETERECORDSRESPONSE']._serialized_end=1210
-  _globals['_COPYTURNREQUEST']._serialized_start=1212
-  _globals['_COPYTURNREQUEST']._serialized_end=1296
-  _globals['_COPYTURNRESPONSE']._serialized_start=1298
-  _globals['_COPYTURNRESPONSE']._serialized_end=1332
-  _globals['_RECORDSERVICE']._serialized_start=1424
-  _globals['_RECORDSERVICE']._serialized_end=1761
+  _globals['_LISTRECORDSREQUEST']._serialized_end=813
+  _globals['_RECORDENTRY']._serialized_start=816
+  _globals['_RECORDENTRY']._serialized_end=972
+  _globals['_LISTRECORDSRESPONSE']._serialized_start=974
+  _globals['_LISTRECORDSRESPONSE']._serialized_end=1063
+  _globals['_DELETERECORDSREQUEST']._serialized_start=1066
+  _globals['_DELETERECORDSREQUEST']._serialized_end=1224
+  _globals['_DELETERECORDSRESPONSE']._serialized_start=1226
+  _globals['_DELETERECORDSRESPONSE']._serialized_end=1266
+  _globals['_COPYTURNREQUEST']._serialized_start=1268
+  _globals['_COPYTURNREQUEST']._serialized_end=1352
+  _globals['_COPYTURNRESPONSE']._serialized_start=1354
+  _globals['_COPYTURNRESPONSE']._serialized_end=1388
+  _globals['_RECORDSERVICE']._serialized_start=1480
+  _globals['_RECORDSERVICE']._serialized_end=1817
 # @@protoc_insertion_point(module_scope)

@@ -256,6 +256,7 @@ class ListRecordsRequest(_message.Message):
     REFS_KIND_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    SPLIT_ENTRIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     turn_id: _builtins.str
     """Optional: only this turn; empty lists across every turn of the namespace."""
@@ -284,6 +285,22 @@ class ListRecordsRequest(_message.Message):
     """0 means the server default (1000); at most --page-size-max."""
     page_token: _builtins.str
     """From a previous ListRecordsResponse with the same request."""
+    split_entries: _builtins.bool
+    """Opt in to entries cut at the response byte budget (contract 1.3).
+    Without it, an entry comes whole, with all its children and refs, alone
+    in its page when it is larger than the budget, so its page may be larger
+    than a client accepts. With it, an entry that does not fit a page of its
+    own is cut at the budget: it ends its page, marked `cut`, with its
+    record and the children and refs that fit; the next page begins with an
+    entry marked `continued` that carries the ones that follow, and that
+    may be cut again. Children come before refs, each by id, across the
+    pieces. An entry that fits a page of its own is never cut: one that does
+    not fit what is left of a page starts the next. Every page then holds at
+    most the budget, or one record larger than it. The pages of a listing
+    are not one snapshot, so a continued entry holds its related records as
+    they are when its page is read. A page token of a listing with
+    split_entries is refused (INVALID_ARGUMENT) by a request without it.
+    """
     def __init__(
         self,
         *,
@@ -299,10 +316,11 @@ class ListRecordsRequest(_message.Message):
         refs_kind: _builtins.str = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        split_entries: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["before_id", b"before_id", "children_kind", b"children_kind", "has_scope", b"has_scope", "id", b"id", "kind", b"kind", "metadata_contains", b"metadata_contains", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token", "refs_kind", b"refs_kind", "scope", b"scope", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["before_id", b"before_id", "children_kind", b"children_kind", "has_scope", b"has_scope", "id", b"id", "kind", b"kind", "metadata_contains", b"metadata_contains", "namespace", b"namespace", "page_size", b"page_size", "page_token", b"page_token", "refs_kind", b"refs_kind", "scope", b"scope", "split_entries", b"split_entries", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -310,15 +328,33 @@ Global___ListRecordsRequest: _TypeAlias = ListRecordsRequest  # noqa: Y015
 
 @_typing.final
 class RecordEntry(_message.Message):
-    """RecordEntry is a listed record with the records related to it."""
+    """RecordEntry is a listed record with the records related to it, or, with
+    ListRecordsRequest.split_entries, a piece of one.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORD_FIELD_NUMBER: _builtins.int
     CHILDREN_FIELD_NUMBER: _builtins.int
     REFS_FIELD_NUMBER: _builtins.int
+    CUT_FIELD_NUMBER: _builtins.int
+    CONTINUED_FIELD_NUMBER: _builtins.int
+    cut: _builtins.bool
+    """Only with split_entries: the entry's children and refs go on in the
+    first entry of the next page, which is `continued`. Always the last
+    entry of its page.
+    """
+    continued: _builtins.bool
+    """Only with split_entries: this entry carries the children and refs that
+    follow those of the previous page's last entry, which was `cut`. Always
+    the first entry of its page; it counts toward page_size.
+    """
     @_builtins.property
-    def record(self) -> Global___Record: ...
+    def record(self) -> Global___Record:
+        """The record; absent on a continued entry (its record came with the
+        entry's first piece).
+        """
+
     @_builtins.property
     def children(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
         """Records of children_kind whose parent_id is record.id."""
@@ -333,10 +369,12 @@ class RecordEntry(_message.Message):
         record: Global___Record | None = ...,
         children: _abc.Iterable[Global___Record] | None = ...,
         refs: _abc.Iterable[Global___Record] | None = ...,
+        cut: _builtins.bool = ...,
+        continued: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "record", b"record", "refs", b"refs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "continued", b"continued", "cut", b"cut", "record", b"record", "refs", b"refs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -357,7 +395,9 @@ class ListRecordsResponse(_message.Message):
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordEntry]:
         """At most page_size entries and at most the response byte budget; an
-        entry larger than the budget comes alone.
+        entry larger than the budget comes alone, or, with split_entries, cut
+        into pieces across pages (only a single record larger than the budget
+        then makes a page larger than it).
         """
 
     def __init__(

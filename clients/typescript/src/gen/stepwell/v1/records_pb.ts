@@ -28,7 +28,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file stepwell/v1/records.proto.
  */
 export const file_stepwell_v1_records: GenFile = /*@__PURE__*/
-  fileDesc("ChlzdGVwd2VsbC92MS9yZWNvcmRzLnByb3RvEgtzdGVwd2VsbC52MSLxAQoGUmVjb3JkEg8KB3R1cm5faWQYASABKAkSDQoFc2NvcGUYAiABKAkSDAoEa2luZBgDIAEoCRIKCgJpZBgEIAEoCRIRCglwYXJlbnRfaWQYBSABKAkSDwoHcGF5bG9hZBgGIAEoDBIUCgxjb250ZW50X3R5cGUYByABKAkSEAoIbWV0YWRhdGEYCCABKAwSDAoEcmVmcxgJIAMoCRIiCgRtb2RlGAogASgOMhQuc3RlcHdlbGwudjEuUHV0TW9kZRIvCgtyZWNvcmRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKQoFRmVuY2USCwoDa2V5GAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgEIm8KEVB1dFJlY29yZHNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIkCgdyZWNvcmRzGAIgAygLMhMuc3RlcHdlbGwudjEuUmVjb3JkEiEKBWZlbmNlGAMgASgLMhIuc3RlcHdlbGwudjEuRmVuY2UiRQoSUHV0UmVjb3Jkc1Jlc3BvbnNlEi8KC3JlY29yZGVkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLzAQoSTGlzdFJlY29yZHNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEg0KBXNjb3BlGAMgASgJEhEKCWhhc19zY29wZRgEIAEoCBIMCgRraW5kGAUgASgJEgoKAmlkGAYgASgJEhEKCWJlZm9yZV9pZBgHIAEoCRIZChFtZXRhZGF0YV9jb250YWlucxgIIAEoDBIVCg1jaGlsZHJlbl9raW5kGAkgASgJEhEKCXJlZnNfa2luZBgKIAEoCRIRCglwYWdlX3NpemUYCyABKAUSEgoKcGFnZV90b2tlbhgMIAEoCSJ8CgtSZWNvcmRFbnRyeRIjCgZyZWNvcmQYASABKAsyEy5zdGVwd2VsbC52MS5SZWNvcmQSJQoIY2hpbGRyZW4YAiADKAsyEy5zdGVwd2VsbC52MS5SZWNvcmQSIQoEcmVmcxgDIAMoCzITLnN0ZXB3ZWxsLnYxLlJlY29yZCJZChNMaXN0UmVjb3Jkc1Jlc3BvbnNlEikKB2VudHJpZXMYASADKAsyGC5zdGVwd2VsbC52MS5SZWNvcmRFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkingEKFERlbGV0ZVJlY29yZHNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIQCgh0dXJuX2lkcxgCIAMoCRIMCgRraW5kGAMgASgJEhQKDG1ldGFkYXRhX2FueRgEIAMoDBITCgtrZWVwX2xhdGVzdBgFIAEoCBIVCg1jaGlsZHJlbl9raW5kGAYgASgJEhEKCXJlZnNfa2luZBgHIAEoCSIoChVEZWxldGVSZWNvcmRzUmVzcG9uc2USDwoHZGVsZXRlZBgBIAEoAyJUCg9Db3B5VHVyblJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhYKDnNvdXJjZV90dXJuX2lkGAIgASgJEhYKDnRhcmdldF90dXJuX2lkGAMgASgJIiIKEENvcHlUdXJuUmVzcG9uc2USDgoGY29waWVkGAEgASgDKlcKB1B1dE1vZGUSGAoUUFVUX01PREVfVU5TUEVDSUZJRUQQABITCg9QVVRfTU9ERV9VUFNFUlQQARIdChlQVVRfTU9ERV9JTlNFUlRfSUZfQUJTRU5UEAIy0QIKDVJlY29yZFNlcnZpY2USTQoKUHV0UmVjb3JkcxIeLnN0ZXB3ZWxsLnYxLlB1dFJlY29yZHNSZXF1ZXN0Gh8uc3RlcHdlbGwudjEuUHV0UmVjb3Jkc1Jlc3BvbnNlElAKC0xpc3RSZWNvcmRzEh8uc3RlcHdlbGwudjEuTGlzdFJlY29yZHNSZXF1ZXN0GiAuc3RlcHdlbGwudjEuTGlzdFJlY29yZHNSZXNwb25zZRJWCg1EZWxldGVSZWNvcmRzEiEuc3RlcHdlbGwudjEuRGVsZXRlUmVjb3Jkc1JlcXVlc3QaIi5zdGVwd2VsbC52MS5EZWxldGVSZWNvcmRzUmVzcG9uc2USRwoIQ29weVR1cm4SHC5zdGVwd2VsbC52MS5Db3B5VHVyblJlcXVlc3QaHS5zdGVwd2VsbC52MS5Db3B5VHVyblJlc3BvbnNlQkMKD2Rldi5zdGVwd2VsbC52MVABWi5zdGVwd2VsbC5kZXYvY2xpZW50L2dlbi9zdGVwd2VsbC92MTtzdGVwd2VsbHYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChlzdGVwd2VsbC92MS9yZWNvcmRzLnByb3RvEgtzdGVwd2VsbC52MSLxAQoGUmVjb3JkEg8KB3R1cm5faWQYASABKAkSDQoFc2NvcGUYAiABKAkSDAoEa2luZBgDIAEoCRIKCgJpZBgEIAEoCRIRCglwYXJlbnRfaWQYBSABKAkSDwoHcGF5bG9hZBgGIAEoDBIUCgxjb250ZW50X3R5cGUYByABKAkSEAoIbWV0YWRhdGEYCCABKAwSDAoEcmVmcxgJIAMoCRIiCgRtb2RlGAogASgOMhQuc3RlcHdlbGwudjEuUHV0TW9kZRIvCgtyZWNvcmRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiKQoFRmVuY2USCwoDa2V5GAEgASgJEhMKC2xlYXNlX3Rva2VuGAIgASgEIm8KEVB1dFJlY29yZHNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIkCgdyZWNvcmRzGAIgAygLMhMuc3RlcHdlbGwudjEuUmVjb3JkEiEKBWZlbmNlGAMgASgLMhIuc3RlcHdlbGwudjEuRmVuY2UiRQoSUHV0UmVjb3Jkc1Jlc3BvbnNlEi8KC3JlY29yZGVkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKKAgoSTGlzdFJlY29yZHNSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIPCgd0dXJuX2lkGAIgASgJEg0KBXNjb3BlGAMgASgJEhEKCWhhc19zY29wZRgEIAEoCBIMCgRraW5kGAUgASgJEgoKAmlkGAYgASgJEhEKCWJlZm9yZV9pZBgHIAEoCRIZChFtZXRhZGF0YV9jb250YWlucxgIIAEoDBIVCg1jaGlsZHJlbl9raW5kGAkgASgJEhEKCXJlZnNfa2luZBgKIAEoCRIRCglwYWdlX3NpemUYCyABKAUSEgoKcGFnZV90b2tlbhgMIAEoCRIVCg1zcGxpdF9lbnRyaWVzGA0gASgIIpwBCgtSZWNvcmRFbnRyeRIjCgZyZWNvcmQYASABKAsyEy5zdGVwd2VsbC52MS5SZWNvcmQSJQoIY2hpbGRyZW4YAiADKAsyEy5zdGVwd2VsbC52MS5SZWNvcmQSIQoEcmVmcxgDIAMoCzITLnN0ZXB3ZWxsLnYxLlJlY29yZBILCgNjdXQYBCABKAgSEQoJY29udGludWVkGAUgASgIIlkKE0xpc3RSZWNvcmRzUmVzcG9uc2USKQoHZW50cmllcxgBIAMoCzIYLnN0ZXB3ZWxsLnYxLlJlY29yZEVudHJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKeAQoURGVsZXRlUmVjb3Jkc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhAKCHR1cm5faWRzGAIgAygJEgwKBGtpbmQYAyABKAkSFAoMbWV0YWRhdGFfYW55GAQgAygMEhMKC2tlZXBfbGF0ZXN0GAUgASgIEhUKDWNoaWxkcmVuX2tpbmQYBiABKAkSEQoJcmVmc19raW5kGAcgASgJIigKFURlbGV0ZVJlY29yZHNSZXNwb25zZRIPCgdkZWxldGVkGAEgASgDIlQKD0NvcHlUdXJuUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSFgoOc291cmNlX3R1cm5faWQYAiABKAkSFgoOdGFyZ2V0X3R1cm5faWQYAyABKAkiIgoQQ29weVR1cm5SZXNwb25zZRIOCgZjb3BpZWQYASABKAMqVwoHUHV0TW9kZRIYChRQVVRfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1BVVF9NT0RFX1VQU0VSVBABEh0KGVBVVF9NT0RFX0lOU0VSVF9JRl9BQlNFTlQQAjLRAgoNUmVjb3JkU2VydmljZRJNCgpQdXRSZWNvcmRzEh4uc3RlcHdlbGwudjEuUHV0UmVjb3Jkc1JlcXVlc3QaHy5zdGVwd2VsbC52MS5QdXRSZWNvcmRzUmVzcG9uc2USUAoLTGlzdFJlY29yZHMSHy5zdGVwd2VsbC52MS5MaXN0UmVjb3Jkc1JlcXVlc3QaIC5zdGVwd2VsbC52MS5MaXN0UmVjb3Jkc1Jlc3BvbnNlElYKDURlbGV0ZVJlY29yZHMSIS5zdGVwd2VsbC52MS5EZWxldGVSZWNvcmRzUmVxdWVzdBoiLnN0ZXB3ZWxsLnYxLkRlbGV0ZVJlY29yZHNSZXNwb25zZRJHCghDb3B5VHVybhIcLnN0ZXB3ZWxsLnYxLkNvcHlUdXJuUmVxdWVzdBodLnN0ZXB3ZWxsLnYxLkNvcHlUdXJuUmVzcG9uc2VCQwoPZGV2LnN0ZXB3ZWxsLnYxUAFaLnN0ZXB3ZWxsLmRldi9jbGllbnQvZ2VuL3N0ZXB3ZWxsL3YxO3N0ZXB3ZWxsdjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * Record is one record, as written and as stored.
@@ -310,6 +310,26 @@ export type ListRecordsRequest = Message<"stepwell.v1.ListRecordsRequest"> & {
    * @generated from field: string page_token = 12;
    */
   pageToken: string;
+
+  /**
+   * Opt in to entries cut at the response byte budget (contract 1.3).
+   * Without it, an entry comes whole, with all its children and refs, alone
+   * in its page when it is larger than the budget, so its page may be larger
+   * than a client accepts. With it, an entry that does not fit a page of its
+   * own is cut at the budget: it ends its page, marked `cut`, with its
+   * record and the children and refs that fit; the next page begins with an
+   * entry marked `continued` that carries the ones that follow, and that
+   * may be cut again. Children come before refs, each by id, across the
+   * pieces. An entry that fits a page of its own is never cut: one that does
+   * not fit what is left of a page starts the next. Every page then holds at
+   * most the budget, or one record larger than it. The pages of a listing
+   * are not one snapshot, so a continued entry holds its related records as
+   * they are when its page is read. A page token of a listing with
+   * split_entries is refused (INVALID_ARGUMENT) by a request without it.
+   *
+   * @generated from field: bool split_entries = 13;
+   */
+  splitEntries: boolean;
 };
 
 /**
@@ -320,12 +340,16 @@ export const ListRecordsRequestSchema: GenMessage<ListRecordsRequest> = /*@__PUR
   messageDesc(file_stepwell_v1_records, 4);
 
 /**
- * RecordEntry is a listed record with the records related to it.
+ * RecordEntry is a listed record with the records related to it, or, with
+ * ListRecordsRequest.split_entries, a piece of one.
  *
  * @generated from message stepwell.v1.RecordEntry
  */
 export type RecordEntry = Message<"stepwell.v1.RecordEntry"> & {
   /**
+   * The record; absent on a continued entry (its record came with the
+   * entry's first piece).
+   *
    * @generated from field: stepwell.v1.Record record = 1;
    */
   record?: Record | undefined;
@@ -343,6 +367,24 @@ export type RecordEntry = Message<"stepwell.v1.RecordEntry"> & {
    * @generated from field: repeated stepwell.v1.Record refs = 3;
    */
   refs: Record[];
+
+  /**
+   * Only with split_entries: the entry's children and refs go on in the
+   * first entry of the next page, which is `continued`. Always the last
+   * entry of its page.
+   *
+   * @generated from field: bool cut = 4;
+   */
+  cut: boolean;
+
+  /**
+   * Only with split_entries: this entry carries the children and refs that
+   * follow those of the previous page's last entry, which was `cut`. Always
+   * the first entry of its page; it counts toward page_size.
+   *
+   * @generated from field: bool continued = 5;
+   */
+  continued: boolean;
 };
 
 /**
@@ -361,7 +403,9 @@ export const RecordEntrySchema: GenMessage<RecordEntry> = /*@__PURE__*/
 export type ListRecordsResponse = Message<"stepwell.v1.ListRecordsResponse"> & {
   /**
    * At most page_size entries and at most the response byte budget; an
-   * entry larger than the budget comes alone.
+   * entry larger than the budget comes alone, or, with split_entries, cut
+   * into pieces across pages (only a single record larger than the budget
+   * then makes a page larger than it).
    *
    * @generated from field: repeated stepwell.v1.RecordEntry entries = 1;
    */
