@@ -173,7 +173,7 @@ func invoke[Req any, Resp any](ctx context.Context, c *Client, req Req, f func(c
 		if err == nil {
 			return resp, nil
 		}
-		err = FromError(err)
+		err = fromCall(ctx, err)
 		if !retryable(err) || attempt >= c.opts.maxAttempts {
 			return zero, err
 		}

@@ -4,8 +4,8 @@
 package stepwell
 
 import (
+	"context"
 	"errors"
-
 	"sort"
 	"strconv"
 	"strings"
@@ -81,7 +81,7 @@ func (e *Error) LimitBytes() (limit int64, ok bool) {
 }
 
 // Unwrap returns the underlying cause (the context error for a deadline or
-// cancellation, when known).
+// cancellation, when known; gRPC's own error for a lost connection).
 func (e *Error) Unwrap() error { return e.cause }
 
 // GRPCStatus lets status.FromError / status.Code see the original code.
@@ -186,6 +186,35 @@ func FromError(err error) error {
 		e.Field = e.Violations[0].Field
 	}
 	return e
+}
+
+// fromCall is FromError for the error of an RPC made with ctx, with a lost
+// connection reported as UNAVAILABLE (see connectionLost); the original
+// error stays reachable with errors.Unwrap.
+func fromCall(ctx context.Context, err error) error {
+	converted := FromError(err)
+	e, ok := converted.(*Error)
+	if !ok || !connectionLost(ctx, e) {
+		return converted
+	}
+	e.Code = codes.Unavailable
+	e.Message = "connection to the sidecar lost: " + e.Message
+	e.cause = err
+	return e
+}
+
+// connectionLost reports whether e is the transport's report of a
+// connection to the sidecar that went away mid-call, which is then
+// UNAVAILABLE (and retried) like a connection that cannot be made. gRPC
+// itself reports a read or write that failed on the connection (EOF, a
+// reset, a broken pipe), GOAWAY and a closing transport as UNAVAILABLE
+// already; it reports a call whose stream the peer reset (RST_STREAM with
+// CANCEL, as a proxy in between does when it loses the sidecar) as
+// CANCELLED. Such a CANCELLED is a lost connection unless the sidecar sent
+// it (every status of the sidecar's own carries an ErrorInfo, e.g.
+// BODY_BROKEN_OFF) or the caller cancelled the call (its context is done).
+func connectionLost(ctx context.Context, e *Error) bool {
+	return e.Code == codes.Canceled && e.Reason == "" && ctx.Err() == nil
 }
 
 func newError(code codes.Code, reason, msg string, md map[string]string) *Error {

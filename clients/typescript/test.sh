@@ -5,7 +5,7 @@
 # Works from any directory.
 #
 # Two passes: every test against a plaintext sidecar, then the shared
-# scenarios and test/secure-checks.ts against a sidecar serving TLS with
+# scenarios, test/secure-checks.ts and test/connection-lost.test.ts against a sidecar serving TLS with
 # client certificates and bearer-token auth, from a throwaway CA,
 # certificates, tokens and auth file made by scripts/make-test-pki.
 #
@@ -40,7 +40,7 @@ install_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-install-XXXXXX")"
 trap 'rm -rf "$security_dir" "$install_dir"' EXIT
 ../../scripts/make-test-pki "$security_dir" spiffe://stepwell.test/typescript-client
 echo "== pass 2: TLS with client certificates and token auth"
-STEPWELL_TEST_SECURITY_DIR="$security_dir" node --test dist/test/scenarios.test.js dist/test/secure-checks.js
+STEPWELL_TEST_SECURITY_DIR="$security_dir" node --test dist/test/scenarios.test.js dist/test/secure-checks.js dist/test/connection-lost.test.js
 
 echo "== pass 3: the README's install in a fresh project outside the repository"
 # The command between the sh fence of README.md's "## Install" section.

@@ -40,6 +40,7 @@ import {
   LeaseLost,
   OperationFailed,
   StepwellError,
+  isConnectionLoss,
   isRetryable,
   toStepwellError,
 } from "./errors.js";
@@ -262,25 +263,33 @@ export interface TransportOptions {
 }
 
 /**
- * When the sidecar's connection drops in the middle of a call (the process
- * crashed or was restarted), Node ends the call's HTTP/2 stream with CANCEL,
- * which Connect reports as CANCELLED. Unless the caller aborted the call
- * itself (or the sidecar answered CANCELLED with its reason), that is the
- * connection's failure, so it is reported (and retried)
- * as UNAVAILABLE, like a connection that cannot be made.
+ * Reports a call whose connection to the sidecar was lost (see
+ * isConnectionLoss) as UNAVAILABLE, so that it is retried like a connection
+ * that cannot be made. As an interceptor of the transport, it covers the
+ * generated clients of `raw` too.
  */
 const connectionLossInterceptor: Interceptor = (next) => async (req) => {
   try {
     return await next(req);
   } catch (err) {
-    // A CANCELLED the sidecar sent itself (BODY_BROKEN_OFF) carries an
-    // ErrorInfo, and stays what it is.
-    if (err instanceof ConnectError && err.code === Code.Canceled && !req.signal.aborted && err.details.length === 0) {
+    if (err instanceof ConnectError && isConnectionLoss(err, req.signal.aborted)) {
       throw new ConnectError(`connection to the sidecar lost: ${err.rawMessage}`, Code.Unavailable, undefined, undefined, err);
     }
     throw err;
   }
 };
+
+/**
+ * Keepalive of the client's HTTP/2 connection. Node may keep an HTTP/2
+ * session over TLS open after its TCP connection was reset under it; calls
+ * on it then never end. While a call is open and nothing arrives for
+ * PING_INTERVAL_MS, and before a connection idle for as long is used again,
+ * the client sends a PING; without an answer within PING_TIMEOUT_MS it drops
+ * the session, and the call fails UNAVAILABLE (retried on a new connection)
+ * before the default 10 s timeout.
+ */
+const PING_INTERVAL_MS = 1_000;
+const PING_TIMEOUT_MS = 3_000;
 
 /**
  * Whether a target never leaves the machine: a Unix socket, `localhost` or a
@@ -345,7 +354,7 @@ export function createStepwellTransport(
     ...(traceContextAvailable && o.traceContext !== false ? [traceContextInterceptor] : []),
     ...(o.token === undefined ? [] : [bearerTokenInterceptor(o.token)]),
   ];
-  const sessionManager = new Http2SessionManager(baseUrl, {}, nodeOptions);
+  const sessionManager = new Http2SessionManager(baseUrl, { pingIntervalMs: PING_INTERVAL_MS, pingTimeoutMs: PING_TIMEOUT_MS }, nodeOptions);
   const transport = createGrpcTransport({ baseUrl, sessionManager, interceptors });
   return { transport, sessionManager };
 }

@@ -200,6 +200,47 @@ export function toStepwellError(err: unknown): StepwellError {
 }
 
 /**
+ * Node's codes for a connection that went away under a call: reset or
+ * broken by the peer, or a session that closed or was destroyed with it.
+ */
+const CONNECTION_LOST_CODES = new Set([
+  "ECONNRESET",
+  "ECONNABORTED",
+  "EPIPE",
+  "ERR_HTTP2_GOAWAY_SESSION",
+  "ERR_HTTP2_INVALID_SESSION",
+  "ERR_HTTP2_SESSION_ERROR",
+  "ERR_HTTP2_STREAM_CANCEL",
+  "ERR_STREAM_PREMATURE_CLOSE",
+]);
+
+/**
+ * Whether a call failed because its connection to the sidecar was lost
+ * mid-call, which the client reports as UNAVAILABLE (and retries) like a
+ * connection that cannot be made. The sidecar sends every status of its own
+ * with an ErrorInfo, so a status with details is its answer and stays as it
+ * is (e.g. CANCELLED with BODY_BROKEN_OFF); so does a call the caller aborted
+ * (`callerAborted`). What is left:
+ * - CANCELLED: Node ends a call's stream with CANCEL when its session closes
+ *   under it (the sidecar crashed or restarted), and a proxy in between
+ *   resets the stream with CANCEL when it loses the sidecar;
+ * - ABORTED, INTERNAL or UNKNOWN caused by one of Node's errors for a lost
+ *   connection (e.g. `read ECONNRESET`, which Connect reports as ABORTED).
+ */
+export function isConnectionLoss(err: ConnectError, callerAborted: boolean): boolean {
+  if (callerAborted || err.details.length > 0) return false;
+  if (err.code === Code.Canceled) return true;
+  if (err.code !== Code.Aborted && err.code !== Code.Internal && err.code !== Code.Unknown) return false;
+  const seen = new Set<unknown>();
+  for (let e: unknown = err; e instanceof Error && !seen.has(e); e = e.cause) {
+    seen.add(e);
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && CONNECTION_LOST_CODES.has(code)) return true;
+  }
+  return false;
+}
+
+/**
  * Whether a failed call is worth resending unchanged: UNAVAILABLE always;
  * RESOURCE_EXHAUSTED when its reason is OVERLOADED or when it carries no
  * ErrorInfo at all (e.g. from a proxy in between). MESSAGE_TOO_LARGE and

@@ -219,6 +219,31 @@ def from_rpc_error(err: grpc.RpcError) -> StepwellError:
                     violations.append((v.field, v.description))
         if violations:
             field = violations[0][0]
+    if not reason and _connection_lost(code, message or ""):
+        code, message = grpc.StatusCode.UNAVAILABLE, f"connection to the sidecar lost: {message}"
     cls = _BY_REASON.get(reason) or _BY_CODE.get(code) or StepwellError
     exc = cls(code, message or "", reason, field, metadata, violations)
     return exc
+
+
+def _connection_lost(code: grpc.StatusCode, message: str) -> bool:
+    """Whether a status that did not come from the sidecar (every status of
+    the sidecar's own carries an ErrorInfo) is gRPC's report of a connection
+    to it lost mid-call, which is then UNAVAILABLE (and retried) like a
+    connection that cannot be made.
+
+    gRPC reports a connection that was closed or reset under a call as
+    UNAVAILABLE already ("Stream removed (Socket closed)"), though not
+    always: its status for a stream removed with its transport has been
+    UNKNOWN or INTERNAL too. A stream the peer reset with CANCEL (a proxy in
+    between that lost the sidecar) is CANCELLED ("Received RST_STREAM with
+    error code 8"). gRPC Python gives no cause to look at, so its words
+    decide; a CANCELLED of the caller's own ("Locally cancelled by
+    application!", "Channel closed!") has neither and stays one, as does a
+    stream the peer reset for another reason (e.g. a protocol error).
+    """
+    if code == grpc.StatusCode.CANCELLED:
+        return "RST_STREAM with error code 8" in message
+    if code in (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL):
+        return "Stream removed" in message and "RST_STREAM" not in message
+    return False

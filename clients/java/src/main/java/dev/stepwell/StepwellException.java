@@ -4,9 +4,12 @@ import com.google.protobuf.Any;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.BadRequest;
 import com.google.rpc.ErrorInfo;
+import io.grpc.Context;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.protobuf.StatusProto;
+import java.io.IOException;
+import java.nio.channels.ClosedChannelException;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -114,7 +117,50 @@ public class StepwellException extends RuntimeException {
       }
     }
     String field = violations.isEmpty() ? "" : violations.get(0).field();
+    if (reason.isEmpty() && connectionLost(status.getCode(), t)) {
+      String message =
+          "connection to the sidecar lost: " + status.getCode() + ": " + status.getDescription();
+      return of(Status.Code.UNAVAILABLE, message, reason, field, metadata, violations, t);
+    }
     return of(status.getCode(), status.getDescription(), reason, field, metadata, violations, t);
+  }
+
+  /**
+   * Whether a failure without the sidecar's ErrorInfo (every status of the sidecar's own carries
+   * one, e.g. CANCELLED with BODY_BROKEN_OFF) is the transport's report of a connection to the
+   * sidecar lost mid-call, which is then UNAVAILABLE (and retried) like a connection that cannot be
+   * made. gRPC reports most lost connections as UNAVAILABLE itself ("Network closed for unknown
+   * reason", "io exception"), but not all:
+   *
+   * <ul>
+   *   <li>UNKNOWN, INTERNAL or CANCELLED caused by an {@link IOException} or a {@link
+   *       ClosedChannelException}: a write that met a connection the peer had just closed, before
+   *       the transport learnt of it ("UNKNOWN: channel closed");
+   *   <li>CANCELLED that the caller did not ask for: the peer reset the call's stream
+   *       (RST_STREAM with CANCEL), as a proxy in between does when it loses the sidecar.
+   * </ul>
+   *
+   * The caller's own cancellation (a cancelled {@link Context}, an interrupted thread) stays
+   * CANCELLED. {@code from} runs on the thread that made the call, whose context that is.
+   */
+  static boolean connectionLost(Status.Code code, Throwable t) {
+    boolean transportCode =
+        code == Status.Code.UNKNOWN || code == Status.Code.INTERNAL || code == Status.Code.CANCELLED;
+    if (!transportCode) return false;
+    boolean callerCancelled =
+        Context.current().isCancelled()
+            || Thread.currentThread().isInterrupted()
+            || causedBy(t, InterruptedException.class);
+    if (callerCancelled) return false;
+    if (causedBy(t, IOException.class) || causedBy(t, ClosedChannelException.class)) return true;
+    return code == Status.Code.CANCELLED;
+  }
+
+  private static boolean causedBy(Throwable t, Class<? extends Throwable> type) {
+    for (int depth = 0; t != null && depth < 16; t = t.getCause(), depth++) {
+      if (type.isInstance(t)) return true;
+    }
+    return false;
   }
 
   static StepwellException of(

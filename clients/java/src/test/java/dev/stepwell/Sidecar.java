@@ -161,7 +161,12 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
 
   /** A builder for this sidecar, with the admin token and mutual TLS when it is secure. */
   StepwellClient.Builder builder() {
-    StepwellClient.Builder b = StepwellClient.builder(target);
+    return builder(target);
+  }
+
+  /** A builder as {@link #builder()} that dials {@code via} (e.g. a proxy in front of it). */
+  StepwellClient.Builder builder(String via) {
+    StepwellClient.Builder b = StepwellClient.builder(via);
     if (secure) {
       b.token(token("token"))
           .tls(tlsFile("ca.pem"), tlsFile("client.pem"), tlsFile("client.key"));
@@ -173,6 +178,12 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   static StepwellClient client() {
     if (shared == null) throw new IllegalStateException("Sidecar.Extension did not run");
     return shared.builder().build();
+  }
+
+  /** A client of the shared sidecar that dials {@code via} (a proxy in front of it). */
+  static StepwellClient clientVia(String via) {
+    if (shared == null) throw new IllegalStateException("Sidecar.Extension did not run");
+    return shared.builder(via).build();
   }
 
   /** The sidecar shared by every test class of this run. */
