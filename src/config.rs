@@ -1742,6 +1742,10 @@ mod tests {
             (args.tls_handshake_timeout, args.tls_handshakes_max, args.tls_handshakes_per_address_max),
             (Duration::from_millis(400), 16, 2)
         );
+    }
+
+    #[test]
+    fn connection_limits_refuse_zero() {
         for flag in [
             "--connection-streams-max",
             "--connection-requests-max",

@@ -69,6 +69,7 @@ fn status(code: Code, message: String, reason: &str, metadata: HashMap<String, S
 
 impl From<Error> for Status {
     fn from(error: Error) -> Status {
+        log_store_trouble(&error);
         let message = error.to_string();
         let reason = reason_of(&error);
         match error {
@@ -90,17 +91,7 @@ impl From<Error> for Status {
             Error::NotAcquired => status(Code::FailedPrecondition, message, reason, HashMap::new()),
             Error::ResultMismatch => status(Code::AlreadyExists, message, reason, HashMap::new()),
             Error::KeyNotFound => status(Code::NotFound, message, reason, HashMap::new()),
-            Error::Unavailable(source) => {
-                // Which wait ran out, or what broke, and the database's own
-                // code: for the operator. The client hears only the reason.
-                tracing::warn!(
-                    cause = %source.cause(),
-                    code = source.code().as_deref(),
-                    error = %source,
-                    "store unavailable; request not acknowledged"
-                );
-                status(Code::Unavailable, message, reason, HashMap::new())
-            }
+            Error::Unavailable(_) => status(Code::Unavailable, message, reason, HashMap::new()),
             Error::Overloaded(_) => status(Code::ResourceExhausted, message, reason, HashMap::new()),
             Error::MessageTooLarge { limit } => status(
                 Code::ResourceExhausted,
@@ -108,10 +99,7 @@ impl From<Error> for Status {
                 reason,
                 HashMap::from([("limit_bytes".to_owned(), limit.to_string())]),
             ),
-            Error::StoreFull(source) => {
-                tracing::warn!(code = source.code().as_deref(), error = %source, "store full; write not acknowledged");
-                status(Code::ResourceExhausted, message, reason, HashMap::new())
-            }
+            Error::StoreFull(_) => status(Code::ResourceExhausted, message, reason, HashMap::new()),
             Error::NotReady(_) => status(Code::Unavailable, message, reason, HashMap::new()),
             Error::RequestTimeout { after } | Error::BodyReadTimeout { after } => status(
                 Code::DeadlineExceeded,
@@ -133,5 +121,22 @@ impl From<Error> for Status {
                 HashMap::from([("namespace".to_owned(), namespace), ("role".to_owned(), role.as_str().to_owned())]),
             ),
         }
+    }
+}
+
+/// Logs a store failure for the operator: which wait ran out, or what broke,
+/// and the database's own code. The client hears only the reason.
+fn log_store_trouble(error: &Error) {
+    match error {
+        Error::Unavailable(source) => tracing::warn!(
+            cause = %source.cause(),
+            code = source.code().as_deref(),
+            error = %source,
+            "store unavailable; request not acknowledged"
+        ),
+        Error::StoreFull(source) => {
+            tracing::warn!(code = source.code().as_deref(), error = %source, "store full; write not acknowledged");
+        }
+        _ => {}
     }
 }
