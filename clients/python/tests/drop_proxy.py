@@ -78,8 +78,8 @@ class _Conn:
 
     def cut(self, reset: bool) -> None:
         raw = self.raw()
-        if raw is None:  # already closed
-            pass
+        if raw is None or raw.fileno() < 0 or self.writer.transport.is_closing():
+            pass  # already closed (by the client, the sidecar or an earlier cut)
         elif reset:
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.writer.transport.abort()
