@@ -15,8 +15,10 @@
 use std::process::ExitCode;
 
 use stepwell::config::{self, AuthCommand, Command, Config, Env, Healthcheck, NewToken, ServeArgs};
-use stepwell::probe::{self, ServingStatus};
-use stepwell::{Listener, ServeError, auth, cli, contract, moving, serve, telemetry};
+use stepwell::observe::telemetry;
+use stepwell::ops::probe::{self, ServingStatus};
+use stepwell::ops::{cli, contract, moving};
+use stepwell::{Listener, ServeError, auth, serve};
 
 /// EX_USAGE from sysexits.h: the configuration is wrong.
 const EXIT_CONFIG: u8 = 64;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use prost_types::{Duration, Timestamp};
 use stepwell::api::pb::*;
 use stepwell::api::validate;
-use stepwell::model::Cursor;
+use stepwell::domain::model::Cursor;
 use stepwell_fuzz::{Rpc, harness, request_input, rpc_from_selector, selector};
 
 fn main() {

@@ -13,7 +13,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use stepwell::api::validate;
-use stepwell::model::Cursor;
+use stepwell::domain::model::Cursor;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else { return };

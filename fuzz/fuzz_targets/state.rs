@@ -20,7 +20,7 @@ const REPEATS: [usize; 8] = [1, 1, 1, 1, 2, 16, 256, 4096];
 /// No document grows past this, so one run stays within the time limit.
 const DOCUMENT_MAX: usize = 2 << 20;
 /// The contract's nesting limit (`limits::STATE_DEPTH_MAX`).
-const DEPTH_MAX: usize = stepwell::config::limits::STATE_DEPTH_MAX;
+const DEPTH_MAX: usize = stepwell::domain::limits::STATE_DEPTH_MAX;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, body)) = data.split_first() else { return };

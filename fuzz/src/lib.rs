@@ -98,7 +98,7 @@ impl Harness {
         let store = Handle::new(store);
         let (writer, _tasks) = {
             let _entered = runtime.enter();
-            Writer::start(store.clone(), &config.writes, stepwell::metrics::Metrics::off(), None)
+            Writer::start(store.clone(), &config.writes, stepwell::observe::metrics::Metrics::off(), None)
         };
         let shared = Shared::new(config.limits.clone());
         shared.set_store(store, writer);

@@ -52,11 +52,11 @@ use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
 use crate::api::{Authenticated, Shared, status};
-use crate::auth::Rpc;
 use crate::config::Connections;
-use crate::error::Error;
-use crate::metrics::Metrics;
-use crate::traces::{self, RequestScope, Traces};
+use crate::domain::error::Error;
+use crate::domain::rpc::Rpc;
+use crate::observe::metrics::Metrics;
+use crate::observe::traces::{self, RequestScope, Traces};
 
 type Request = tonic::codegen::http::Request<Body>;
 type Response = tonic::codegen::http::Response<Body>;

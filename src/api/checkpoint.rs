@@ -10,10 +10,10 @@ use tonic::{Request, Response, Status};
 use super::pb::checkpoint_service_server::CheckpointService;
 use super::pb::{self, *};
 use super::{Call, Shared, timestamp, validate};
-use crate::auth::Rpc;
-use crate::config::limits;
-use crate::error::{Error, InvalidReason, Result};
-use crate::model::{self, Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint};
+use crate::domain::error::{Error, InvalidReason, Result};
+use crate::domain::limits;
+use crate::domain::model::{self, Appended, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint};
+use crate::domain::rpc::Rpc;
 
 /// The CheckpointService implementation.
 pub struct CheckpointApi {

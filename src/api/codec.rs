@@ -7,7 +7,7 @@ use tonic::Status;
 use tonic::codec::{BufferSettings, DecodeBuf};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
-use crate::error::Error;
+use crate::domain::error::Error;
 
 /// prost's codec with decode failures reported as the caller's error.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! IdempotencyService: Begin, Complete, Release, Extend and Get. Each RPC
 //! checks its request, asks the store (which follows the rules in
-//! `crate::idempotency`), and converts the answer; refusals become errors
+//! `crate::domain::keys`), and converts the answer; refusals become errors
 //! through the one status table.
 
 use std::sync::Arc;
@@ -10,11 +10,11 @@ use tonic::{Request, Response, Status};
 use super::pb::idempotency_service_server::IdempotencyService;
 use super::pb::{self, *};
 use super::{Call, Shared, timestamp, validate};
-use crate::auth::Rpc;
-use crate::config::limits;
-use crate::error::{Error, Result};
-use crate::idempotency::{self as rules, BeginArgs, Fence, RecordState};
-use crate::metrics::BeginOutcome as Outcome;
+use crate::domain::error::{Error, Result};
+use crate::domain::keys::{self as rules, BeginArgs, Fence, RecordState};
+use crate::domain::limits;
+use crate::domain::rpc::Rpc;
+use crate::observe::metrics::BeginOutcome as Outcome;
 use crate::store::Fenced;
 
 /// The IdempotencyService implementation.

@@ -26,14 +26,15 @@ use tokio::sync::Notify;
 use tonic::codegen::http::{Extensions, HeaderMap};
 use tonic::{Request, Response, Status};
 
-use crate::auth::{self, AUDIT_TARGET, Authenticator, Credentials, Principal, Rpc};
+use crate::auth::{self, AUDIT_TARGET, Authenticator, Credentials, Principal};
 use crate::config::Limits;
-use crate::error::{Error, Result};
-use crate::metrics::Metrics;
-use crate::model::UnixNanos;
+use crate::domain::error::{Error, Result};
+use crate::domain::model::UnixNanos;
+use crate::domain::rpc::Rpc;
+use crate::observe::metrics::Metrics;
+use crate::observe::traces;
 use crate::store::writer::Writer;
 use crate::store::{Handle, Store};
-use crate::traces;
 
 /// The generated protobuf types, servers and clients of `stepwell.v1`.
 pub mod pb {
@@ -222,7 +223,7 @@ impl Shared {
             }
         };
         let verdict = validate::namespace(call.namespace.clone())
-            .and_then(|namespace| auth::authorize(&principal, call.rpc, &namespace));
+            .and_then(|namespace| auth::authorize(&principal, call.rpc, &namespace).map_err(permission_denied));
         (Some(principal), verdict)
     }
 
@@ -255,11 +256,11 @@ impl Shared {
     }
 
     /// What a scrape reports of the queue and the store, read now.
-    pub async fn metrics_state(&self) -> crate::metrics::State {
-        let Some(opened) = self.opened.get() else { return crate::metrics::State::default() };
+    pub async fn metrics_state(&self) -> crate::observe::metrics::State {
+        let Some(opened) = self.opened.get() else { return crate::observe::metrics::State::default() };
         let (queue_depth, queue_bytes) = opened.writer.queued();
         let breaker_open = opened.store.check_up().is_err();
-        crate::metrics::State {
+        crate::observe::metrics::State {
             queue_depth,
             queue_bytes,
             store_up: !breaker_open,
@@ -327,4 +328,9 @@ fn loggable(text: &str) -> Cow<'_, str> {
 /// A protobuf timestamp from nanoseconds since the epoch.
 pub fn timestamp(nanos: UnixNanos) -> prost_types::Timestamp {
     prost_types::Timestamp { seconds: nanos.div_euclid(1_000_000_000), nanos: nanos.rem_euclid(1_000_000_000) as i32 }
+}
+
+/// Authorization's refusal as the domain error that `status` answers.
+fn permission_denied(denied: auth::Denied) -> Error {
+    Error::PermissionDenied { namespace: denied.namespace, role: denied.role }
 }

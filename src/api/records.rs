@@ -12,11 +12,12 @@ use tonic::{Request, Response, Status};
 use super::pb::record_service_server::RecordService;
 use super::pb::{self, *};
 use super::{Call, Shared, timestamp, validate};
-use crate::auth::Rpc;
-use crate::config::{Limits, limits};
-use crate::error::{Error, InvalidReason, Result};
-use crate::idempotency::Fence;
-use crate::records::{self, NewRecord, RecordDelete, RecordPut, RecordQuery, Selection, StoredRecord};
+use crate::config::Limits;
+use crate::domain::error::{Error, InvalidReason, Result};
+use crate::domain::keys::Fence;
+use crate::domain::limits;
+use crate::domain::records::{self, NewRecord, RecordDelete, RecordPut, RecordQuery, Selection, StoredRecord};
+use crate::domain::rpc::Rpc;
 
 /// The RecordService implementation.
 pub struct RecordApi {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::error::Error;
+use crate::domain::error::Error;
 
 /// The ErrorInfo domain of every stepwell error.
 pub const DOMAIN: &str = "stepwell.dev";

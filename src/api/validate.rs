@@ -5,10 +5,10 @@
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use crate::config::limits;
-use crate::error::{Error, InvalidReason, Result};
-use crate::model::{Cursor, UnixNanos};
-use crate::records::{Part, RecordCursor, RelatedCursor};
+use crate::domain::error::{Error, InvalidReason, Result};
+use crate::domain::limits;
+use crate::domain::model::{Cursor, UnixNanos};
+use crate::domain::records::{Part, RecordCursor, RelatedCursor};
 
 /// The namespace of requests that leave it empty.
 pub const DEFAULT_NAMESPACE: &str = "default";

@@ -16,9 +16,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::{Deleted, Error, Expired, Fenced, Write, Written};
-use crate::idempotency::{self, BeginPlan, Plan, Record};
-use crate::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
-use crate::records::{self, NewRecord, RecordDelete};
+use crate::domain::keys::{self, BeginPlan, Plan, Record};
+use crate::domain::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
+use crate::domain::records::{self, NewRecord, RecordDelete};
 
 /// The deduplication key of a checkpoint.
 pub type CheckpointKey<'a> = (&'a str, &'a str, &'a str, i64);
@@ -148,16 +148,16 @@ pub fn plan_idempotency(
                 record
             }
             Write::Complete { fence, result } => {
-                keep(idempotency::plan_complete(current, fence, result, now), &mut written.completed)
+                keep(keys::plan_complete(current, fence, result, now), &mut written.completed)
             }
             Write::Release { fence, error, permanent } => {
-                keep(idempotency::plan_release(current, fence, error, *permanent, now), &mut written.released)
+                keep(keys::plan_release(current, fence, error, *permanent, now), &mut written.released)
             }
             Write::Extend { fence, lease } => {
-                keep(idempotency::plan_extend(current, fence, *lease, now), &mut written.extended)
+                keep(keys::plan_extend(current, fence, *lease, now), &mut written.extended)
             }
             Write::PutRecords(put) => {
-                let verdict = put.fence.as_ref().map_or(Ok(()), |fence| idempotency::check_fence(current, fence));
+                let verdict = put.fence.as_ref().map_or(Ok(()), |fence| keys::check_fence(current, fence));
                 written.put.push(verdict.map(|()| now));
                 None
             }
@@ -188,16 +188,16 @@ fn idempotency_key(write: &Write) -> Option<(&str, &str)> {
 /// A Begin's answer, and the record to write when it acquires the lease.
 fn plan_acquire(
     current: Option<&Record>,
-    args: &idempotency::BeginArgs,
+    args: &keys::BeginArgs,
     now: UnixNanos,
     tokens: &mut impl Iterator<Item = u64>,
-) -> (Fenced<idempotency::BeginOutcome>, Option<Record>) {
-    match idempotency::plan_begin(current, args, now) {
+) -> (Fenced<keys::BeginOutcome>, Option<Record>) {
+    match keys::plan_begin(current, args, now) {
         BeginPlan::Answer(answer) => (answer, None),
         BeginPlan::Acquire { attempt, previous_lease_expired } => {
             let lease_token = tokens.next().expect("one token per Begin was allocated");
-            let acquired = idempotency::acquired(current, args, now, lease_token, attempt);
-            let outcome = idempotency::BeginOutcome::Acquired {
+            let acquired = keys::acquired(current, args, now, lease_token, attempt);
+            let outcome = keys::BeginOutcome::Acquired {
                 lease_token,
                 attempt,
                 lease_expires_at: acquired.lease_expires_at,

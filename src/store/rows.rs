@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 
 use super::batch::{CheckpointKey, checkpoint_key};
-use crate::idempotency::{Held, Record};
-use crate::model::{NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
+use crate::domain::keys::{Held, Record};
+use crate::domain::model::{NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
 
 /// A row the model cannot represent: the database holds what stepwell never writes.
 pub fn decode_error(what: String) -> sqlx::Error {

@@ -20,11 +20,13 @@ use sqlx::{Connection, Database, Encode, Executor, FromRow, IntoArguments, Pool,
 use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
 use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Store, Write, Written};
-use crate::clock::{Clock, system_now};
-use crate::idempotency::Record;
-use crate::metrics::StoreState;
-use crate::model::{Cursor, ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
-use crate::records::{RecordEntry, RecordQuery};
+use crate::domain::clock::{Clock, system_now};
+use crate::domain::keys::Record;
+use crate::domain::model::{
+    Cursor, ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
+};
+use crate::domain::records::{RecordEntry, RecordQuery};
+use crate::observe::metrics::StoreState;
 
 /// A page of a turn's checkpoints on Postgres, from the oldest or from the
 /// newest, chosen whole by one statement (SQLite's connection steps through

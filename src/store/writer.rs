@@ -59,11 +59,11 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, Write, Written};
-use crate::idempotency::{BeginArgs, BeginOutcome, Fence, RecordState};
-use crate::metrics::Metrics;
-use crate::model::{Appended, NewCheckpoint, UnixNanos};
-use crate::records::{RecordDelete, RecordPut};
-use crate::traces::{self, Traces};
+use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, RecordState};
+use crate::domain::model::{Appended, NewCheckpoint, UnixNanos};
+use crate::domain::records::{RecordDelete, RecordPut};
+use crate::observe::metrics::Metrics;
+use crate::observe::traces::{self, Traces};
 
 /// How the writer batches.
 #[derive(Debug, Clone)]

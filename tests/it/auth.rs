@@ -16,7 +16,8 @@ use stepwell::api::pb::{
     ExtendRequest, GetRequest, ListRecordsRequest, ListTurnsRequest, PutRecordsRequest, Record, RecordState,
     ReleaseRequest, RestoreRequest,
 };
-use stepwell::auth::{Rpc, token_sha256};
+use stepwell::auth::token_sha256;
+use stepwell::domain::rpc::Rpc;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::errors::assert_error;
 use stepwell_test_support::requests::{T0, duration, nanos, ts};

@@ -10,7 +10,7 @@
 
 use sqlx::Connection;
 use stepwell::config::Database;
-use stepwell::model::{ListTurnsQuery, TurnStatus};
+use stepwell::domain::model::{ListTurnsQuery, TurnStatus};
 use stepwell::store::{Expired, ExpiredQuery, expired_turns_sql, list_turns_sql};
 
 use stepwell_test_support::backend::{Inspector, TestStore};

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use stepwell::api::pb::{DeleteTurnRequest, TurnStatus};
 use stepwell::config::Config;
-use stepwell::model::NewCheckpoint;
+use stepwell::domain::model::NewCheckpoint;
 use stepwell::store::{self, Write};
 use tokio::task::JoinSet;
 

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use stepwell::api::pb::CheckpointResponse;
 use stepwell::config::Config;
-use stepwell::idempotency::{BeginArgs, BeginOutcome};
-use stepwell::model::{Appended, NewCheckpoint};
+use stepwell::domain::keys::{BeginArgs, BeginOutcome};
+use stepwell::domain::model::{Appended, NewCheckpoint};
 use stepwell::store::{self, Write};
 use tokio::task::JoinSet;
 use tonic::{Code, Status};

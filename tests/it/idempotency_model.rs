@@ -22,7 +22,7 @@ use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use stepwell::api::pb::{
     BeginOutcome, BeginRequest, BeginResponse, CompleteRequest, ExtendRequest, GetRequest, RecordState, ReleaseRequest,
 };
-use stepwell::clock::Clock;
+use stepwell::domain::clock::Clock;
 use tonic::Code;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;

@@ -21,7 +21,7 @@ use stepwell::api::pb::{
     ReleaseRequest, TurnStatus,
 };
 use stepwell::config::Database;
-use stepwell::moving::{MoveError, Plan, migrate_stores};
+use stepwell::ops::moving::{MoveError, Plan, migrate_stores};
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{
     T0, begin, begin_leased, complete, duration, list_all, list_turns, restore, restore_all, ts,
@@ -626,7 +626,7 @@ async fn an_import_writes_chunks_bounded_by_bytes() {
     let database = target.database();
     let import = |plan: Plan| {
         let input = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
-        stepwell::moving::import_into(&database, input, plan)
+        stepwell::ops::moving::import_into(&database, input, plan)
     };
     let plan = Plan { chunk_bytes: THREE_LARGE_ROWS, ..Plan::default() };
     let stopped = import(Plan { stop_after_chunks: Some(1), ..plan }).await;
@@ -669,7 +669,7 @@ async fn a_chunk_of_the_most_rows_fits_one_sqlite_statement() {
     let target = sqlite_in(source.dir(), "imported.db");
     let input = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
     let plan = Plan { chunk_rows: 2000, stop_after_chunks: Some(1), ..Plan::default() };
-    let stopped = stepwell::moving::import_into(&target.database(), input, plan).await;
+    let stopped = stepwell::ops::moving::import_into(&target.database(), input, plan).await;
     assert!(matches!(stopped, Err(MoveError::Stopped(1))), "{stopped:?}");
     assert_eq!(held(&target).await, (0, 2000, 0), "one chunk wrote every record");
 }

@@ -12,11 +12,11 @@ use std::time::Duration;
 use stepwell::api::pb::{
     CheckpointRequest, ListRecordsRequest, ListTurnsRequest, PutRecordsRequest, Record, TurnStatus,
 };
-use stepwell::clock::{Clock, system_now};
 use stepwell::config::{Config, NamespaceRetention, TurnRetention};
-use stepwell::metrics::Metrics;
-use stepwell::records::RecordDelete;
-use stepwell::retention::{self, Purged};
+use stepwell::domain::clock::{Clock, system_now};
+use stepwell::domain::records::RecordDelete;
+use stepwell::observe::metrics::Metrics;
+use stepwell::server::retention::{self, Purged};
 use stepwell::store::writer::Writer;
 use stepwell::store::{self, Expired, ExpiredQuery, Handle};
 use stepwell_test_support::backend::TestStore;

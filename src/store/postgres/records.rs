@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::{Arguments, Connection, Encode, Postgres, Row, Type};
 
-use crate::model::UnixNanos;
-use crate::records::{
+use crate::domain::model::UnixNanos;
+use crate::domain::records::{
     self, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor, RelatedSize,
     StoredRecord,
 };
@@ -244,7 +244,7 @@ async fn delete_unused_refs(
 }
 
 /// Most turns one deletion locks (as many as a DeleteRecords may name).
-const LOCKED_TURNS_MAX: usize = crate::config::limits::DELETE_SELECTORS_MAX;
+const LOCKED_TURNS_MAX: usize = crate::domain::limits::DELETE_SELECTORS_MAX;
 
 /// Takes the advisory lock of each (namespace, turn) of `turns`, in one
 /// sorted order, until the transaction ends (one round trip).

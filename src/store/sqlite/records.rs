@@ -12,8 +12,8 @@ use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::model::UnixNanos;
-use crate::records::{
+use crate::domain::model::UnixNanos;
+use crate::domain::records::{
     self, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor, RelatedSize,
     Selection, StoredRecord,
 };

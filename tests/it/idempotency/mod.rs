@@ -24,8 +24,8 @@ use stepwell::api::pb::{
     BeginOutcome, BeginRequest, BeginResponse, CompleteRequest, ExtendRequest, GetRequest, GetResponse, RecordState,
     ReleaseRequest,
 };
-use stepwell::clock::Clock;
 use stepwell::config::Config;
+use stepwell::domain::clock::Clock;
 use tonic::{Code, Status};
 
 use stepwell_test_support::IdempotencyClient;

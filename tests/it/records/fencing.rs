@@ -10,10 +10,10 @@
 use std::time::Duration;
 
 use stepwell::api::pb::{BeginOutcome, Fence, PutRecordsRequest, Record};
-use stepwell::clock::Clock;
 use stepwell::config::Config;
-use stepwell::idempotency::{BeginArgs, Fence as StoreFence, Refusal};
-use stepwell::records::{NewRecord, PutMode, RecordPut};
+use stepwell::domain::clock::Clock;
+use stepwell::domain::keys::{BeginArgs, Fence as StoreFence, Refusal};
+use stepwell::domain::records::{NewRecord, PutMode, RecordPut};
 use stepwell::store::{self, Write};
 use tonic::Code;
 
@@ -183,7 +183,7 @@ async fn a_refused_fenced_put_leaves_the_other_puts_of_its_batch_alone() {
         .await
         .expect("Begin commits");
     let token = match begun.begun.as_slice() {
-        [Ok(stepwell::idempotency::BeginOutcome::Acquired { lease_token, .. })] => *lease_token,
+        [Ok(stepwell::domain::keys::BeginOutcome::Acquired { lease_token, .. })] => *lease_token,
         other => panic!("acquired: {other:?}"),
     };
 

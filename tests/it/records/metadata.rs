@@ -10,8 +10,8 @@
 use stepwell::api::pb::ListRecordsRequest;
 use stepwell::api::validate;
 use stepwell::config::Config;
-use stepwell::idempotency::BeginArgs;
-use stepwell::records::{NewRecord, PutMode, RecordPut};
+use stepwell::domain::keys::BeginArgs;
+use stepwell::domain::records::{NewRecord, PutMode, RecordPut};
 use stepwell::store::{self, Write};
 
 use stepwell_test_support::RecordClient;

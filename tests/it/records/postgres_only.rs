@@ -12,7 +12,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 use stepwell::api::pb::ListRecordsRequest;
 use stepwell::config::{Config, Database};
-use stepwell::records::{NewRecord, PutMode, RecordPut};
+use stepwell::domain::records::{NewRecord, PutMode, RecordPut};
 use stepwell::store::{self, Write};
 
 use stepwell_test_support::WAIT_LIMIT;

@@ -8,7 +8,7 @@
 use serde_json::json;
 use stepwell::api::pb::{PutMode, Record};
 use stepwell::config::Config;
-use stepwell::records::{NewRecord, PutMode as StorePutMode, RecordPut};
+use stepwell::domain::records::{NewRecord, PutMode as StorePutMode, RecordPut};
 use stepwell::store::{self, Write};
 use tokio::task::JoinSet;
 

@@ -23,7 +23,7 @@ impl Rng {
     pub fn from_env(var: &str) -> Rng {
         let seed = match crate::setting(var) {
             Some(text) => text.parse().unwrap_or_else(|_| panic!("{var}={text:?}: use a whole number")),
-            None => stepwell::clock::system_now() as u64,
+            None => stepwell::domain::clock::system_now() as u64,
         };
         Rng::new(seed)
     }

@@ -1,0 +1,2005 @@
+//! Every setting of stepwell in one place: the command line, its `STEPWELL_*`
+//! environment variables, their defaults, and the limits the contract fixes.
+//!
+//! Each flag has its type, parsed by clap's typed parsers; what no single
+//! flag can check (one limit against another) is checked by the section it
+//! belongs to. Every mistake in a configuration is reported at once rather
+//! than one per run. The environment is a source passed in (`Env`), so only
+//! `Env::process` reads the process's variables, and tests read none.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::builder::{TypedValueParser, ValueParser};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use rustls_pki_types::ServerName;
+
+use crate::domain::clock::Clock;
+use crate::domain::limits;
+use crate::observe::telemetry::LogFormat;
+pub use crate::store::Database;
+use crate::store::Options as StoreOptions;
+
+/// The parsed command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "stepwell",
+    version,
+    about = "Durable-execution sidecar: checkpoint logs and idempotency records over gRPC.",
+    long_about = "Durable-execution sidecar: checkpoint logs and idempotency records over gRPC.\n\n\
+                  With no subcommand, stepwell serves on 127.0.0.1:50051 with sqlite://stepwell.db."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// What the binary does.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API (the default).
+    Serve(Box<ServeArgs>),
+    /// Ask a running sidecar whether it serves: exit 0 when SERVING, 1 otherwise.
+    ///
+    /// Calls grpc.health.v1.Health/Check, for container health checks (the
+    /// image has no shell). Why it is not SERVING is printed to stderr.
+    Healthcheck(Healthcheck),
+    /// Manage the credentials of --auth-file.
+    #[command(subcommand)]
+    Auth(AuthCommand),
+    /// List, show and delete the turns of a running sidecar.
+    #[command(subcommand)]
+    Turns(TurnsCommand),
+    /// Read and release the idempotency keys of a running sidecar.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+    /// List and delete the records (RecordService) of a running sidecar.
+    #[command(subcommand)]
+    Records(RecordsCommand),
+    /// Copy every checkpoint, turn and idempotency record from one store to
+    /// another (SQLite to Postgres or back), with the sidecars stopped.
+    Migrate(MigrateArgs),
+    /// Write every record of a store as NDJSON, for backups and moves.
+    Export(ExportArgs),
+    /// Load records written by `stepwell export` into a store.
+    Import(ImportArgs),
+    /// Write the contract's .proto files and a buf.yaml to a directory.
+    Proto(ProtoArgs),
+}
+
+/// Where an operator command reaches a running sidecar, and as whom.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct Remote {
+    /// Sidecar to talk to: HOST:PORT, or unix:/path/to.sock.
+    #[arg(long, env = "STEPWELL_TARGET", default_value = "127.0.0.1:50051")]
+    pub target: Listen,
+
+    /// Bearer token, when the sidecar runs with --auth-file. A token on the
+    /// command line is visible to every user of the host (`ps`): prefer
+    /// --auth-token-file or the STEPWELL_TOKEN variable.
+    #[arg(long = "auth-token", env = "STEPWELL_TOKEN", value_name = "TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+
+    /// A file holding the bearer token (a trailing newline is ignored): the
+    /// way to pass a token that `ps` does not show.
+    #[arg(long = "auth-token-file", env = "STEPWELL_TOKEN_FILE", value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Namespace to act in [default: the default namespace].
+    #[arg(long, env = "STEPWELL_NAMESPACE", default_value = "")]
+    pub namespace: String,
+
+    /// CAs (PEM) to trust for the sidecar's certificate; dials over TLS.
+    #[arg(long = "tls-ca", env = "STEPWELL_CLI_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name to verify in the sidecar's certificate [default: localhost].
+    #[arg(long = "tls-server-name", env = "STEPWELL_CLI_TLS_SERVER_NAME", value_name = "NAME", value_parser = server_name)]
+    pub tls_server_name: Option<ServerName<'static>>,
+
+    /// A client certificate chain (PEM) for mutual TLS; needs --tls-key.
+    #[arg(long = "tls-cert", env = "STEPWELL_CLI_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long = "tls-key", env = "STEPWELL_CLI_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+
+    /// How long one call may take, in milliseconds.
+    #[arg(long = "timeout-ms", value_name = "MS", default_value = "10000", value_parser = millis(1, 600_000))]
+    pub timeout: Duration,
+
+    /// Print NDJSON (one JSON object per line) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `stepwell turns` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum TurnsCommand {
+    /// List turns: open ones by default.
+    Ls(TurnsLs),
+    /// Show one turn's checkpoints as a timeline, states summarised.
+    Show(TurnArgs),
+    /// Delete one turn's checkpoints (needs the admin role); its records
+    /// stay unless --records is given.
+    Rm(TurnRm),
+}
+
+/// Which turns a list shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TurnsFilter {
+    /// No terminal checkpoint yet.
+    Open,
+    /// Ended with a terminal checkpoint.
+    Terminal,
+    /// Open and not updated for --older-than (1h unless given).
+    Stalled,
+    /// Every turn.
+    Any,
+}
+
+/// Flags of `stepwell turns ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct TurnsLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Which turns.
+    #[arg(long, value_enum, default_value = "open")]
+    pub status: TurnsFilter,
+    /// Only turns not updated for this long: 90s, 30m, 1h, 2d.
+    #[arg(long = "older-than", value_name = "AGE", value_parser = age)]
+    pub older_than: Option<Duration>,
+    /// Most turns to list.
+    #[arg(long, default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+}
+
+/// A turn of a running sidecar.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct TurnArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turn's id.
+    pub turn: String,
+}
+
+/// Flags of `stepwell turns rm`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct TurnRm {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turn's id.
+    pub turn: String,
+    /// Also delete the turn's records (DeleteRecords, after the
+    /// checkpoints), so that nothing of the turn stays. Without it the
+    /// records stay. Should deleting the records fail, the checkpoints are
+    /// gone already: the same command again finishes the job.
+    #[arg(long)]
+    pub records: bool,
+}
+
+/// What `stepwell records` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum RecordsCommand {
+    /// List records of one kind: of one turn, or of every turn of the
+    /// namespace when no turn is given; newest id first.
+    Ls(RecordsLs),
+    /// Delete every record of the turns, of every kind (needs the write
+    /// role); the turns' checkpoints stay (see `turns rm --records`).
+    Rm(RecordsRm),
+}
+
+/// Flags of `stepwell records ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct RecordsLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turn's id [default: every turn of the namespace].
+    pub turn: Option<String>,
+    /// The kind to list, such as checkpoint, blob or write (ListRecords
+    /// lists one kind at a time).
+    #[arg(long)]
+    pub kind: String,
+    /// Only records of this scope ("" is a scope of its own) [default: every scope].
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// Only records whose metadata contains this JSON object, as Postgres's
+    /// jsonb @> defines containment: '{"source": "loop"}'.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    pub metadata: Option<String>,
+    /// Most records to list.
+    #[arg(long, default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+    /// With --json, also print each payload, in base64.
+    #[arg(long)]
+    pub payload: bool,
+}
+
+/// Flags of `stepwell records rm`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct RecordsRm {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turns whose records to delete.
+    #[arg(required = true, value_name = "TURN")]
+    pub turns: Vec<String>,
+}
+
+/// What `stepwell keys` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum KeysCommand {
+    /// Show an idempotency key's record.
+    Get(KeyArgs),
+    /// Release a key held under lease token N, for a new attempt or
+    /// (--permanent) for good.
+    Release(KeyRelease),
+}
+
+/// An idempotency key of a running sidecar.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct KeyArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The key.
+    pub key: String,
+}
+
+/// Flags of `stepwell keys release`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct KeyRelease {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The key.
+    pub key: String,
+    /// The lease token the key is held under (from `keys get`).
+    #[arg(long)]
+    pub token: u64,
+    /// Fail the key for good: later Begins answer FAILED.
+    #[arg(long)]
+    pub permanent: bool,
+    /// The error recorded with a permanent release.
+    #[arg(long, default_value = "released by an operator")]
+    pub error: String,
+}
+
+/// How `migrate`, `export` and `import` cut their work into chunks, each
+/// read, held and (but for export) written in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ChunkArgs {
+    /// Most rows in one chunk (one transaction each). At most 2000: SQLite
+    /// takes at most 32766 values in one statement, and a row binds up to 13.
+    #[arg(long = "chunk-rows", value_name = "ROWS", default_value = "500", value_parser = size(1, 2000))]
+    pub chunk_rows: usize,
+    /// Bytes a chunk may hold, counting each row's variable-length columns
+    /// (states, results, payloads, metadata, refs, ids) and a small fixed
+    /// overhead: a chunk ends at the first row that reaches this, and always
+    /// holds at least one row, however large. From 1 MiB to 256 MiB.
+    #[arg(long = "chunk-bytes-max", value_name = "BYTES", default_value = "67108864",
+          value_parser = size(1 << 20, 256 << 20))]
+    pub chunk_bytes_max: usize,
+}
+
+/// Flags of `stepwell migrate`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct MigrateArgs {
+    /// The store to copy from: sqlite://PATH or postgres://…
+    #[arg(long, value_name = "URL")]
+    pub from: Database,
+    /// The store to copy to (created and migrated if need be).
+    #[arg(long, value_name = "URL")]
+    pub to: Database,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
+}
+
+/// Flags of `stepwell export`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ExportArgs {
+    /// The store to read: sqlite://PATH or postgres://…
+    #[arg(long, value_name = "URL")]
+    pub from: Database,
+    /// Where to write the NDJSON; - for standard output.
+    #[arg(long, value_name = "PATH", default_value = "-")]
+    pub out: PathBuf,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
+}
+
+/// Flags of `stepwell import`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ImportArgs {
+    /// The store to load into (created and migrated if need be).
+    #[arg(long, value_name = "URL")]
+    pub to: Database,
+    /// The NDJSON to read; - for standard input.
+    #[arg(long = "in", value_name = "PATH", default_value = "-")]
+    pub input: PathBuf,
+    #[command(flatten)]
+    pub chunks: ChunkArgs,
+}
+
+/// Flags of `stepwell proto`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ProtoArgs {
+    /// The directory to write into (created if missing).
+    pub dir: PathBuf,
+}
+
+/// How long something is kept: `None` for forever (`off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention(pub Option<Duration>);
+
+fn retention(text: &str) -> Result<Retention, String> {
+    age_or_off(text).map(Retention)
+}
+
+/// An age, or `off` for none.
+fn age_or_off(text: &str) -> Result<Option<Duration>, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    match age(text)? {
+        Duration::ZERO => Err(format!("{text:?}: an age of 0 would delete at once; use off to keep forever")),
+        age => Ok(Some(age)),
+    }
+}
+
+/// An age such as 90s, 30m, 1h or 2d.
+fn age(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not an age such as 90s, 30m, 1h or 2d"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?} is not an age such as 90s, 30m, 1h or 2d")),
+    };
+    number.checked_mul(seconds).map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
+}
+
+/// What `stepwell auth` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum AuthCommand {
+    /// Print a fresh random bearer token and the lines for the auth file.
+    ///
+    /// The token goes to standard output only, once; the lines to paste
+    /// carry its SHA-256 hash, which is all the sidecar keeps.
+    NewToken(NewToken),
+}
+
+/// Flags of `stepwell auth new-token`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct NewToken {
+    /// The principal's id: a name for logs and audit events (not empty).
+    // No value parser: `parse` relaxes only the flags of first-level
+    // subcommands, so the empty id is refused by the command itself.
+    #[arg(long)]
+    pub id: String,
+}
+
+/// Flags of `stepwell healthcheck`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct Healthcheck {
+    /// Sidecar to ask: HOST:PORT, or unix:/path/to.sock. A wildcard address
+    /// such as 0.0.0.0 asks the loopback address, so the serve address works.
+    #[arg(long, env = "STEPWELL_LISTEN", default_value = "127.0.0.1:50051")]
+    pub target: Listen,
+
+    /// Service whose status to ask for; empty means the whole server.
+    #[arg(long, default_value = "")]
+    pub service: String,
+
+    /// How long connecting and answering may take together, in milliseconds.
+    #[arg(long = "timeout-ms", value_name = "MS", default_value = "3000", value_parser = millis(1, 600_000))]
+    pub timeout: Duration,
+
+    /// CAs (PEM) to trust for the sidecar's certificate; dials over TLS.
+    // The variables are the healthcheck's own: a container that serves with
+    // STEPWELL_TLS_CERT must not present its server certificate as a client one.
+    #[arg(long = "tls-ca", env = "STEPWELL_HEALTHCHECK_TLS_CA", value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// The name (DNS name or IP address) to verify in the sidecar's
+    /// certificate [default: localhost, since the target is an address]
+    #[arg(long = "tls-server-name", env = "STEPWELL_HEALTHCHECK_TLS_SERVER_NAME", value_name = "NAME",
+          value_parser = server_name)]
+    pub tls_server_name: Option<ServerName<'static>>,
+
+    /// A client certificate chain (PEM) for mutual TLS; needs --tls-key.
+    #[arg(long = "tls-cert", env = "STEPWELL_HEALTHCHECK_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM).
+    #[arg(long = "tls-key", env = "STEPWELL_HEALTHCHECK_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// How `stepwell healthcheck` and the operator commands speak TLS: the CAs
+/// they trust, the name they verify, and for mutual TLS their certificate
+/// chain and key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeTls {
+    pub ca: PathBuf,
+    pub server_name: ServerName<'static>,
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
+impl Healthcheck {
+    /// The probe's TLS, `None` for plaintext. Flags that need others are
+    /// reported all at once: a certificate without its key or the other way
+    /// round, and any TLS flag without `--tls-ca`, which is what turns TLS on.
+    pub fn tls(&self) -> Result<Option<ProbeTls>, ConfigErrors> {
+        client_tls(&self.tls_ca, &self.tls_server_name, &self.tls_cert, &self.tls_key)
+    }
+}
+
+impl Remote {
+    /// How an operator command dials the sidecar: `None` for plaintext,
+    /// the flags checked as for `stepwell healthcheck`.
+    pub fn tls(&self) -> Result<Option<ProbeTls>, ConfigErrors> {
+        client_tls(&self.tls_ca, &self.tls_server_name, &self.tls_cert, &self.tls_key)
+    }
+}
+
+/// The client side's TLS from its four flags, `None` without `--tls-ca`.
+fn client_tls(
+    tls_ca: &Option<PathBuf>,
+    tls_server_name: &Option<ServerName<'static>>,
+    tls_cert: &Option<PathBuf>,
+    tls_key: &Option<PathBuf>,
+) -> Result<Option<ProbeTls>, ConfigErrors> {
+    let mut errors = ConfigErrors(Vec::new());
+    let client = match (tls_cert, tls_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (None, None) => None,
+        (Some(_), None) => {
+            errors.add("tls-cert", "needs --tls-key, the client certificate's private key".to_owned());
+            None
+        }
+        (None, Some(_)) => {
+            errors.add("tls-key", "needs --tls-cert, the client certificate it belongs to".to_owned());
+            None
+        }
+    };
+    if tls_ca.is_none() {
+        let without = [("tls-server-name", tls_server_name.is_some()), ("tls-cert", tls_cert.is_some())];
+        for (flag, given) in without {
+            if given {
+                errors.add(flag, "needs --tls-ca, the CAs that turn TLS on".to_owned());
+            }
+        }
+    }
+    if !errors.0.is_empty() {
+        return Err(errors);
+    }
+    let localhost = || ServerName::try_from("localhost").expect("localhost is a DNS name");
+    Ok(tls_ca.as_ref().map(|ca| ProbeTls {
+        ca: ca.clone(),
+        server_name: tls_server_name.clone().unwrap_or_else(localhost),
+        client,
+    }))
+}
+
+/// A DNS name or an IP address, as a certificate names a server.
+fn server_name(text: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(text.to_owned()).map_err(|_| format!("{text:?} is neither a DNS name nor an IP address"))
+}
+
+const DAY_SECONDS: u64 = 24 * 3600;
+
+/// Flags of `stepwell serve`. Each is also read from its environment variable.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to serve on: HOST:PORT, or unix:/path/to.sock for a Unix socket.
+    #[arg(long, env = "STEPWELL_LISTEN", default_value = "127.0.0.1:50051")]
+    pub listen: Listen,
+
+    /// Store to use: sqlite://PATH (created if missing), or
+    /// postgres://USER:PASSWORD@HOST:PORT/DATABASE for a store shared by many sidecars.
+    #[arg(
+        long = "database-url",
+        value_name = "URL",
+        env = "STEPWELL_DATABASE_URL",
+        default_value = "sqlite://stepwell.db"
+    )]
+    pub database: Database,
+
+    /// Largest checkpoint state accepted, in bytes.
+    #[arg(long, env = "STEPWELL_STATE_BYTES_MAX", default_value = "1048576", value_parser = size(1, 64 << 20))]
+    pub state_bytes_max: usize,
+
+    /// Largest request message accepted, in bytes. Must leave 64 KiB beyond
+    /// --state-bytes-max for the other fields.
+    #[arg(long, env = "STEPWELL_MESSAGE_BYTES_MAX", default_value = "4194304",
+          value_parser = size(1024, limits::MESSAGE_BYTES_LIMIT as u64))]
+    pub message_bytes_max: usize,
+
+    /// Largest idempotency result accepted by Complete, in bytes.
+    #[arg(long, env = "STEPWELL_RESULT_BYTES_MAX", default_value = "1048576", value_parser = size(1, 64 << 20))]
+    pub result_bytes_max: usize,
+
+    /// Largest record accepted by PutRecords (its payload, metadata and
+    /// refs together), in bytes. A request must also fit --message-bytes-max.
+    #[arg(long, env = "STEPWELL_RECORD_BYTES_MAX", default_value = "4194304", value_parser = size(1, 256 << 20))]
+    pub record_bytes_max: usize,
+
+    /// Largest metadata of a record, and of a ListRecords or DeleteRecords
+    /// metadata filter, in bytes.
+    #[arg(long, env = "STEPWELL_RECORD_METADATA_BYTES_MAX", default_value = "65536", value_parser = size(2, 16 << 20))]
+    pub record_metadata_bytes_max: usize,
+
+    /// Most records one PutRecords may carry.
+    #[arg(long, env = "STEPWELL_RECORDS_PER_REQUEST_MAX", default_value = "1000", value_parser = count(1, 100_000))]
+    pub records_per_request_max: u32,
+
+    /// Lease given by Begin and Extend when the request sets none, in seconds.
+    #[arg(long = "lease-default-seconds", value_name = "SECONDS", env = "STEPWELL_LEASE_DEFAULT_SECONDS", default_value = "30",
+          value_parser = seconds(1, DAY_SECONDS))]
+    pub lease_default: Duration,
+
+    /// Longest lease a request may ask for, in seconds.
+    #[arg(long = "lease-max-seconds", value_name = "SECONDS", env = "STEPWELL_LEASE_MAX_SECONDS", default_value = "3600",
+          value_parser = seconds(1, DAY_SECONDS))]
+    pub lease_max: Duration,
+
+    /// How long a finished idempotency record is kept when Begin sets no
+    /// retention, in seconds (default 7 days).
+    #[arg(long = "retention-default-seconds", value_name = "SECONDS", env = "STEPWELL_RETENTION_DEFAULT_SECONDS", default_value = "604800",
+          value_parser = seconds(1, 3650 * DAY_SECONDS))]
+    pub retention_default: Duration,
+
+    /// Longest retention a request may ask for, in seconds (default 90 days).
+    #[arg(long = "retention-max-seconds", value_name = "SECONDS", env = "STEPWELL_RETENTION_MAX_SECONDS", default_value = "7776000",
+          value_parser = seconds(1, 3650 * DAY_SECONDS))]
+    pub retention_max: Duration,
+
+    /// How often the sweeper purges idempotency records past their retention, in seconds.
+    #[arg(long = "sweep-interval-seconds", value_name = "SECONDS", env = "STEPWELL_SWEEP_INTERVAL_SECONDS", default_value = "60",
+          value_parser = seconds(1, DAY_SECONDS))]
+    pub sweep_interval: Duration,
+
+    /// Most records one sweeper pass deletes (one short transaction each).
+    #[arg(long, env = "STEPWELL_SWEEP_BATCH_MAX", default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub sweep_batch_max: u32,
+
+    /// Delete terminal turns whose newest checkpoint is older than this
+    /// (90s, 30m, 12h, 30d), or off to keep them forever.
+    #[arg(long = "turn-retention", env = "STEPWELL_TURN_RETENTION", value_name = "AGE|off", default_value = "off",
+          value_parser = retention)]
+    pub turn_retention: Retention,
+
+    /// DANGEROUS: also delete OPEN turns not written for this long, runs a
+    /// worker may still resume; off (the default) keeps them.
+    #[arg(long = "open-turn-retention", env = "STEPWELL_OPEN_TURN_RETENTION", value_name = "AGE|off",
+          default_value = "off", value_parser = retention)]
+    pub open_turn_retention: Retention,
+
+    /// Delete every record of a turn (RecordService) when none of them was
+    /// written for this long (90s, 30m, 12h, 30d), or off to keep them forever.
+    #[arg(long = "record-retention", env = "STEPWELL_RECORD_RETENTION", value_name = "AGE|off",
+          default_value = "off", value_parser = retention)]
+    pub record_retention: Retention,
+
+    /// A TOML file of per-namespace retention that overrides the three
+    /// flags above ([namespaces.NAME] turn_retention = "90d",
+    /// open_turn_retention = "off", record_retention = "30d").
+    #[arg(long = "retention-file", env = "STEPWELL_RETENTION_FILE", value_name = "PATH")]
+    pub retention_file: Option<PathBuf>,
+
+    /// Most bytes of checkpoints (or turn summaries) one Restore (or
+    /// ListTurns) page holds; the rest follows through next_page_token. A
+    /// page always holds at least one checkpoint, so a checkpoint larger
+    /// than this comes alone. The default leaves 64 KiB of the 4 MiB that
+    /// gRPC clients accept by default; above --message-bytes-max less 64 KiB
+    /// it is lowered to that.
+    #[arg(long, env = "STEPWELL_RESPONSE_BYTES_MAX", default_value = "4128768", value_parser = size(1024, 256 << 20))]
+    pub response_bytes_max: usize,
+
+    /// Page size used when a request asks for 0.
+    #[arg(long, env = "STEPWELL_PAGE_SIZE_DEFAULT", default_value = "1000", value_parser = count(1, 100_000))]
+    pub page_size_default: u32,
+
+    /// Largest page size a request may ask for.
+    #[arg(long, env = "STEPWELL_PAGE_SIZE_MAX", default_value = "10000", value_parser = count(1, 100_000))]
+    pub page_size_max: u32,
+
+    /// Most database connections: Postgres's pool, or SQLite's readers (SQLite
+    /// writes always use one connection).
+    #[arg(long, env = "STEPWELL_POOL_MAX", default_value = "16", value_parser = count(1, 1024))]
+    pub pool_max: u32,
+
+    /// How long a request waits for a database connection from the pool, in
+    /// milliseconds (default 5000 on SQLite, 2000 on Postgres, so requests
+    /// fail fast while a shared database is away).
+    #[arg(long = "pool-acquire-timeout-ms", value_name = "MS", env = "STEPWELL_POOL_ACQUIRE_TIMEOUT_MS", value_parser = millis(1, 600_000))]
+    pub pool_acquire_timeout: Option<Duration>,
+
+    /// How long an SQLite connection waits for another's lock on the file
+    /// (sidecars sharing one file), in milliseconds.
+    #[arg(long = "sqlite-busy-timeout-ms", value_name = "MS", env = "STEPWELL_SQLITE_BUSY_TIMEOUT_MS", default_value = "5000",
+          value_parser = millis(1, 600_000))]
+    pub sqlite_busy_timeout: Duration,
+
+    /// How long a starting sidecar waits for another's schema migration of
+    /// the same store (SQLite's lock file beside the database, Postgres's
+    /// migration lock), in milliseconds; then start-up fails, naming the lock.
+    #[arg(long = "migration-lock-timeout-ms", value_name = "MS", env = "STEPWELL_MIGRATION_LOCK_TIMEOUT_MS", default_value = "60000",
+          value_parser = millis(1, 3_600_000))]
+    pub migration_lock_timeout: Duration,
+
+    /// Longest a Postgres statement may run (its `statement_timeout`), in
+    /// milliseconds. A request whose statement runs past it gets UNAVAILABLE,
+    /// and its transaction is rolled back. Below --request-timeout-ms, so
+    /// the store's answer arrives first.
+    #[arg(long = "postgres-statement-timeout-ms", value_name = "MS", env = "STEPWELL_POSTGRES_STATEMENT_TIMEOUT_MS",
+          default_value = "20000", value_parser = millis(1, 3_600_000))]
+    pub postgres_statement_timeout: Duration,
+
+    /// Longest a Postgres statement waits for a lock (row, table and
+    /// advisory locks; its `lock_timeout`), in milliseconds. A request that
+    /// waits past it gets UNAVAILABLE, and its transaction is rolled back.
+    #[arg(long = "postgres-lock-timeout-ms", value_name = "MS", env = "STEPWELL_POSTGRES_LOCK_TIMEOUT_MS",
+          default_value = "5000", value_parser = millis(1, 3_600_000))]
+    pub postgres_lock_timeout: Duration,
+
+    /// Most write requests waiting to be committed; more are refused with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "STEPWELL_WRITE_QUEUE_MAX", default_value = "10000", value_parser = size(1, 1_000_000))]
+    pub write_queue_max: usize,
+
+    /// Most bytes the write requests waiting to be committed may hold
+    /// (states, results, errors, ids), counted until each is answered; more
+    /// are refused with RESOURCE_EXHAUSTED. At least --message-bytes-max, so
+    /// the largest request can always queue alone.
+    #[arg(long, env = "STEPWELL_WRITE_QUEUE_BYTES_MAX", default_value = "67108864", value_parser = size(1024, 1 << 40))]
+    pub write_queue_bytes_max: usize,
+
+    /// Most write requests one transaction commits (group commit).
+    #[arg(long, env = "STEPWELL_WRITE_BATCH_MAX", default_value = "256", value_parser = size(1, 1024))]
+    pub write_batch_max: usize,
+
+    /// Transactions a Postgres store commits side by side (SQLite always
+    /// commits one at a time).
+    #[arg(long, env = "STEPWELL_WRITE_CONCURRENCY", default_value = "4", value_parser = size(1, 64))]
+    pub write_concurrency: usize,
+
+    /// Most checkpoints one transaction of a DeleteTurn deletes: a larger
+    /// turn is deleted in chunks of this many, with other writes committed
+    /// between them.
+    #[arg(long, env = "STEPWELL_DELETE_CHUNK_ROWS", default_value = "1000", value_parser = count(1, 100_000))]
+    pub delete_chunk_rows: u32,
+
+    /// Most requests in the stepwell services at once, across all connections;
+    /// more are shed at once with RESOURCE_EXHAUSTED (health and reflection
+    /// are never shed).
+    #[arg(long, env = "STEPWELL_MAX_CONCURRENT_REQUESTS", default_value = "1024", value_parser = size(1, 1_000_000))]
+    pub max_concurrent_requests: usize,
+
+    // Connections and streams: what one connection may hold, and how long
+    // a request, its body and a silent peer are waited for.
+    /// HTTP/2 streams one connection may have open at once; the connection
+    /// advertises it, and a peer that opens more has them refused.
+    #[arg(long, env = "STEPWELL_CONNECTION_STREAMS_MAX", default_value = "100", value_parser = count(1, 100_000))]
+    pub connection_streams_max: u32,
+
+    /// Requests of one connection in the services at once, so that one
+    /// connection cannot take the whole --max-concurrent-requests; its further
+    /// requests wait for one of its own to finish.
+    #[arg(long, env = "STEPWELL_CONNECTION_REQUESTS_MAX", default_value = "64", value_parser = size(1, 1_000_000))]
+    pub connection_requests_max: usize,
+
+    /// Longest a request may take, in milliseconds, body read and handler
+    /// together; past it the caller gets DEADLINE_EXCEEDED (a write may or
+    /// may not have been stored, as with the caller's own deadline).
+    #[arg(long = "request-timeout-ms", value_name = "MS", env = "STEPWELL_REQUEST_TIMEOUT_MS", default_value = "30000",
+          value_parser = millis(10, 3_600_000))]
+    pub request_timeout: Duration,
+
+    /// Longest a request's body may take to arrive, in milliseconds, from its
+    /// headers; a body that stalls is answered DEADLINE_EXCEEDED and stores nothing.
+    #[arg(long = "body-read-timeout-ms", value_name = "MS", env = "STEPWELL_BODY_READ_TIMEOUT_MS", default_value = "10000",
+          value_parser = millis(10, 600_000))]
+    pub body_read_timeout: Duration,
+
+    /// Longest a new connection may take to send the HTTP/2 preface that
+    /// opens it (after its TLS handshake), in milliseconds; then it is closed.
+    #[arg(long = "connection-preface-timeout-ms", value_name = "MS", env = "STEPWELL_CONNECTION_PREFACE_TIMEOUT_MS",
+          default_value = "10000", value_parser = millis(10, 600_000))]
+    pub connection_preface_timeout: Duration,
+
+    /// Bytes of request bodies being read, across all connections, at once;
+    /// a body that would pass it is shed with RESOURCE_EXHAUSTED. At least
+    /// --message-bytes-max.
+    #[arg(long, env = "STEPWELL_BODY_BUFFER_BYTES_MAX", default_value = "268435456", value_parser = size(1024, 1 << 40))]
+    pub body_buffer_bytes_max: usize,
+
+    /// How often an HTTP/2 ping checks that a connection's peer still answers, in milliseconds.
+    #[arg(long = "http2-keepalive-interval-ms", value_name = "MS", env = "STEPWELL_HTTP2_KEEPALIVE_INTERVAL_MS",
+          default_value = "60000", value_parser = millis(10, 86_400_000))]
+    pub http2_keepalive_interval: Duration,
+
+    /// How long a ping waits for its answer before the connection is closed, in milliseconds.
+    #[arg(long = "http2-keepalive-timeout-ms", value_name = "MS", env = "STEPWELL_HTTP2_KEEPALIVE_TIMEOUT_MS",
+          default_value = "20000", value_parser = millis(10, 600_000))]
+    pub http2_keepalive_timeout: Duration,
+
+    /// Idle time before TCP keepalive probes start on a TCP connection, in milliseconds.
+    #[arg(long = "tcp-keepalive-ms", value_name = "MS", env = "STEPWELL_TCP_KEEPALIVE_MS", default_value = "60000",
+          value_parser = millis(1000, 86_400_000))]
+    pub tcp_keepalive: Duration,
+
+    /// Largest size the SQLite file may grow to, in bytes; 0 for no cap. A
+    /// write that would pass it gets RESOURCE_EXHAUSTED (STORE_FULL), as on a
+    /// full disk; reads go on, and writes resume once turns are deleted.
+    #[arg(long, env = "STEPWELL_SQLITE_BYTES_MAX", default_value = "0")]
+    pub sqlite_bytes_max: u64,
+
+    /// How often health re-checks the store, in milliseconds; a failed request
+    /// also triggers a check at once.
+    #[arg(long = "health-check-interval-ms", value_name = "MS", env = "STEPWELL_HEALTH_CHECK_INTERVAL_MS", default_value = "1000",
+          value_parser = millis(10, 60_000))]
+    pub health_check_interval: Duration,
+
+    /// How long one health check of the store may take before the store
+    /// counts as down, in milliseconds.
+    #[arg(long = "health-check-timeout-ms", value_name = "MS", env = "STEPWELL_HEALTH_CHECK_TIMEOUT_MS", default_value = "1000",
+          value_parser = millis(10, 60_000))]
+    pub health_check_timeout: Duration,
+
+    /// How many health checks in a row may run past --health-check-timeout-ms
+    /// before the store counts as down. A check that merely ran late may be a
+    /// busy machine rather than the store; a check the store refused counts
+    /// at once.
+    #[arg(long = "health-check-timeouts-max", value_name = "N", env = "STEPWELL_HEALTH_CHECK_TIMEOUTS_MAX", default_value = "3",
+          value_parser = count(1, 100))]
+    pub health_check_timeouts_max: u32,
+
+    /// Longest wait between tries to reach a shared store that is not up yet
+    /// at start-up, in milliseconds (the wait doubles from 100 ms up to this).
+    #[arg(long = "store-retry-max-ms", value_name = "MS", env = "STEPWELL_STORE_RETRY_MAX_MS", default_value = "5000",
+          value_parser = millis(100, 600_000))]
+    pub store_retry_max: Duration,
+
+    /// UNSAFE: serve on a Postgres with fsync=off or synchronous_commit=off,
+    /// which can lose writes stepwell has acknowledged. For throwaway
+    /// development databases only.
+    #[arg(long, env = "STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES")]
+    pub unsafe_accept_nondurable_postgres: bool,
+
+    /// How long shutdown waits for in-flight requests, in seconds.
+    #[arg(long = "shutdown-grace-seconds", value_name = "SECONDS", env = "STEPWELL_SHUTDOWN_GRACE_SECONDS", default_value = "30",
+          value_parser = seconds(0, 3600))]
+    pub shutdown_grace: Duration,
+
+    /// Principals, their secrets' SHA-256 hashes or certificate identities,
+    /// and their grants per namespace (a TOML file; README, "Security").
+    /// Turns authentication on; SIGHUP reloads it.
+    #[arg(long = "auth-file", env = "STEPWELL_AUTH_FILE", value_name = "PATH")]
+    pub auth_file: Option<PathBuf>,
+
+    /// Serve gRPC reflection while authentication is on (it is off then,
+    /// since it describes the API to any caller).
+    #[arg(long, env = "STEPWELL_REFLECTION_WITH_AUTH")]
+    pub reflection_with_auth: bool,
+
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key. SIGHUP reloads it.
+    #[arg(long = "tls-cert", env = "STEPWELL_TLS_CERT", value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM).
+    #[arg(long = "tls-key", env = "STEPWELL_TLS_KEY", value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates signed by these CAs (PEM): mutual TLS.
+    /// A certificate's URI or DNS name can be granted roles in --auth-file.
+    #[arg(long = "tls-client-ca", env = "STEPWELL_TLS_CLIENT_CA", value_name = "PATH")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Longest a client may take over its TLS handshake, in milliseconds;
+    /// then its connection is closed.
+    #[arg(long = "tls-handshake-timeout-ms", value_name = "MS", env = "STEPWELL_TLS_HANDSHAKE_TIMEOUT_MS",
+          default_value = "10000", value_parser = millis(10, 600_000))]
+    pub tls_handshake_timeout: Duration,
+
+    /// TLS handshakes under way at once, from all clients; a new connection
+    /// that finds this many closes the oldest of them, so stalled handshakes
+    /// never keep a new caller out.
+    #[arg(long, env = "STEPWELL_TLS_HANDSHAKES_MAX", default_value = "256", value_parser = size(1, 100_000))]
+    pub tls_handshakes_max: usize,
+
+    /// TLS handshakes under way at once from one IP address; a new connection
+    /// from an address that has this many closes that address's oldest, so
+    /// one address cannot push out the handshakes of others.
+    #[arg(long, env = "STEPWELL_TLS_HANDSHAKES_PER_ADDRESS_MAX", default_value = "32", value_parser = size(1, 100_000))]
+    pub tls_handshakes_per_address_max: usize,
+
+    /// UNSAFE: serve a TCP address beyond loopback without TLS and
+    /// authentication, so anyone who reaches it can read and delete every
+    /// namespace. A warning is logged at every start.
+    #[arg(long, env = "STEPWELL_INSECURE_ALLOW_NETWORK")]
+    pub insecure_allow_network: bool,
+
+    /// Permissions of a Unix socket file, in octal (only its owner by default).
+    #[arg(long = "unix-socket-mode", env = "STEPWELL_UNIX_SOCKET_MODE", value_name = "OCTAL", default_value = "600",
+          value_parser = octal_mode)]
+    pub unix_socket_mode: u32,
+
+    /// Address of the admin HTTP listener (/metrics in the Prometheus text
+    /// format, /healthz, /readyz): HOST:PORT, or off. It serves plain HTTP
+    /// without authentication, so beyond loopback it needs --insecure-allow-network.
+    #[arg(long = "admin-listen", env = "STEPWELL_ADMIN_LISTEN", value_name = "ADDR|off", default_value = "127.0.0.1:9464",
+          value_parser = admin_listen)]
+    pub admin_listen: AdminListen,
+
+    /// Label request metrics with their namespace. Each namespace then adds
+    /// its own series (about 20 per method and status code seen); only
+    /// calls the sidecar admitted are labelled, and at most
+    /// --metrics-namespace-labels-max namespaces.
+    #[arg(long, env = "STEPWELL_METRICS_NAMESPACE_LABELS")]
+    pub metrics_namespace_labels: bool,
+
+    /// With --metrics-namespace-labels, the most namespaces that get a label
+    /// value of their own; the requests of every namespace after them are
+    /// counted under namespace="_other".
+    #[arg(long = "metrics-namespace-labels-max", env = "STEPWELL_METRICS_NAMESPACE_LABELS_MAX", value_name = "N",
+          default_value = "100", value_parser = count(1, 10_000))]
+    pub metrics_namespace_labels_max: u32,
+
+    /// Where traces are exported over OTLP/gRPC, e.g. http://127.0.0.1:4317;
+    /// tracing is off without it (README, "Operating stepwell").
+    #[arg(long = "otlp-endpoint", env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL", hide = true)]
+    pub otlp_endpoint: Option<String>,
+
+    /// Where traces are exported over OTLP/gRPC, ahead of --otlp-endpoint.
+    #[arg(long = "otlp-traces-endpoint", env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", value_name = "URL", hide = true)]
+    pub otlp_traces_endpoint: Option<String>,
+
+    /// `none` keeps tracing off whatever the endpoint; `otlp` (the default) exports.
+    #[arg(
+        long = "otel-traces-exporter",
+        env = "OTEL_TRACES_EXPORTER",
+        value_name = "otlp|none",
+        default_value = "otlp",
+        hide = true
+    )]
+    pub otel_traces_exporter: String,
+
+    /// The `service.name` spans carry.
+    #[arg(
+        long = "otel-service-name",
+        env = "OTEL_SERVICE_NAME",
+        value_name = "NAME",
+        default_value = "stepwell",
+        hide = true
+    )]
+    pub otel_service_name: String,
+
+    /// Log format.
+    #[arg(long, env = "STEPWELL_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Which log events to keep: a level (error, warn, info, debug, trace) or
+    /// per-module directives such as stepwell=debug,info.
+    #[arg(long = "log", value_name = "FILTER", env = "STEPWELL_LOG", default_value = "info")]
+    pub log_filter: String,
+}
+
+impl ServeArgs {
+    /// Every flag at its default, whatever the process's environment holds.
+    pub fn defaults() -> ServeArgs {
+        match parse(["stepwell"], &Env::default()) {
+            Ok(Command::Serve(args)) => *args,
+            other => panic!("the defaults parse as `serve`: {other:?}"),
+        }
+    }
+}
+
+/// The environment variables configuration is read from: a source passed
+/// in, so that tests and embedders choose what stepwell sees.
+#[derive(Debug, Clone, Default)]
+pub struct Env(HashMap<OsString, OsString>);
+
+impl Env {
+    /// The process's own environment: the one place stepwell reads it.
+    #[allow(clippy::disallowed_methods)]
+    pub fn process() -> Env {
+        Env(std::env::vars_os().collect())
+    }
+
+    fn get(&self, name: &OsStr) -> Option<&OsString> {
+        self.0.get(name)
+    }
+}
+
+impl<K: Into<OsString>, V: Into<OsString>> FromIterator<(K, V)> for Env {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(pairs: I) -> Self {
+        Env(pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+/// Parses a command line against `env`. With no subcommand, stepwell serves.
+/// Every flag with a bad value is reported at once, in one error.
+pub fn parse<I, T>(argv: I, env: &Env) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let mut argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+    let mut command = with_env(Cli::command(), env);
+    let mut mistakes = Vec::new();
+    let mut relaxed = Vec::new();
+    loop {
+        match command.try_get_matches_from_mut(&argv) {
+            Ok(matches) if matches.subcommand().is_none() => argv.push("serve".into()),
+            Ok(matches) if mistakes.is_empty() => {
+                let cli = Cli::from_arg_matches(&matches)?;
+                return Ok(cli.command.expect("a subcommand was matched"));
+            }
+            Ok(_) => return Err(command.error(ErrorKind::ValueValidation, mistakes.join("\n  "))),
+            Err(error) => {
+                // The flag as clap shows it, "--name <NAME>": its first word is the flag.
+                let Some(ContextValue::String(shown)) = error.get(ContextKind::InvalidArg) else {
+                    return Err(error);
+                };
+                let flag = shown.split_whitespace().next().unwrap_or_default().to_owned();
+                if !matches!(error.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+                    return Err(error);
+                }
+                // A database URL may hold a password, so its value is never repeated.
+                let mistake = match std::error::Error::source(&error) {
+                    Some(reason) if flag == "--database-url" => format!("invalid value for '{shown}': {reason}"),
+                    _ => error
+                        .render()
+                        .to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .trim_start_matches("error: ")
+                        .to_owned(),
+                };
+                mistakes.push(mistake);
+                // Let this flag take any text, so the next pass finds the next
+                // mistake; a flag relaxed already cannot fail again, so a
+                // repeat means clap failed otherwise, and that error stands.
+                if relaxed.contains(&flag) {
+                    return Err(error);
+                }
+                command = relax(command, &flag);
+                relaxed.push(flag);
+            }
+        }
+    }
+}
+
+/// Lets the flag `flag` (as `--name`) take any text, in every subcommand at any depth.
+fn relax(command: clap::Command, flag: &str) -> clap::Command {
+    command
+        .mut_args(|arg| match arg.get_long() {
+            Some(long) if flag == format!("--{long}") => arg.value_parser(ValueParser::os_string()),
+            _ => arg,
+        })
+        .mut_subcommands(|sub| relax(sub, flag))
+}
+
+/// Reads each flag's variable from `env` instead of the process: the value
+/// becomes the flag's default, so the command line still wins.
+fn with_env(command: clap::Command, env: &Env) -> clap::Command {
+    command.mut_subcommands(|sub| {
+        sub.mut_args(|arg| {
+            let Some(name) = arg.get_env().map(OsStr::to_owned) else { return arg };
+            let shown = format!("[env: {}]", name.to_string_lossy());
+            let help = arg.get_help().map_or_else(|| shown.clone(), |help| format!("{help} {shown}"));
+            let long_help = arg.get_long_help().map(|help| format!("{help}\n\n{shown}"));
+            let arg = arg.env(None).help(help);
+            let arg = match long_help {
+                Some(long_help) => arg.long_help(long_help),
+                None => arg,
+            };
+            match env.get(&name) {
+                Some(value) if arg.get_action().takes_values() => arg.default_value(value.clone()),
+                // A switch is off for the usual words of no, as clap reads them.
+                Some(value) => {
+                    let off = ["", "0", "n", "no", "f", "false", "off"]
+                        .contains(&value.to_string_lossy().to_ascii_lowercase().as_str());
+                    arg.default_value(if off { "false" } else { "true" })
+                }
+                None => arg,
+            }
+        })
+    })
+}
+
+/// File permissions in octal, such as 600 or 0660.
+fn octal_mode(text: &str) -> Result<u32, String> {
+    match u32::from_str_radix(text, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(mode),
+        _ => Err(format!("{text:?} is not a permission mode in octal, such as 600 or 660")),
+    }
+}
+
+/// A JSON object, kept as the text given.
+fn json_object(text: &str) -> Result<String, String> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(serde_json::Value::Object(_)) => Ok(text.to_owned()),
+        Ok(_) => Err("must be a JSON object, such as '{\"source\": \"loop\"}'".to_owned()),
+        Err(e) => Err(format!("is not JSON: {e}")),
+    }
+}
+
+/// A whole number in `min..=max`.
+fn count(min: u32, max: u32) -> impl TypedValueParser<Value = u32> {
+    clap::value_parser!(u32).range(i64::from(min)..=i64::from(max))
+}
+
+/// A size or count in `min..=max`.
+fn size(min: u64, max: u64) -> impl TypedValueParser<Value = usize> {
+    clap::value_parser!(u64).range(min..=max).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// Whole seconds in `min..=max`.
+fn seconds(min: u64, max: u64) -> impl TypedValueParser<Value = Duration> {
+    clap::value_parser!(u64).range(min..=max).map(Duration::from_secs)
+}
+
+/// Whole milliseconds in `min..=max`.
+fn millis(min: u64, max: u64) -> impl TypedValueParser<Value = Duration> {
+    clap::value_parser!(u64).range(min..=max).map(Duration::from_millis)
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl FromStr for Listen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err("unix: needs a socket path, e.g. unix:/run/stepwell.sock".into());
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        s.parse::<SocketAddr>()
+            .map(Listen::Tcp)
+            .map_err(|_| format!("{s:?} is neither HOST:PORT (e.g. 127.0.0.1:50051) nor unix:/path"))
+    }
+}
+
+/// Where the admin HTTP listener listens, if anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminListen {
+    Off,
+    Tcp(SocketAddr),
+}
+
+fn admin_listen(text: &str) -> Result<AdminListen, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(AdminListen::Off);
+    }
+    text.parse()
+        .map(AdminListen::Tcp)
+        .map_err(|_| format!("{text:?} is neither HOST:PORT (e.g. 127.0.0.1:9464) nor off"))
+}
+
+/// Limits a request is checked against.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub state_bytes_max: usize,
+    pub result_bytes_max: usize,
+    /// Most bytes of one record (payload, metadata and refs).
+    pub record_bytes_max: usize,
+    pub record_metadata_bytes_max: usize,
+    pub records_per_request_max: u32,
+    pub message_bytes_max: usize,
+    /// Most bytes of checkpoints or turn summaries in one page.
+    pub response_bytes_max: usize,
+    pub page_size_default: u32,
+    pub page_size_max: u32,
+    pub lease_default: Duration,
+    pub lease_max: Duration,
+    pub retention_default: Duration,
+    pub retention_max: Duration,
+    /// Requests in the stepwell services at once; more are shed.
+    pub max_concurrent_requests: usize,
+}
+
+/// What one connection may hold, and how long its requests and its peer are
+/// waited for (`--connection-*`, `--*-timeout-ms`, `--*-keepalive-*`).
+#[derive(Debug, Clone)]
+pub struct Connections {
+    pub streams_max: u32,
+    pub requests_max: usize,
+    pub request_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub body_buffer_bytes_max: usize,
+    pub preface_timeout: Duration,
+    pub http2_keepalive_interval: Duration,
+    pub http2_keepalive_timeout: Duration,
+    pub tcp_keepalive: Duration,
+    pub tls_handshakes: Handshakes,
+}
+
+/// How long a TLS handshake may take, and how many may be under way at
+/// once, in all and from one IP address (`--tls-handshake*`).
+#[derive(Debug, Clone, Copy)]
+pub struct Handshakes {
+    pub timeout: Duration,
+    pub max: usize,
+    pub per_address_max: usize,
+}
+
+/// How writes are grouped into transactions.
+pub use crate::store::writer::WriterConfig as Writes;
+
+/// The background purge of idempotency records past their retention.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    pub interval: Duration,
+    pub batch_max: u32,
+    /// Which turns the sweeper deletes.
+    pub turns: TurnRetention,
+}
+
+/// How long turns are kept: terminal turns and open ones, each `None` for
+/// forever, and the namespaces with rules of their own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnRetention {
+    pub terminal: Option<Duration>,
+    pub open: Option<Duration>,
+    /// The records of a turn none of whose records was written for this long.
+    pub records: Option<Duration>,
+    pub namespaces: std::collections::BTreeMap<String, NamespaceRetention>,
+}
+
+/// One namespace's turn retention, in place of the flags'.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NamespaceRetention {
+    pub terminal: Option<Duration>,
+    pub open: Option<Duration>,
+    pub records: Option<Duration>,
+}
+
+impl TurnRetention {
+    /// Whether any turn can ever be deleted.
+    pub fn is_on(&self) -> bool {
+        self.terminal.is_some()
+            || self.open.is_some()
+            || self.records.is_some()
+            || self
+                .namespaces
+                .values()
+                .any(|rule| rule.terminal.is_some() || rule.open.is_some() || rule.records.is_some())
+    }
+}
+
+/// The retention file: `[namespaces.NAME]` tables of ages or "off"; a key
+/// left out keeps the flag's value for that namespace.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionFile {
+    #[serde(default)]
+    namespaces: std::collections::BTreeMap<String, RetentionEntry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionEntry {
+    turn_retention: Option<String>,
+    open_turn_retention: Option<String>,
+    record_retention: Option<String>,
+}
+
+/// The turn retention of the flags and, if named, the file.
+fn turn_retention(args: &ServeArgs, errors: &mut ConfigErrors) -> TurnRetention {
+    let mut retention = TurnRetention {
+        terminal: args.turn_retention.0,
+        open: args.open_turn_retention.0,
+        records: args.record_retention.0,
+        namespaces: Default::default(),
+    };
+    let Some(path) = &args.retention_file else { return retention };
+    let mut fail = |message: String| errors.add("retention-file", format!("{}: {message}", path.display()));
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            fail(format!("cannot be read: {error}"));
+            return retention;
+        }
+    };
+    let file: RetentionFile = match toml::from_str(&text) {
+        Ok(file) => file,
+        Err(error) => {
+            fail(format!("is not valid: {error}"));
+            return retention;
+        }
+    };
+    for (namespace, entry) in file.namespaces {
+        let rule = |value: &Option<String>, default: Option<Duration>| match value {
+            None => Ok(default),
+            Some(text) => age_or_off(text).map_err(|why| format!("[namespaces.{namespace}]: {why}")),
+        };
+        let rules = (
+            rule(&entry.turn_retention, retention.terminal),
+            rule(&entry.open_turn_retention, retention.open),
+            rule(&entry.record_retention, retention.records),
+        );
+        match rules {
+            (Ok(terminal), Ok(open), Ok(records)) => {
+                retention.namespaces.insert(namespace, NamespaceRetention { terminal, open, records });
+            }
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => fail(why),
+        }
+    }
+    retention
+}
+
+/// How the sidecar keeps its health true to the store.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// How often the store is pinged.
+    pub check_interval: Duration,
+    /// How long a ping may take before it counts as late.
+    pub check_timeout: Duration,
+    /// How many late pings in a row make the store count as down.
+    pub check_timeouts_max: u32,
+    /// The first wait before trying again to reach a shared store at start-up.
+    pub retry_first: Duration,
+    /// The longest such wait; each one doubles up to it.
+    pub retry_max: Duration,
+}
+
+/// TLS on the gRPC listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// The certificate chain and its key (PEM), reloaded on SIGHUP.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CAs whose client certificates are required: mutual TLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Who may call, and over what.
+#[derive(Debug, Clone)]
+pub struct Security {
+    /// The principals file; `None` serves without authentication.
+    pub auth_file: Option<PathBuf>,
+    /// Reflection stays on while authentication is on.
+    pub reflection_with_auth: bool,
+    pub tls: Option<Tls>,
+    /// The operator accepted a network-facing port without TLS and authentication.
+    pub insecure_allow_network: bool,
+    /// Permissions of a Unix socket file.
+    pub unix_socket_mode: u32,
+}
+
+/// What the sidecar tells its operators beyond logs.
+#[derive(Debug, Clone)]
+pub struct Observability {
+    /// Where /metrics, /healthz and /readyz are served; `None` serves none.
+    pub admin_listen: Option<SocketAddr>,
+    /// Request metrics carry the namespace as a label: at most this many
+    /// namespaces each, the rest under `_other`; `None` labels none.
+    pub namespace_labels: Option<usize>,
+    /// Where traces go over OTLP/gRPC; `None` traces nothing.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the sidecar's spans.
+    pub service_name: String,
+}
+
+/// The checked configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: Listen,
+    pub store: StoreOptions,
+    pub limits: Limits,
+    pub writes: Writes,
+    pub sweep: Sweep,
+    pub health: Health,
+    pub security: Security,
+    pub connections: Connections,
+    pub observability: Observability,
+    pub shutdown_grace: Duration,
+    pub log_format: LogFormat,
+    pub log_filter: String,
+}
+
+impl Config {
+    /// A configuration for the given store with every other setting at its default.
+    pub fn for_database(database: Database) -> Config {
+        let mut args = ServeArgs::defaults();
+        args.database = database;
+        Config::from_args(&args).expect("the defaults are valid")
+    }
+
+    /// Checks what no single flag can, section by section, and reports every
+    /// mistake at once.
+    pub fn from_args(args: &ServeArgs) -> Result<Config, ConfigErrors> {
+        let mut errors = ConfigErrors(Vec::new());
+        let config = Config {
+            listen: args.listen.clone(),
+            store: store_options(args, &mut errors),
+            limits: limits(args, &mut errors),
+            writes: writes(args, &mut errors),
+            sweep: Sweep {
+                interval: args.sweep_interval,
+                batch_max: args.sweep_batch_max,
+                turns: turn_retention(args, &mut errors),
+            },
+            health: Health {
+                check_interval: args.health_check_interval,
+                check_timeout: args.health_check_timeout,
+                check_timeouts_max: args.health_check_timeouts_max,
+                retry_first: Duration::from_millis(100),
+                retry_max: args.store_retry_max,
+            },
+            security: security(args, &mut errors),
+            connections: Connections {
+                body_buffer_bytes_max: args.body_buffer_bytes_max,
+                streams_max: args.connection_streams_max,
+                requests_max: args.connection_requests_max,
+                request_timeout: args.request_timeout,
+                body_read_timeout: args.body_read_timeout,
+                preface_timeout: args.connection_preface_timeout,
+                http2_keepalive_interval: args.http2_keepalive_interval,
+                http2_keepalive_timeout: args.http2_keepalive_timeout,
+                tcp_keepalive: args.tcp_keepalive,
+                tls_handshakes: Handshakes {
+                    timeout: args.tls_handshake_timeout,
+                    max: args.tls_handshakes_max,
+                    per_address_max: args.tls_handshakes_per_address_max,
+                },
+            },
+            observability: observability(args, &mut errors),
+            shutdown_grace: args.shutdown_grace,
+            log_format: args.log_format,
+            log_filter: args.log_filter.clone(),
+        };
+        if let Err(error) = tracing_subscriber::EnvFilter::try_new(&args.log_filter) {
+            errors.add("log", format!("{:?} is not a log filter: {error}", args.log_filter));
+        }
+        if errors.0.is_empty() { Ok(config) } else { Err(errors) }
+    }
+}
+
+/// TLS comes as a certificate with its key; a TCP port beyond loopback
+/// needs TLS and authentication, or the operator's word that it may go without.
+fn security(args: &ServeArgs, errors: &mut ConfigErrors) -> Security {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(Tls { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone() })
+        }
+        (None, None) => None,
+        (Some(_), None) => {
+            errors.add("tls-cert", "needs --tls-key, the certificate's private key".to_owned());
+            None
+        }
+        (None, Some(_)) => {
+            errors.add("tls-key", "needs --tls-cert, the certificate it belongs to".to_owned());
+            None
+        }
+    };
+    if args.tls_client_ca.is_some() && args.tls_cert.is_none() {
+        errors.add(
+            "tls-client-ca",
+            "needs --tls-cert and --tls-key: client certificates are asked for over TLS".to_owned(),
+        );
+    }
+    if let Listen::Tcp(address) = &args.listen
+        && !address.ip().is_loopback()
+        && !(args.tls_cert.is_some() && args.auth_file.is_some())
+        && !args.insecure_allow_network
+    {
+        errors.add(
+            "listen",
+            format!(
+                "{address} is reachable beyond this host, and without TLS and authentication anyone who reaches it \
+                 could read and delete every namespace. Add --tls-cert, --tls-key and --auth-file (README, \
+                 \"Security\"), listen on 127.0.0.1 or a unix: socket, or pass --insecure-allow-network to accept the risk"
+            ),
+        );
+    }
+    Security {
+        auth_file: args.auth_file.clone(),
+        reflection_with_auth: args.reflection_with_auth,
+        tls,
+        insecure_allow_network: args.insecure_allow_network,
+        unix_socket_mode: args.unix_socket_mode,
+    }
+}
+
+/// The admin listener follows the rule of `--listen`, but it has neither
+/// TLS nor authentication: beyond loopback only on the operator's word. Tracing is on when
+/// an OTLP endpoint is named and the exporter is not `none`.
+fn observability(args: &ServeArgs, errors: &mut ConfigErrors) -> Observability {
+    let admin_listen = match args.admin_listen {
+        AdminListen::Off => None,
+        AdminListen::Tcp(address) => Some(address),
+    };
+    if let Some(address) = admin_listen
+        && !address.ip().is_loopback()
+        && !args.insecure_allow_network
+    {
+        errors.add(
+            "admin-listen",
+            format!(
+                "{address} is reachable beyond this host, and the admin listener serves plain HTTP without \
+                 authentication: anyone who reaches it could read the metrics. Listen on 127.0.0.1 (a scraper in \
+                 the same pod or host reaches it), or pass --insecure-allow-network to accept the risk"
+            ),
+        );
+    }
+    let exporter = args.otel_traces_exporter.trim().to_ascii_lowercase();
+    if !matches!(exporter.as_str(), "otlp" | "none" | "") {
+        errors.add("otel-traces-exporter", format!("OTEL_TRACES_EXPORTER={exporter:?}: stepwell exports otlp or none"));
+    }
+    let endpoint = args.otlp_traces_endpoint.clone().or_else(|| args.otlp_endpoint.clone()).filter(|e| !e.is_empty());
+    Observability {
+        admin_listen,
+        namespace_labels: args.metrics_namespace_labels.then_some(args.metrics_namespace_labels_max as usize),
+        otlp_endpoint: endpoint.filter(|_| exporter != "none"),
+        service_name: Some(args.otel_service_name.trim()).filter(|n| !n.is_empty()).unwrap_or("stepwell").to_owned(),
+    }
+}
+
+/// The store's own options.
+fn store_options(args: &ServeArgs, errors: &mut ConfigErrors) -> StoreOptions {
+    let sqlite = matches!(args.database, Database::Sqlite { .. });
+    if args.sqlite_bytes_max > 0 && !sqlite {
+        errors.add("sqlite-bytes-max", "applies only to a sqlite:// store".to_owned());
+    }
+    let acquire_default = if sqlite { Duration::from_secs(5) } else { Duration::from_secs(2) };
+    StoreOptions {
+        database: args.database.clone(),
+        pool_max: args.pool_max,
+        acquire_timeout: args.pool_acquire_timeout.unwrap_or(acquire_default),
+        sqlite_busy_timeout: args.sqlite_busy_timeout,
+        migration_lock_timeout: args.migration_lock_timeout,
+        postgres_statement_timeout: args.postgres_statement_timeout,
+        postgres_lock_timeout: args.postgres_lock_timeout,
+        sqlite_bytes_max: (args.sqlite_bytes_max > 0).then_some(args.sqlite_bytes_max),
+        unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
+        clock: Clock::system(),
+    }
+}
+
+/// How writes are queued and batched: the queue's bytes hold at least the
+/// largest request, which could never queue otherwise.
+fn writes(args: &ServeArgs, errors: &mut ConfigErrors) -> Writes {
+    if args.write_queue_bytes_max < args.message_bytes_max {
+        errors.add(
+            "write-queue-bytes-max",
+            format!(
+                "{} is below --message-bytes-max {}: the largest request could never be queued",
+                args.write_queue_bytes_max, args.message_bytes_max
+            ),
+        );
+    }
+    Writes {
+        queue_max: args.write_queue_max,
+        queue_bytes_max: args.write_queue_bytes_max,
+        batch_max: args.write_batch_max,
+        delete_chunk_rows: args.delete_chunk_rows,
+        // SQLite admits one writer; more tasks would only queue on its lock.
+        concurrency: match args.database {
+            Database::Sqlite { .. } => 1,
+            Database::Postgres { .. } => args.write_concurrency,
+        },
+    }
+}
+
+/// The request limits, each default within its maximum, and a message large
+/// enough for the largest state or result.
+fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
+    let needed = args.state_bytes_max.max(args.result_bytes_max) + limits::MESSAGE_OVERHEAD_BYTES;
+    if args.message_bytes_max < needed {
+        errors.add(
+            "message-bytes-max",
+            format!("{} leaves no room for a full state or result; use at least {needed}", args.message_bytes_max),
+        );
+    }
+    if args.body_buffer_bytes_max < args.message_bytes_max {
+        errors.add(
+            "body-buffer-bytes-max",
+            format!("{} is below --message-bytes-max {}", args.body_buffer_bytes_max, args.message_bytes_max),
+        );
+    }
+    if args.lease_default > args.lease_max {
+        errors.add(
+            "lease-default-seconds",
+            format!("{:?} is above --lease-max-seconds {:?}", args.lease_default, args.lease_max),
+        );
+    }
+    if args.retention_default > args.retention_max {
+        errors.add(
+            "retention-default-seconds",
+            format!("{:?} is above --retention-max-seconds {:?}", args.retention_default, args.retention_max),
+        );
+    }
+    if args.page_size_default > args.page_size_max {
+        errors.add(
+            "page-size-default",
+            format!("{} is above --page-size-max {}", args.page_size_default, args.page_size_max),
+        );
+    }
+    Limits {
+        state_bytes_max: args.state_bytes_max,
+        result_bytes_max: args.result_bytes_max,
+        record_bytes_max: args.record_bytes_max,
+        record_metadata_bytes_max: args.record_metadata_bytes_max,
+        records_per_request_max: args.records_per_request_max,
+        message_bytes_max: args.message_bytes_max,
+        page_size_default: args.page_size_default,
+        page_size_max: args.page_size_max,
+        // A page must fit a message with room for its framing.
+        response_bytes_max: args
+            .response_bytes_max
+            .min(args.message_bytes_max.saturating_sub(limits::MESSAGE_OVERHEAD_BYTES).max(1024)),
+        lease_default: args.lease_default,
+        lease_max: args.lease_max,
+        retention_default: args.retention_default,
+        retention_max: args.retention_max,
+        max_concurrent_requests: args.max_concurrent_requests,
+    }
+}
+
+/// Every mistake found in a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl std::fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "invalid configuration:")?;
+        for error in &self.0 {
+            writeln!(f, "  {error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl ConfigErrors {
+    fn add(&mut self, flag: &str, message: String) {
+        self.0.push(format!("--{flag}: {message}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(argv: &[&str], env: &Env) -> Result<ServeArgs, clap::Error> {
+        let argv = ["stepwell", "serve"].iter().chain(argv);
+        match parse(argv, env)? {
+            Command::Serve(args) => Ok(*args),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn mistakes(error: &clap::Error) -> Vec<String> {
+        let text = error.render().to_string();
+        text.lines().take_while(|l| !l.is_empty()).map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn late_health_checks_before_the_store_counts_as_down() {
+        let health = |argv: &[&str], env: &Env| Config::from_args(&serve(argv, env).unwrap()).unwrap().health;
+        assert_eq!(health(&[], &Env::default()).check_timeouts_max, 3);
+        assert_eq!(health(&["--health-check-timeouts-max", "1"], &Env::default()).check_timeouts_max, 1);
+        let env: Env = [("STEPWELL_HEALTH_CHECK_TIMEOUTS_MAX", "7")].into_iter().collect();
+        assert_eq!(health(&[], &env).check_timeouts_max, 7);
+        for bad in ["0", "101", "x"] {
+            assert!(serve(&["--health-check-timeouts-max", bad], &Env::default()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_response_budget_fits_the_message_size() {
+        let limits = Config::from_args(&ServeArgs::defaults()).unwrap().limits;
+        assert_eq!(limits.response_bytes_max, 4 * 1024 * 1024 - 64 * 1024);
+        let env: Env = [("STEPWELL_RESPONSE_BYTES_MAX", "65536")].into_iter().collect();
+        assert_eq!(Config::from_args(&serve(&[], &env).unwrap()).unwrap().limits.response_bytes_max, 65536);
+        let over = serve(&["--response-bytes-max", "8388608"], &Env::default()).unwrap();
+        assert_eq!(Config::from_args(&over).unwrap().limits.response_bytes_max, 4 * 1024 * 1024 - 64 * 1024);
+        let raised = ["--response-bytes-max", "8388608", "--message-bytes-max", "16777216"];
+        let raised = Config::from_args(&serve(&raised, &Env::default()).unwrap()).unwrap();
+        assert_eq!(raised.limits.response_bytes_max, 8388608);
+        assert!(serve(&["--response-bytes-max", "10"], &Env::default()).is_err(), "below 1 KiB");
+    }
+
+    #[test]
+    fn store_waits_have_defaults_bounds_and_environment_names() {
+        let store = Config::from_args(&ServeArgs::defaults()).unwrap().store;
+        assert_eq!(store.migration_lock_timeout, Duration::from_secs(60));
+        assert_eq!(
+            (store.postgres_statement_timeout, store.postgres_lock_timeout),
+            (Duration::from_secs(20), Duration::from_secs(5))
+        );
+        let env: Env = [
+            ("STEPWELL_MIGRATION_LOCK_TIMEOUT_MS", "300"),
+            ("STEPWELL_POSTGRES_STATEMENT_TIMEOUT_MS", "1500"),
+            ("STEPWELL_POSTGRES_LOCK_TIMEOUT_MS", "250"),
+        ]
+        .into_iter()
+        .collect();
+        let store = Config::from_args(&serve(&[], &env).unwrap()).unwrap().store;
+        assert_eq!(store.migration_lock_timeout, Duration::from_millis(300));
+        assert_eq!(store.postgres_statement_timeout, Duration::from_millis(1500));
+        assert_eq!(store.postgres_lock_timeout, Duration::from_millis(250));
+        for flag in ["--migration-lock-timeout-ms", "--postgres-statement-timeout-ms", "--postgres-lock-timeout-ms"] {
+            let refused = mistakes(&serve(&[flag, "0"], &Env::default()).unwrap_err());
+            assert!(refused[0].contains(flag.trim_start_matches("--")), "{flag}: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn connection_limits_have_defaults_bounds_and_environment_names() {
+        let config = Config::from_args(&ServeArgs::defaults()).unwrap().connections;
+        assert_eq!((config.streams_max, config.requests_max), (100, 64));
+        assert_eq!(
+            (config.request_timeout, config.body_read_timeout),
+            (Duration::from_secs(30), Duration::from_secs(10))
+        );
+        assert_eq!(
+            (config.http2_keepalive_interval, config.http2_keepalive_timeout),
+            (Duration::from_secs(60), Duration::from_secs(20))
+        );
+        assert_eq!((config.tcp_keepalive, config.preface_timeout), (Duration::from_secs(60), Duration::from_secs(10)));
+        assert_eq!(config.body_buffer_bytes_max, 256 << 20);
+        let handshakes = config.tls_handshakes;
+        assert_eq!(
+            (handshakes.timeout, handshakes.max, handshakes.per_address_max),
+            (Duration::from_secs(10), 256, 32)
+        );
+        let small = serve(&["--body-buffer-bytes-max", "4096"], &Env::default()).unwrap();
+        let lines = Config::from_args(&small).unwrap_err().0;
+        assert!(lines.len() == 1 && lines[0].starts_with("--body-buffer-bytes-max"), "{lines:?}");
+        let env: Env = [
+            ("STEPWELL_CONNECTION_STREAMS_MAX", "8"),
+            ("STEPWELL_CONNECTION_REQUESTS_MAX", "4"),
+            ("STEPWELL_REQUEST_TIMEOUT_MS", "500"),
+            ("STEPWELL_BODY_READ_TIMEOUT_MS", "200"),
+            ("STEPWELL_HTTP2_KEEPALIVE_INTERVAL_MS", "300"),
+            ("STEPWELL_HTTP2_KEEPALIVE_TIMEOUT_MS", "100"),
+            ("STEPWELL_TCP_KEEPALIVE_MS", "5000"),
+            ("STEPWELL_CONNECTION_PREFACE_TIMEOUT_MS", "250"),
+            ("STEPWELL_TLS_HANDSHAKE_TIMEOUT_MS", "400"),
+            ("STEPWELL_TLS_HANDSHAKES_MAX", "16"),
+            ("STEPWELL_TLS_HANDSHAKES_PER_ADDRESS_MAX", "2"),
+        ]
+        .into_iter()
+        .collect();
+        let args = serve(&[], &env).unwrap();
+        assert_eq!((args.connection_streams_max, args.connection_requests_max), (8, 4));
+        assert_eq!(
+            (args.request_timeout, args.body_read_timeout),
+            (Duration::from_millis(500), Duration::from_millis(200))
+        );
+        assert_eq!(
+            (args.http2_keepalive_interval, args.http2_keepalive_timeout),
+            (Duration::from_millis(300), Duration::from_millis(100))
+        );
+        assert_eq!(
+            (args.tcp_keepalive, args.connection_preface_timeout),
+            (Duration::from_secs(5), Duration::from_millis(250))
+        );
+        assert_eq!(
+            (args.tls_handshake_timeout, args.tls_handshakes_max, args.tls_handshakes_per_address_max),
+            (Duration::from_millis(400), 16, 2)
+        );
+    }
+
+    #[test]
+    fn connection_limits_refuse_zero() {
+        for flag in [
+            "--connection-streams-max",
+            "--connection-requests-max",
+            "--request-timeout-ms",
+            "--body-read-timeout-ms",
+            "--http2-keepalive-interval-ms",
+            "--http2-keepalive-timeout-ms",
+            "--tcp-keepalive-ms",
+            "--connection-preface-timeout-ms",
+            "--tls-handshake-timeout-ms",
+            "--tls-handshakes-max",
+            "--tls-handshakes-per-address-max",
+        ] {
+            let lines = mistakes(&serve(&[flag, "0"], &Env::default()).unwrap_err());
+            assert!(lines.len() == 1 && lines[0].contains(flag), "{flag}: {lines:?}");
+        }
+    }
+
+    #[test]
+    fn the_admin_listener_and_tracing_follow_their_flags_and_variables() {
+        let defaults = Config::from_args(&ServeArgs::defaults()).unwrap().observability;
+        assert_eq!(defaults.admin_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(
+            (defaults.namespace_labels, defaults.otlp_endpoint, defaults.service_name.as_str()),
+            (None, None, "stepwell")
+        );
+        let labels = serve(&["--metrics-namespace-labels"], &Env::default()).unwrap();
+        assert_eq!(Config::from_args(&labels).unwrap().observability.namespace_labels, Some(100));
+        let capped = serve(&["--metrics-namespace-labels", "--metrics-namespace-labels-max", "3"], &Env::default());
+        assert_eq!(Config::from_args(&capped.unwrap()).unwrap().observability.namespace_labels, Some(3));
+        let none = serve(&["--metrics-namespace-labels-max", "0"], &Env::default()).unwrap_err();
+        assert!(mistakes(&none).iter().any(|l| l.contains("--metrics-namespace-labels-max")));
+        let off = serve(&["--admin-listen", "off"], &Env::default()).unwrap();
+        assert_eq!(Config::from_args(&off).unwrap().observability.admin_listen, None);
+
+        // Beyond loopback only on the operator's word.
+        let wide = serve(&["--admin-listen", "0.0.0.0:9464"], &Env::default()).unwrap();
+        let lines = Config::from_args(&wide).unwrap_err().0;
+        assert!(
+            lines.iter().any(|l| l.contains("--admin-listen") && l.contains("--insecure-allow-network")),
+            "{lines:?}"
+        );
+        let allowed = serve(&["--admin-listen", "0.0.0.0:9464", "--insecure-allow-network"], &Env::default()).unwrap();
+        assert!(Config::from_args(&allowed).is_ok());
+        let bad = serve(&["--admin-listen", "nowhere"], &Env::default()).unwrap_err();
+        assert!(mistakes(&bad).iter().any(|l| l.contains("--admin-listen")));
+
+        // The standard variables: the traces endpoint wins over the general
+        // one, and the exporter `none` turns tracing off.
+        let env: Env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4317"),
+            ("OTEL_SERVICE_NAME", "checkout-sidecar"),
+        ]
+        .into_iter()
+        .collect();
+        let traced = Config::from_args(&serve(&[], &env).unwrap()).unwrap().observability;
+        assert_eq!(traced.otlp_endpoint.as_deref(), Some("http://traces:4317"));
+        assert_eq!(traced.service_name, "checkout-sidecar");
+        let env: Env = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4317"), ("OTEL_TRACES_EXPORTER", "none")]
+            .into_iter()
+            .collect();
+        assert_eq!(Config::from_args(&serve(&[], &env).unwrap()).unwrap().observability.otlp_endpoint, None);
+        let env: Env = [("OTEL_TRACES_EXPORTER", "zipkin")].into_iter().collect();
+        assert!(Config::from_args(&serve(&[], &env).unwrap()).is_err(), "an exporter stepwell has not is refused");
+    }
+
+    #[test]
+    fn turn_retention_follows_its_flags_and_its_file() {
+        let off = Config::from_args(&ServeArgs::defaults()).unwrap().sweep.turns;
+        assert_eq!(off, TurnRetention::default());
+        assert!(!off.is_on());
+        let env: Env = [("STEPWELL_OPEN_TURN_RETENTION", "2d")].into_iter().collect();
+        let on = Config::from_args(&serve(&["--turn-retention", "30d"], &env).unwrap()).unwrap().sweep.turns;
+        assert_eq!(
+            (on.terminal, on.open),
+            (Some(Duration::from_secs(30 * 86_400)), Some(Duration::from_secs(2 * 86_400)))
+        );
+        assert!(
+            mistakes(&serve(&["--turn-retention", "0s"], &Env::default()).unwrap_err())[0].contains("--turn-retention")
+        );
+        assert!(serve(&["--turn-retention", "soon"], &Env::default()).is_err());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("retention.toml");
+        std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"90d\"\n[namespaces.audit]\nturn_retention = \"off\"\nopen_turn_retention = \"1h\"\nrecord_retention = \"2h\"\n").unwrap();
+        let path = file.to_str().unwrap();
+        let args =
+            serve(&["--turn-retention", "1d", "--record-retention", "7d", "--retention-file", path], &Env::default())
+                .unwrap();
+        let rules = Config::from_args(&args).unwrap().sweep.turns;
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            rules.namespaces["billing"],
+            NamespaceRetention { terminal: Some(day * 90), open: None, records: Some(day * 7) }
+        );
+        assert_eq!(
+            rules.namespaces["audit"],
+            NamespaceRetention {
+                terminal: None,
+                open: Some(Duration::from_secs(3600)),
+                records: Some(Duration::from_secs(7200))
+            }
+        );
+        assert_eq!(rules.terminal, Some(day));
+        assert_eq!(rules.records, Some(day * 7));
+        assert!(serve(&["--record-retention", "soon"], &Env::default()).is_err());
+
+        std::fs::write(&file, "[namespaces.billing]\nturn_retention = \"later\"\n").unwrap();
+        let errors = Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).unwrap_err().0;
+        assert!(errors[0].contains("--retention-file") && errors[0].contains("[namespaces.billing]"), "{errors:?}");
+        std::fs::write(&file, "[namespaces.billing]\nretention = \"1d\"\n").unwrap();
+        assert!(
+            Config::from_args(&serve(&["--retention-file", path], &Env::default()).unwrap()).is_err(),
+            "unknown keys"
+        );
+    }
+
+    #[test]
+    fn reports_every_bad_value_at_once() {
+        let argv =
+            ["--listen", "nowhere", "--database-url", "mysql://x", "--state-bytes-max=-1", "--log-format", "xml"];
+        let error = serve(&argv, &Env::default()).unwrap_err();
+        let lines = mistakes(&error);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        for flag in ["--listen", "--database-url", "--state-bytes-max", "--log-format"] {
+            assert!(lines.iter().any(|l| l.contains(flag)), "{flag} missing from {lines:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_database_url_is_reported_without_its_password() {
+        let lines = mistakes(&serve(&["--database-url", "postgresq://u:SECRET@h/db"], &Env::default()).unwrap_err());
+        assert!(lines.len() == 1 && lines[0].contains("--database-url"), "{lines:?}");
+        assert!(!lines[0].contains("SECRET") && lines[0].contains("must start with"), "{lines:?}");
+    }
+
+    #[test]
+    fn record_limits_have_flags_and_defaults() {
+        let defaults = Config::from_args(&ServeArgs::defaults()).unwrap().limits;
+        assert_eq!(
+            (defaults.record_bytes_max, defaults.record_metadata_bytes_max, defaults.records_per_request_max),
+            (4 << 20, 64 << 10, 1000)
+        );
+        let argv =
+            ["--record-bytes-max", "1024", "--record-metadata-bytes-max", "256", "--records-per-request-max", "3"];
+        let limits = Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap().limits;
+        assert_eq!(
+            (limits.record_bytes_max, limits.record_metadata_bytes_max, limits.records_per_request_max),
+            (1024, 256, 3)
+        );
+        let lines = mistakes(&serve(&["--records-per-request-max", "0"], &Env::default()).unwrap_err());
+        assert!(lines[0].contains("--records-per-request-max"), "{lines:?}");
+    }
+
+    #[test]
+    fn no_subcommand_means_serve() {
+        assert!(matches!(parse(["stepwell"], &Env::default()), Ok(Command::Serve(_))));
+    }
+
+    #[test]
+    fn the_environment_is_the_source_passed_in() {
+        let env: Env = [("STEPWELL_STATE_BYTES_MAX", "4096"), ("STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES", "1")]
+            .into_iter()
+            .collect();
+        let args = serve(&[], &env).unwrap();
+        assert_eq!(args.state_bytes_max, 4096);
+        assert!(args.unsafe_accept_nondurable_postgres);
+        // The command line wins over the environment.
+        assert_eq!(serve(&["--state-bytes-max", "8192"], &env).unwrap().state_bytes_max, 8192);
+        let off: Env = [("STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES", "false")].into_iter().collect();
+        assert!(!serve(&[], &off).unwrap().unsafe_accept_nondurable_postgres);
+        assert_eq!(ServeArgs::defaults().state_bytes_max, 1 << 20);
+    }
+
+    #[test]
+    fn a_bad_environment_value_is_reported_with_its_flag() {
+        let env: Env = [("STEPWELL_POOL_MAX", "0")].into_iter().collect();
+        let lines = mistakes(&serve(&[], &env).unwrap_err());
+        assert!(lines.len() == 1 && lines[0].contains("--pool-max"), "{lines:?}");
+    }
+
+    #[test]
+    fn parses_listen_addresses() {
+        assert_eq!("unix:/tmp/s.sock".parse(), Ok(Listen::Unix("/tmp/s.sock".into())));
+        assert_eq!("127.0.0.1:1".parse(), Ok(Listen::Tcp("127.0.0.1:1".parse().unwrap())));
+        assert!("unix:".parse::<Listen>().is_err());
+    }
+
+    #[test]
+    fn checks_healthcheck_flags() {
+        let cli =
+            parse(["stepwell", "healthcheck", "--target", "unix:/run/s.sock", "--timeout-ms", "250"], &Env::default());
+        let Ok(Command::Healthcheck(check)) = cli else { panic!("not a healthcheck: {cli:?}") };
+        assert_eq!(check.target, Listen::Unix("/run/s.sock".into()));
+        assert_eq!(check.timeout, Duration::from_millis(250));
+        let argv = ["stepwell", "healthcheck", "--target", "nowhere", "--timeout-ms", "0"];
+        let lines = mistakes(&parse(argv, &Env::default()).unwrap_err());
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("--target") && lines[1].contains("--timeout-ms"), "{lines:?}");
+    }
+
+    #[test]
+    fn healthcheck_tls_flags_come_together() {
+        let check = |argv: &[&str], env: &Env| {
+            let argv = ["stepwell", "healthcheck"].iter().chain(argv);
+            let Ok(Command::Healthcheck(check)) = parse(argv, env) else { panic!("not a healthcheck") };
+            check.tls()
+        };
+        let none = Env::default();
+        assert_eq!(check(&[], &none), Ok(None), "plaintext without --tls-ca");
+        let tls = check(&["--tls-ca", "ca.pem"], &none).unwrap().expect("TLS");
+        assert_eq!((tls.server_name.to_str().as_ref(), tls.client), ("localhost", None));
+        let argv = ["--tls-ca", "ca.pem", "--tls-server-name", "10.0.0.7", "--tls-cert", "c.pem", "--tls-key", "k.pem"];
+        let tls = check(&argv, &none).unwrap().expect("TLS");
+        assert_eq!(tls.server_name.to_str(), "10.0.0.7");
+        assert_eq!(tls.client, Some(("c.pem".into(), "k.pem".into())));
+
+        let errors = check(&["--tls-cert", "c.pem", "--tls-server-name", "stepwell"], &none).unwrap_err().0;
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].starts_with("--tls-cert") && errors[0].contains("--tls-key"), "{errors:?}");
+        assert!(errors[1].starts_with("--tls-server-name") && errors[2].starts_with("--tls-cert"), "{errors:?}");
+        assert!(check(&["--tls-ca", "ca.pem", "--tls-key", "k.pem"], &none).unwrap_err().0[0].starts_with("--tls-key"));
+
+        // The serve variables are the server's own certificate, never the probe's.
+        let serving: Env = [("STEPWELL_TLS_CERT", "s.pem"), ("STEPWELL_TLS_KEY", "s.key")].into_iter().collect();
+        assert_eq!(check(&[], &serving), Ok(None));
+        let probing: Env = [("STEPWELL_HEALTHCHECK_TLS_CA", "ca.pem")].into_iter().collect();
+        assert_eq!(check(&[], &probing).unwrap().expect("TLS").ca, PathBuf::from("ca.pem"));
+        let lines = mistakes(&parse(["stepwell", "healthcheck", "--tls-server-name", "a b"], &none).unwrap_err());
+        assert!(lines[0].contains("--tls-server-name"), "{lines:?}");
+    }
+
+    #[test]
+    fn limits_are_checked_against_each_other_all_at_once() {
+        let argv =
+            ["--message-bytes-max", "1048576", "--lease-default-seconds", "7200", "--page-size-default", "20000"];
+        let errors = Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap_err().0;
+        assert_eq!(errors.len(), 3, "{errors:?}");
+        assert!(errors[0].contains("no room"), "{errors:?}");
+        assert!(errors[1].starts_with("--lease-default-seconds"), "{errors:?}");
+        assert!(errors[2].starts_with("--page-size-default"), "{errors:?}");
+    }
+
+    #[test]
+    fn the_write_queue_holds_at_least_the_largest_request() {
+        let defaults = Config::from_args(&serve(&[], &Env::default()).unwrap()).unwrap();
+        assert_eq!(defaults.writes.queue_bytes_max, 64 << 20);
+        let argv = ["--write-queue-bytes-max", "4194303"];
+        let errors = Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap_err().0;
+        assert!(errors.len() == 1 && errors[0].starts_with("--write-queue-bytes-max"), "{errors:?}");
+        let argv = ["--write-queue-bytes-max", "2097152", "--message-bytes-max", "2097152"];
+        assert_eq!(Config::from_args(&serve(&argv, &Env::default()).unwrap()).unwrap().writes.queue_bytes_max, 2 << 20);
+    }
+
+    #[test]
+    fn store_options_follow_the_backend() {
+        let sqlite = Config::for_database("sqlite://a.db".parse().unwrap());
+        assert_eq!(sqlite.store.acquire_timeout, Duration::from_secs(5));
+        assert_eq!(sqlite.writes.concurrency, 1);
+        let postgres = Config::for_database("postgres://u@h/d".parse().unwrap());
+        assert_eq!(postgres.store.acquire_timeout, Duration::from_secs(2));
+        assert_eq!(postgres.writes.concurrency, 4);
+        let args = serve(&["--database-url", "postgres://u@h/d", "--sqlite-bytes-max", "1"], &Env::default()).unwrap();
+        assert!(Config::from_args(&args).unwrap_err().0[0].starts_with("--sqlite-bytes-max"));
+    }
+
+    #[test]
+    fn a_network_port_needs_tls_and_auth_or_the_operators_word() {
+        let errors = |argv: &[&str]| Config::from_args(&serve(argv, &Env::default()).unwrap()).err();
+        let refused = errors(&["--listen", "0.0.0.0:50051"]).expect("refused");
+        assert!(
+            refused.0[0].starts_with("--listen") && refused.0[0].contains("--insecure-allow-network"),
+            "{refused:?}"
+        );
+        assert!(errors(&["--listen", "0.0.0.0:50051", "--insecure-allow-network"]).is_none());
+        let secured = ["--listen", "[::]:50051", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--auth-file", "a.toml"];
+        assert!(errors(&secured).is_none());
+        assert!(errors(&["--listen", "0.0.0.0:1", "--tls-cert", "c.pem", "--tls-key", "k.pem"]).is_some(), "TLS alone");
+        assert!(errors(&["--listen", "[::1]:50051"]).is_none(), "loopback needs neither");
+        assert!(errors(&["--listen", "unix:/tmp/s.sock"]).is_none(), "a socket file needs neither");
+    }
+
+    #[test]
+    fn tls_flags_come_together() {
+        let errors = |argv: &[&str]| Config::from_args(&serve(argv, &Env::default()).unwrap()).unwrap_err().0;
+        assert!(errors(&["--tls-cert", "c.pem"])[0].starts_with("--tls-cert"));
+        assert!(errors(&["--tls-key", "k.pem"])[0].starts_with("--tls-key"));
+        assert!(errors(&["--tls-client-ca", "ca.pem"])[0].starts_with("--tls-client-ca"));
+        assert!(mistakes(&serve(&["--unix-socket-mode", "999"], &Env::default()).unwrap_err())[0].contains("octal"));
+        assert_eq!(serve(&["--unix-socket-mode", "660"], &Env::default()).unwrap().unix_socket_mode, 0o660);
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_a_configuration_error() {
+        let args = serve(&["--log", "stepwell=loud"], &Env::default()).unwrap();
+        assert!(Config::from_args(&args).unwrap_err().0[0].starts_with("--log"));
+    }
+}

@@ -1,0 +1,158 @@
+//! The RPCs of the contract's three services, the role each needs, and
+//! why a caller may be unknown: the vocabulary that authorization, metrics,
+//! traces and the domain error share, with no behaviour of its own.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+/// What a grant allows, each role everything the one before it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Restore, ListTurns, Get.
+    Read,
+    /// Also Checkpoint, Begin, Complete, Release, Extend.
+    Write,
+    /// Also DeleteTurn.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Write => "write",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every RPC that authorization knows, with the role it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rpc {
+    Checkpoint,
+    Restore,
+    ListTurns,
+    DeleteTurn,
+    Begin,
+    Complete,
+    Release,
+    Extend,
+    Get,
+    PutRecords,
+    ListRecords,
+    DeleteRecords,
+    CopyTurn,
+}
+
+impl Rpc {
+    /// Every RPC of the three services, in the order of the contract.
+    pub const ALL: [Rpc; 13] = [
+        Rpc::Checkpoint,
+        Rpc::Restore,
+        Rpc::ListTurns,
+        Rpc::DeleteTurn,
+        Rpc::Begin,
+        Rpc::Complete,
+        Rpc::Release,
+        Rpc::Extend,
+        Rpc::Get,
+        Rpc::PutRecords,
+        Rpc::ListRecords,
+        Rpc::DeleteRecords,
+        Rpc::CopyTurn,
+    ];
+
+    /// The RPC a request path names (`/stepwell.v1.CheckpointService/Checkpoint`).
+    pub fn from_path(path: &str) -> Option<Rpc> {
+        let name = path.strip_prefix('/')?;
+        Rpc::ALL.into_iter().find(|rpc| rpc.full_name() == name)
+    }
+
+    /// The full name of the service the RPC belongs to.
+    pub fn service(self) -> &'static str {
+        match self {
+            Rpc::Checkpoint | Rpc::Restore | Rpc::ListTurns | Rpc::DeleteTurn => "stepwell.v1.CheckpointService",
+            Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend | Rpc::Get => "stepwell.v1.IdempotencyService",
+            Rpc::PutRecords | Rpc::ListRecords | Rpc::DeleteRecords | Rpc::CopyTurn => "stepwell.v1.RecordService",
+        }
+    }
+
+    /// The RPC's full name, `service/method`: its server span's name.
+    pub fn full_name(self) -> &'static str {
+        match self {
+            Rpc::Checkpoint => "stepwell.v1.CheckpointService/Checkpoint",
+            Rpc::Restore => "stepwell.v1.CheckpointService/Restore",
+            Rpc::ListTurns => "stepwell.v1.CheckpointService/ListTurns",
+            Rpc::DeleteTurn => "stepwell.v1.CheckpointService/DeleteTurn",
+            Rpc::Begin => "stepwell.v1.IdempotencyService/Begin",
+            Rpc::Complete => "stepwell.v1.IdempotencyService/Complete",
+            Rpc::Release => "stepwell.v1.IdempotencyService/Release",
+            Rpc::Extend => "stepwell.v1.IdempotencyService/Extend",
+            Rpc::Get => "stepwell.v1.IdempotencyService/Get",
+            Rpc::PutRecords => "stepwell.v1.RecordService/PutRecords",
+            Rpc::ListRecords => "stepwell.v1.RecordService/ListRecords",
+            Rpc::DeleteRecords => "stepwell.v1.RecordService/DeleteRecords",
+            Rpc::CopyTurn => "stepwell.v1.RecordService/CopyTurn",
+        }
+    }
+
+    /// The least role that may call this RPC.
+    pub fn role(self) -> Role {
+        match self {
+            Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords => Role::Read,
+            Rpc::Checkpoint | Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend => Role::Write,
+            // Deleting and copying records is part of an application's own
+            // work on its records (a graph's threads), unlike DeleteTurn.
+            Rpc::PutRecords | Rpc::DeleteRecords | Rpc::CopyTurn => Role::Write,
+            Rpc::DeleteTurn => Role::Admin,
+        }
+    }
+
+    /// The RPC's name as the contract spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rpc::Checkpoint => "Checkpoint",
+            Rpc::Restore => "Restore",
+            Rpc::ListTurns => "ListTurns",
+            Rpc::DeleteTurn => "DeleteTurn",
+            Rpc::Begin => "Begin",
+            Rpc::Complete => "Complete",
+            Rpc::Release => "Release",
+            Rpc::Extend => "Extend",
+            Rpc::Get => "Get",
+            Rpc::PutRecords => "PutRecords",
+            Rpc::ListRecords => "ListRecords",
+            Rpc::DeleteRecords => "DeleteRecords",
+            Rpc::CopyTurn => "CopyTurn",
+        }
+    }
+}
+
+/// Why a caller is not known; none of these says more than the others to
+/// the caller, but the log tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unknown {
+    NoCredentials,
+    MalformedHeader,
+    RepeatedHeader,
+    UnknownToken,
+}
+
+impl Unknown {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unknown::NoCredentials => "no bearer token or client certificate",
+            Unknown::MalformedHeader => "the authorization header is not \"Bearer <token>\"",
+            Unknown::RepeatedHeader => "the request has more than one authorization header",
+            Unknown::UnknownToken => "the bearer token is not known",
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! Moving a store: `stepwell migrate --from URL --to URL` copies every
+//! checkpoint, turn summary, idempotency record and record (RecordService)
+//! from one store to another, and `stepwell export` / `stepwell import`
+//! write and read them as NDJSON, with the sidecars stopped. The move works
+//! on the databases directly, not through a sidecar.
+//!
+//! Every copy is idempotent and resumable: rows go in chunks, each its own
+//! transaction, in key order, with `ON CONFLICT DO NOTHING` on their natural
+//! keys, so a second run copies nothing and a run killed halfway completes
+//! when run again. A chunk is bounded by rows and by bytes (`Plan`,
+//! `--chunk-rows` and `--chunk-bytes-max`), so large states and payloads
+//! never gather more than about the byte budget and one row in memory. Checkpoints keep their dedup key, timestamps and their
+//! order within a turn (they are copied in the source's insertion order);
+//! turn summaries are rebuilt by the target from the checkpoints it holds,
+//! as its own appends would; the fencing sequence only moves forward, past
+//! every token copied; records (RecordService), copied last, keep their
+//! timestamps, metadata and refs (Postgres keeps the JSON as jsonb, which
+//! normalizes its text). At the end both sides are counted and checksummed
+//! per namespace (SHA-256 over a canonical ordered serialization) and the
+//! table is printed; any difference exits 1.
+
+mod ndjson;
+mod rows;
+mod side;
+mod tally;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+pub use rows::{CheckpointRow, RecordKey, RecordRow, StoredRecordRow, TurnRow};
+pub use side::Side;
+pub use tally::{Tallies, Tally};
+
+use crate::config::{ChunkArgs, Database, ExportArgs, ImportArgs, MigrateArgs};
+
+/// Why a move stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("opening the target store: {0}")]
+    Store(#[from] crate::store::Error),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Format(String),
+    #[error("stopped after {0} chunks, as asked")]
+    Stopped(usize),
+}
+
+/// Rows per chunk unless `--chunk-rows` says otherwise.
+pub const CHUNK_ROWS_DEFAULT: usize = 500;
+/// Bytes per chunk unless `--chunk-bytes-max` says otherwise: 64 MiB.
+pub const CHUNK_BYTES_DEFAULT: usize = 64 << 20;
+
+/// How a copy runs: the most rows in a chunk (one transaction each) and the
+/// bytes a chunk may reach (its rows as `rows::RowBytes` counts them; a
+/// chunk stops at the first row that reaches it, and always holds at least
+/// one row, so a chunk holds about the budget plus one row at most), and,
+/// for stepwell's tests, a chunk count after which it stops as if killed.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    pub chunk_rows: usize,
+    pub chunk_bytes: usize,
+    pub stop_after_chunks: Option<usize>,
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan { chunk_rows: CHUNK_ROWS_DEFAULT, chunk_bytes: CHUNK_BYTES_DEFAULT, stop_after_chunks: None }
+    }
+}
+
+impl Plan {
+    /// The plan the flags of `migrate`, `export` or `import` give.
+    pub fn from_args(chunks: &ChunkArgs) -> Plan {
+        Plan { chunk_rows: chunks.chunk_rows, chunk_bytes: chunks.chunk_bytes_max, ..Plan::default() }
+    }
+
+    /// The plan to read the chunk after one of `taken` rows with: its row
+    /// limit at most twice `taken` (and at most this plan's). A read that
+    /// stops at the byte budget drops the rest of its query, which Postgres
+    /// still sends; so after a chunk cut short by large rows the next query
+    /// asks for few more than fit, and the limit grows back by doubling as
+    /// rows get smaller.
+    fn after(self, taken: usize) -> Plan {
+        Plan { chunk_rows: taken.saturating_mul(2).clamp(1, self.chunk_rows.max(1)), ..self }
+    }
+}
+
+/// What one copy did: rows inserted and rows the target already held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Copied {
+    pub checkpoints_copied: u64,
+    pub checkpoints_present: u64,
+    /// Idempotency records.
+    pub records_copied: u64,
+    pub records_present: u64,
+    /// Records of RecordService.
+    pub stored_records_copied: u64,
+    pub stored_records_present: u64,
+    /// The target's fencing sequence before and after.
+    pub fence_before: i64,
+    pub fence_after: i64,
+}
+
+impl Copied {
+    fn nothing_copied(&self) -> bool {
+        self.checkpoints_copied == 0
+            && self.records_copied == 0
+            && self.stored_records_copied == 0
+            && self.fence_before == self.fence_after
+    }
+
+    fn print(&self) {
+        eprintln!("checkpoints: {} copied, {} already present", self.checkpoints_copied, self.checkpoints_present);
+        eprintln!("idempotency records: {} copied, {} already present", self.records_copied, self.records_present);
+        eprintln!(
+            "records (RecordService): {} copied, {} already present",
+            self.stored_records_copied, self.stored_records_present
+        );
+        if self.fence_after > self.fence_before {
+            eprintln!("fencing sequence: moved from {} to {}", self.fence_before, self.fence_after);
+        } else {
+            eprintln!("fencing sequence: already at {} (no token will be reused)", self.fence_after);
+        }
+        if self.nothing_copied() {
+            eprintln!("nothing to copy: the target already holds everything");
+        }
+    }
+}
+
+/// Counts chunks against the plan's stop, and shows progress on a terminal:
+/// one line per table, rewritten in place after each chunk.
+struct Progress {
+    plan: Plan,
+    chunks: usize,
+    on_terminal: bool,
+    /// The table whose progress line is showing, if one is.
+    showing: Option<&'static str>,
+}
+
+impl Progress {
+    fn new(plan: Plan) -> Progress {
+        Progress { plan, chunks: 0, on_terminal: std::io::stderr().is_terminal(), showing: None }
+    }
+
+    /// After a committed chunk: shows `what done/total`, then stops if the
+    /// plan says so.
+    fn chunk_done(&mut self, what: &'static str, done: u64, total: Option<u64>) -> Result<(), MoveError> {
+        self.chunks += 1;
+        if self.on_terminal {
+            if self.showing.is_some_and(|showing| showing != what) {
+                eprintln!();
+            }
+            self.showing = Some(what);
+            match total {
+                Some(total) => eprint!("\r\x1b[K{what}: {done}/{total}"),
+                None => eprint!("\r\x1b[K{what}: {done}"),
+            }
+        }
+        match self.plan.stop_after_chunks {
+            Some(stop) if self.chunks >= stop => Err(MoveError::Stopped(self.chunks)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Progress {
+    /// Ends the progress line, so the summary starts on a line of its own.
+    fn drop(&mut self) {
+        if self.showing.is_some() {
+            eprintln!();
+        }
+    }
+}
+
+/// Copies everything from `from` to `to` (created and migrated if need be)
+/// and verifies both sides. Returns what was copied and the two tallies.
+pub async fn migrate_stores(
+    from: &Database,
+    to: &Database,
+    plan: Plan,
+) -> Result<(Copied, Tallies, Tallies), MoveError> {
+    let source = Side::open_source(from).await?;
+    let target = Side::open_target(to).await?;
+    let mut progress = Progress::new(plan);
+    let mut copied = Copied::default();
+
+    // The fence first: a run stopped later has still moved it.
+    let fence = source.fence().await?.max(source.max_token().await?);
+    copied.fence_before = target.fence().await?;
+    target.advance_fence(fence).await?;
+    copied.fence_after = target.fence().await?;
+
+    let total = source.count("checkpoints").await?;
+    let mut after = i64::MIN;
+    let mut read = plan;
+    loop {
+        let page = source.checkpoints_after(after, read).await?;
+        read = plan.after(page.len());
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        let inserted = target.insert_checkpoints(&page).await?;
+        copied.checkpoints_copied += inserted;
+        copied.checkpoints_present += page.len() as u64 - inserted;
+        progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, Some(total))?;
+    }
+
+    let total = source.count("idempotency").await?;
+    let mut after: Option<(String, String)> = None;
+    let mut read = plan;
+    loop {
+        let page = source.records_after(after.as_ref(), read).await?;
+        read = plan.after(page.len());
+        let Some(last) = page.last() else { break };
+        after = Some((last.namespace.clone(), last.key.clone()));
+        let inserted = target.insert_records(&page).await?;
+        copied.records_copied += inserted;
+        copied.records_present += page.len() as u64 - inserted;
+        progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, Some(total))?;
+    }
+
+    let total = source.count("records").await?;
+    let mut after: Option<RecordKey> = None;
+    let mut read = plan;
+    loop {
+        let page = source.stored_records_after(after.as_ref(), read).await?;
+        read = plan.after(page.len());
+        let Some(last) = page.last() else { break };
+        after = Some(last.key());
+        let inserted = target.insert_stored_records(&page).await?;
+        copied.stored_records_copied += inserted;
+        copied.stored_records_present += page.len() as u64 - inserted;
+        let done = copied.stored_records_copied + copied.stored_records_present;
+        progress.chunk_done("records", done, Some(total))?;
+    }
+
+    let expected = source.tally().await?;
+    let found = target.tally().await?;
+    source.close().await;
+    target.close().await;
+    Ok((copied, expected, found))
+}
+
+/// Prints the verification table and says whether both sides agree; the
+/// target's fence must also be at least the source's.
+fn verified(source_name: &str, target_name: &str, expected: &Tallies, found: &Tallies) -> bool {
+    let same = tally::print_table(source_name, target_name, expected, found);
+    if same {
+        eprintln!("verified: every namespace matches");
+    } else {
+        eprintln!("verification FAILED: the target differs from the source (rows marked DIFFERS)");
+    }
+    same
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime")
+}
+
+/// Runs `stepwell migrate`.
+pub fn migrate(args: &MigrateArgs) -> ExitCode {
+    eprintln!("migrating {} -> {}", args.from.describe(), args.to.describe());
+    let outcome = runtime().block_on(migrate_stores(&args.from, &args.to, Plan::from_args(&args.chunks)));
+    match outcome {
+        Ok((copied, expected, found)) => {
+            copied.print();
+            if verified("source", "target", &expected, &found) { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Err(error) => {
+            eprintln!("stepwell migrate: {error}");
+            eprintln!("a copy stopped part way is finished by running the same command again");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs `stepwell export`.
+pub fn export(args: &ExportArgs) -> ExitCode {
+    let to_stdout = args.out.as_os_str() == "-";
+    let outcome = runtime().block_on(async {
+        let source = Side::open_source(&args.from).await?;
+        let written = if to_stdout {
+            let stdout = std::io::stdout().lock();
+            ndjson::export(&source, stdout, Plan::from_args(&args.chunks)).await
+        } else {
+            let file = std::fs::File::create(&args.out)?;
+            ndjson::export(&source, file, Plan::from_args(&args.chunks)).await
+        };
+        source.close().await;
+        written
+    });
+    match outcome {
+        Ok(ndjson::Exported { checkpoints, turns, records, stored_records }) => {
+            eprintln!(
+                "exported {checkpoints} checkpoints, {turns} turns, {records} idempotency records and \
+                 {stored_records} records"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("stepwell export: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Runs `stepwell import`.
+pub fn import(args: &ImportArgs) -> ExitCode {
+    let plan = Plan::from_args(&args.chunks);
+    let outcome = runtime().block_on(async {
+        let from_stdin = args.input.as_os_str() == "-";
+        if from_stdin {
+            import_into(&args.to, std::io::stdin().lock(), plan).await
+        } else {
+            let file = std::fs::File::open(&args.input)?;
+            import_into(&args.to, std::io::BufReader::new(file), plan).await
+        }
+    });
+    match outcome {
+        Ok((copied, expected, found)) => {
+            copied.print();
+            if verified("file", "target", &expected, &found) { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        }
+        Err(error) => {
+            eprintln!("stepwell import: {error}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Loads an export into `to`, then tallies the file and the target.
+pub async fn import_into(
+    to: &Database,
+    input: impl std::io::BufRead,
+    plan: Plan,
+) -> Result<(Copied, Tallies, Tallies), MoveError> {
+    let target = Side::open_target(to).await?;
+    let result = ndjson::import(&target, input, plan).await;
+    let found = match &result {
+        Ok(_) => Some(target.tally().await),
+        Err(_) => None,
+    };
+    target.close().await;
+    let (copied, expected) = result?;
+    Ok((copied, expected, found.expect("tallied after a good import")?))
+}
+
+/// How long opening a store waits on pools and locks.
+const WAIT: Duration = Duration::from_secs(30);
+
+#[cfg(test)]
+mod tests {
+    use super::Plan;
+
+    #[test]
+    fn a_chunk_cut_short_by_bytes_asks_for_few_more_rows_next() {
+        let plan = Plan { chunk_rows: 500, ..Plan::default() };
+        assert_eq!(plan.after(3).chunk_rows, 6, "three rows reached the budget: ask for six");
+        assert_eq!(plan.after(1).chunk_rows, 2);
+        assert_eq!(plan.after(0).chunk_rows, 1, "at least one row");
+        assert_eq!(plan.after(300).chunk_rows, 500, "never more than the plan's rows");
+        assert_eq!(plan.after(500).chunk_rows, 500);
+        assert_eq!(plan.after(3).chunk_bytes, plan.chunk_bytes);
+    }
+}
