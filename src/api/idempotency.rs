@@ -11,7 +11,7 @@ use super::pb::idempotency_service_server::IdempotencyService;
 use super::pb::{self, *};
 use super::{Call, Shared, timestamp, validate};
 use crate::domain::error::{Error, Result};
-use crate::domain::keys::{self as rules, BeginArgs, Fence, RecordState};
+use crate::domain::keys::{self as rules, BeginArgs, Fence, KeyState};
 use crate::domain::limits;
 use crate::domain::rpc::Rpc;
 use crate::observe::metrics::BeginOutcome as Outcome;
@@ -93,7 +93,7 @@ impl IdempotencyApi {
         let Some((record, now)) = self.shared.store()?.get(&args.namespace, &args.key).await? else {
             return Ok(None);
         };
-        if !matches!(record.state(now), RecordState::Completed | RecordState::Failed) {
+        if !matches!(record.state(now), KeyState::Completed | KeyState::Failed) {
             return Ok(None);
         }
         Ok(match rules::plan_begin(Some(&record), args, now) {
@@ -129,7 +129,7 @@ impl IdempotencyApi {
         let key = validate::id("key", req.key, limits::KEY_BYTES_MAX, true)?;
         let (record, now) = self.shared.store()?.get(&namespace, &key).await?.ok_or(Error::KeyNotFound)?;
         let state = record.state(now);
-        let leased = matches!(state, RecordState::InProgress | RecordState::Expired);
+        let leased = matches!(state, KeyState::InProgress | KeyState::Expired);
         Ok(GetResponse {
             state: record_state(state).into(),
             attempt: record.attempt,
@@ -145,13 +145,13 @@ impl IdempotencyApi {
     }
 }
 
-fn record_state(state: RecordState) -> pb::RecordState {
+fn record_state(state: KeyState) -> pb::RecordState {
     match state {
-        RecordState::InProgress => pb::RecordState::InProgress,
-        RecordState::Completed => pb::RecordState::Completed,
-        RecordState::Failed => pb::RecordState::Failed,
-        RecordState::Expired => pb::RecordState::Expired,
-        RecordState::Released => pb::RecordState::Released,
+        KeyState::InProgress => pb::RecordState::InProgress,
+        KeyState::Completed => pb::RecordState::Completed,
+        KeyState::Failed => pb::RecordState::Failed,
+        KeyState::Expired => pb::RecordState::Expired,
+        KeyState::Released => pb::RecordState::Released,
     }
 }
 

@@ -61,7 +61,7 @@ pub enum Command {
     /// List and delete the records (RecordService) of a running sidecar.
     #[command(subcommand)]
     Records(RecordsCommand),
-    /// Copy every checkpoint, turn and idempotency record from one store to
+    /// Copy every checkpoint, turn and idempotency key from one store to
     /// another (SQLite to Postgres or back), with the sidecars stopped.
     Migrate(MigrateArgs),
     /// Write every record of a store as NDJSON, for backups and moves.
@@ -551,7 +551,7 @@ pub struct ServeArgs {
           value_parser = seconds(1, DAY_SECONDS))]
     pub lease_max: Duration,
 
-    /// How long a finished idempotency record is kept when Begin sets no
+    /// How long a finished idempotency key is kept when Begin sets no
     /// retention, in seconds (default 7 days).
     #[arg(long = "retention-default-seconds", value_name = "SECONDS", env = "STEPWELL_RETENTION_DEFAULT_SECONDS", default_value = "604800",
           value_parser = seconds(1, 3650 * DAY_SECONDS))]
@@ -562,7 +562,7 @@ pub struct ServeArgs {
           value_parser = seconds(1, 3650 * DAY_SECONDS))]
     pub retention_max: Duration,
 
-    /// How often the sweeper purges idempotency records past their retention, in seconds.
+    /// How often the sweeper purges idempotency keys past their retention, in seconds.
     #[arg(long = "sweep-interval-seconds", value_name = "SECONDS", env = "STEPWELL_SWEEP_INTERVAL_SECONDS", default_value = "60",
           value_parser = seconds(1, DAY_SECONDS))]
     pub sweep_interval: Duration,
@@ -1144,7 +1144,7 @@ pub struct Handshakes {
 /// How writes are grouped into transactions.
 pub use crate::store::writer::WriterConfig as Writes;
 
-/// The background purge of idempotency records past their retention.
+/// The background purge of idempotency keys past their retention.
 #[derive(Debug, Clone)]
 pub struct Sweep {
     pub interval: Duration,

@@ -1,4 +1,4 @@
-//! The rules of idempotency records, in one place and free of SQL: given the
+//! The rules of idempotency keys, in one place and free of SQL: given the
 //! stored record (if any), the request and the store's clock, each function
 //! plans the answer and the record to write. Every backend loads the record
 //! under its write lock, follows the plan, and commits; so every backend
@@ -40,7 +40,7 @@ impl Held {
 
 /// The state of a record as a reader sees it now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordState {
+pub enum KeyState {
     InProgress,
     Completed,
     Failed,
@@ -49,9 +49,9 @@ pub enum RecordState {
     Released,
 }
 
-/// One idempotency record.
+/// One idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
+pub struct KeyRecord {
     pub namespace: String,
     pub key: String,
     pub held: Held,
@@ -70,15 +70,15 @@ pub struct Record {
     pub purge_after: UnixNanos,
 }
 
-impl Record {
+impl KeyRecord {
     /// The state a reader sees at `now`.
-    pub fn state(&self, now: UnixNanos) -> RecordState {
+    pub fn state(&self, now: UnixNanos) -> KeyState {
         match self.held {
-            Held::Leased if now < self.lease_expires_at => RecordState::InProgress,
-            Held::Leased => RecordState::Expired,
-            Held::Completed => RecordState::Completed,
-            Held::Failed => RecordState::Failed,
-            Held::Released => RecordState::Released,
+            Held::Leased if now < self.lease_expires_at => KeyState::InProgress,
+            Held::Leased => KeyState::Expired,
+            Held::Completed => KeyState::Completed,
+            Held::Failed => KeyState::Failed,
+            Held::Released => KeyState::Released,
         }
     }
 
@@ -88,8 +88,8 @@ impl Record {
     }
 
     /// The record with its lease ended in `held`, kept for its retention from `now`.
-    fn settled(&self, held: Held, now: UnixNanos) -> Record {
-        Record { held, updated_at: now, purge_after: now.saturating_add(self.retention), ..self.clone() }
+    fn settled(&self, held: Held, now: UnixNanos) -> KeyRecord {
+        KeyRecord { held, updated_at: now, purge_after: now.saturating_add(self.retention), ..self.clone() }
     }
 }
 
@@ -145,7 +145,7 @@ pub enum BeginPlan {
 }
 
 /// Plans a Begin on `record` (already known not to be purgeable) at `now`.
-pub fn plan_begin(record: Option<&Record>, args: &BeginArgs, now: UnixNanos) -> BeginPlan {
+pub fn plan_begin(record: Option<&KeyRecord>, args: &BeginArgs, now: UnixNanos) -> BeginPlan {
     let Some(record) = record else {
         return BeginPlan::Acquire { attempt: 1, previous_lease_expired: false };
     };
@@ -156,22 +156,28 @@ pub fn plan_begin(record: Option<&Record>, args: &BeginArgs, now: UnixNanos) -> 
     let attempt = record.attempt;
     let next = attempt.saturating_add(1);
     BeginPlan::Answer(Ok(match record.state(now) {
-        RecordState::InProgress => BeginOutcome::InProgress { attempt, lease_expires_at: record.lease_expires_at },
-        RecordState::Completed => BeginOutcome::Completed { attempt, result: record.result.clone() },
-        RecordState::Failed => BeginOutcome::Failed { attempt, error: record.error.clone() },
-        RecordState::Expired => return BeginPlan::Acquire { attempt: next, previous_lease_expired: true },
-        RecordState::Released => return BeginPlan::Acquire { attempt: next, previous_lease_expired: false },
+        KeyState::InProgress => BeginOutcome::InProgress { attempt, lease_expires_at: record.lease_expires_at },
+        KeyState::Completed => BeginOutcome::Completed { attempt, result: record.result.clone() },
+        KeyState::Failed => BeginOutcome::Failed { attempt, error: record.error.clone() },
+        KeyState::Expired => return BeginPlan::Acquire { attempt: next, previous_lease_expired: true },
+        KeyState::Released => return BeginPlan::Acquire { attempt: next, previous_lease_expired: false },
     }))
 }
 
 /// The record a Begin that acquired writes, replacing `previous` if there was one.
-pub fn acquired(previous: Option<&Record>, args: &BeginArgs, now: UnixNanos, lease_token: u64, attempt: u32) -> Record {
+pub fn acquired(
+    previous: Option<&KeyRecord>,
+    args: &BeginArgs,
+    now: UnixNanos,
+    lease_token: u64,
+    attempt: u32,
+) -> KeyRecord {
     let lease_expires_at = now.saturating_add(args.lease);
     let fingerprint = match previous {
         Some(p) if args.fingerprint.is_empty() => p.fingerprint.clone(),
         _ => args.fingerprint.clone(),
     };
-    Record {
+    KeyRecord {
         namespace: args.namespace.clone(),
         key: args.key.clone(),
         held: Held::Leased,
@@ -194,11 +200,11 @@ pub enum Plan<T> {
     /// Answer without writing.
     Answer(Result<T, Refusal>),
     /// Write this record, then answer `T`.
-    Write(Record, T),
+    Write(KeyRecord, T),
 }
 
 /// The record, if `fence` holds its current token; otherwise the refusal.
-fn fenced<'r>(record: Option<&'r Record>, fence: &Fence) -> Result<&'r Record, Refusal> {
+fn fenced<'r>(record: Option<&'r KeyRecord>, fence: &Fence) -> Result<&'r KeyRecord, Refusal> {
     let record = record.ok_or(Refusal::NotAcquired)?;
     if record.lease_token != fence.lease_token {
         return Err(Refusal::LeaseLost);
@@ -209,7 +215,7 @@ fn fenced<'r>(record: Option<&'r Record>, fence: &Fence) -> Result<&'r Record, R
 /// Whether a fenced write may go ahead: `fence` holds the key's current
 /// token and the lease was not given back. A holder whose lease ran out
 /// may still write while no one else has acquired the key, as it may complete.
-pub fn check_fence(record: Option<&Record>, fence: &Fence) -> Result<(), Refusal> {
+pub fn check_fence(record: Option<&KeyRecord>, fence: &Fence) -> Result<(), Refusal> {
     match fenced(record, fence)?.held {
         Held::Leased => Ok(()),
         Held::Completed | Held::Failed | Held::Released => Err(Refusal::NotAcquired),
@@ -218,14 +224,14 @@ pub fn check_fence(record: Option<&Record>, fence: &Fence) -> Result<(), Refusal
 
 /// Plans a Complete. A holder whose lease ran out may still complete while
 /// no one else has acquired the key: its token is still the current one.
-pub fn plan_complete(record: Option<&Record>, fence: &Fence, result: &[u8], now: UnixNanos) -> Plan<UnixNanos> {
+pub fn plan_complete(record: Option<&KeyRecord>, fence: &Fence, result: &[u8], now: UnixNanos) -> Plan<UnixNanos> {
     let record = match fenced(record, fence) {
         Ok(record) => record,
         Err(refusal) => return Plan::Answer(Err(refusal)),
     };
     match record.held {
         Held::Leased => {
-            let done = Record { result: result.to_vec(), ..record.settled(Held::Completed, now) };
+            let done = KeyRecord { result: result.to_vec(), ..record.settled(Held::Completed, now) };
             Plan::Write(done, now)
         }
         Held::Completed if record.result == result => Plan::Answer(Ok(record.updated_at)),
@@ -237,35 +243,35 @@ pub fn plan_complete(record: Option<&Record>, fence: &Fence, result: &[u8], now:
 /// Plans a Release: `permanent` records FAILED with `error`; otherwise the
 /// key is free for a new attempt at once.
 pub fn plan_release(
-    record: Option<&Record>,
+    record: Option<&KeyRecord>,
     fence: &Fence,
     error: &str,
     permanent: bool,
     now: UnixNanos,
-) -> Plan<RecordState> {
+) -> Plan<KeyState> {
     let record = match fenced(record, fence) {
         Ok(record) => record,
         Err(refusal) => return Plan::Answer(Err(refusal)),
     };
     match record.held {
         Held::Leased if permanent => {
-            Plan::Write(Record { error: error.to_owned(), ..record.settled(Held::Failed, now) }, RecordState::Failed)
+            Plan::Write(KeyRecord { error: error.to_owned(), ..record.settled(Held::Failed, now) }, KeyState::Failed)
         }
-        Held::Leased => Plan::Write(record.settled(Held::Released, now), RecordState::Released),
+        Held::Leased => Plan::Write(record.settled(Held::Released, now), KeyState::Released),
         Held::Completed | Held::Failed | Held::Released => Plan::Answer(Err(Refusal::NotAcquired)),
     }
 }
 
 /// Plans an Extend: a live lease moves to `now + lease`; an expired one is lost.
-pub fn plan_extend(record: Option<&Record>, fence: &Fence, lease: i64, now: UnixNanos) -> Plan<UnixNanos> {
+pub fn plan_extend(record: Option<&KeyRecord>, fence: &Fence, lease: i64, now: UnixNanos) -> Plan<UnixNanos> {
     let record = match fenced(record, fence) {
         Ok(record) => record,
         Err(refusal) => return Plan::Answer(Err(refusal)),
     };
     match record.state(now) {
-        RecordState::InProgress => {
+        KeyState::InProgress => {
             let lease_expires_at = now.saturating_add(lease);
-            let extended = Record {
+            let extended = KeyRecord {
                 lease_expires_at,
                 updated_at: now,
                 purge_after: lease_expires_at.saturating_add(record.retention),
@@ -273,8 +279,8 @@ pub fn plan_extend(record: Option<&Record>, fence: &Fence, lease: i64, now: Unix
             };
             Plan::Write(extended, lease_expires_at)
         }
-        RecordState::Expired => Plan::Answer(Err(Refusal::LeaseLost)),
-        RecordState::Completed | RecordState::Failed | RecordState::Released => Plan::Answer(Err(Refusal::NotAcquired)),
+        KeyState::Expired => Plan::Answer(Err(Refusal::LeaseLost)),
+        KeyState::Completed | KeyState::Failed | KeyState::Released => Plan::Answer(Err(Refusal::NotAcquired)),
     }
 }
 
@@ -340,11 +346,11 @@ mod tests {
             panic!()
         };
         assert_eq!((until, extended.purge_after), (60 * SECOND, 120 * SECOND));
-        let Plan::Write(failed, RecordState::Failed) = plan_release(Some(&held), &fence(7), "boom", true, 0) else {
+        let Plan::Write(failed, KeyState::Failed) = plan_release(Some(&held), &fence(7), "boom", true, 0) else {
             panic!()
         };
         assert_eq!(failed.error, "boom");
-        let Plan::Write(free, RecordState::Released) = plan_release(Some(&held), &fence(7), "", false, 0) else {
+        let Plan::Write(free, KeyState::Released) = plan_release(Some(&held), &fence(7), "", false, 0) else {
             panic!()
         };
         assert_eq!(

@@ -47,14 +47,14 @@ use crate::observe::metrics::{HandshakeShed, Metrics};
 /// Why a TLS file could not be used, naming the file.
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {reason}", path.display())]
-pub struct TlsError {
+pub struct FileError {
     pub path: PathBuf,
     pub reason: String,
 }
 
-impl TlsError {
-    pub(crate) fn new(path: &Path, reason: impl std::fmt::Display) -> TlsError {
-        TlsError { path: path.to_owned(), reason: reason.to_string() }
+impl FileError {
+    pub(crate) fn new(path: &Path, reason: impl std::fmt::Display) -> FileError {
+        FileError { path: path.to_owned(), reason: reason.to_string() }
     }
 }
 
@@ -67,7 +67,7 @@ pub struct ServerTls {
 impl ServerTls {
     /// Loads the certificate chain, its key and the client CAs; any file
     /// that cannot be read or does not fit the others is an error.
-    pub fn load(files: &config::Tls) -> Result<Arc<ServerTls>, TlsError> {
+    pub fn load(files: &config::Tls) -> Result<Arc<ServerTls>, FileError> {
         let current = RwLock::new(Arc::new(server_config(files)?));
         Ok(Arc::new(ServerTls { files: files.clone(), current }))
     }
@@ -75,7 +75,7 @@ impl ServerTls {
     /// Reads the files again. On success new handshakes use them (open
     /// connections keep what they agreed); on failure the configuration in
     /// use stays, and the error says why.
-    pub fn reload(&self) -> Result<(), TlsError> {
+    pub fn reload(&self) -> Result<(), FileError> {
         let config = Arc::new(server_config(&self.files)?);
         *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = config;
         Ok(())
@@ -93,29 +93,29 @@ impl ServerTls {
 
 /// Builds rustls's server configuration from the files, with ring as its
 /// cryptography and HTTP/2 as the one protocol offered.
-fn server_config(files: &config::Tls) -> Result<ServerConfig, TlsError> {
+fn server_config(files: &config::Tls) -> Result<ServerConfig, FileError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = certificates(&files.cert)?;
     let key = private_key(&files.key)?;
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::new(&files.cert, e))?;
+        .map_err(|e| FileError::new(&files.cert, e))?;
     let builder = match &files.client_ca {
         Some(path) => {
             let mut roots = RootCertStore::empty();
             for ca in certificates(path)? {
-                roots.add(ca).map_err(|e| TlsError::new(path, format!("not a usable CA certificate: {e}")))?;
+                roots.add(ca).map_err(|e| FileError::new(path, format!("not a usable CA certificate: {e}")))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
-                .map_err(|e| TlsError::new(path, e))?;
+                .map_err(|e| FileError::new(path, e))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
     let mut config = builder
         .with_single_cert(chain, key)
-        .map_err(|e| TlsError::new(&files.key, format!("does not fit the certificate in --tls-cert: {e}")))?;
+        .map_err(|e| FileError::new(&files.key, format!("does not fit the certificate in --tls-cert: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(config)
 }
@@ -123,19 +123,19 @@ fn server_config(files: &config::Tls) -> Result<ServerConfig, TlsError> {
 /// Every certificate in a PEM file; a file with none is an error, since an
 /// empty chain or CA list would fail every handshake. `stepwell healthcheck`
 /// loads its CAs and client certificate with it too.
-pub(crate) fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(crate) fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, FileError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| TlsError::new(path, pem_reason(&e)))?;
+        .map_err(|e| FileError::new(path, pem_reason(&e)))?;
     if certs.is_empty() {
-        return Err(TlsError::new(path, "holds no PEM certificate"));
+        return Err(FileError::new(path, "holds no PEM certificate"));
     }
     Ok(certs)
 }
 
 /// The first private key in a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub(crate) fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::new(path, pem_reason(&e)))
+pub(crate) fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, FileError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| FileError::new(path, pem_reason(&e)))
 }
 
 fn pem_reason(error: &rustls_pki_types::pem::Error) -> String {

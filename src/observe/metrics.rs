@@ -72,7 +72,7 @@ pub enum BeginOutcome {
     Failed,
 }
 
-/// How a sweep of expired idempotency records ended.
+/// How a sweep of expired idempotency keys ended.
 #[derive(Debug, Clone, Copy)]
 pub enum Sweep {
     /// Deleted fewer than its batch: nothing expired is left.
@@ -414,11 +414,11 @@ impl Registrar<'_> {
             ("stepwell_idempotency_lease_lost_total", "Complete, Release and Extend requests refused with LEASE_LOST."),
             (
                 "stepwell_idempotency_records_purged_total",
-                "Idempotency records past their retention deleted by the sweeper.",
+                "Idempotency keys past their retention deleted by the sweeper.",
             ),
             (
                 "stepwell_sweeps_total",
-                "Sweeps of expired idempotency records, by result: full means a whole batch was deleted and more may wait.",
+                "Sweeps of expired idempotency keys, by result: full means a whole batch was deleted and more may wait.",
             ),
             ("stepwell_checkpoints_appended_total", "Checkpoints stored."),
             (

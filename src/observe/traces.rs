@@ -54,7 +54,7 @@ pub struct Traces {
 /// Why tracing could not start.
 #[derive(Debug, thiserror::Error)]
 #[error("the OTLP trace exporter for {endpoint} did not start: {source}")]
-pub struct TracesError {
+pub struct StartError {
     endpoint: String,
     source: opentelemetry_otlp::ExporterBuildError,
 }
@@ -68,12 +68,12 @@ impl std::fmt::Debug for Traces {
 impl Traces {
     /// Starts exporting to `endpoint`; must run inside the Tokio runtime.
     /// Its spans name the service `service_name`.
-    pub fn start(endpoint: &str, service_name: &str, backend: &'static str) -> Result<Arc<Traces>, TracesError> {
+    pub fn start(endpoint: &str, service_name: &str, backend: &'static str) -> Result<Arc<Traces>, StartError> {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(endpoint)
             .build()
-            .map_err(|source| TracesError { endpoint: endpoint.to_owned(), source })?;
+            .map_err(|source| StartError { endpoint: endpoint.to_owned(), source })?;
         let resource = Resource::builder().with_service_name(service_name.to_owned()).build();
         let provider = SdkTracerProvider::builder().with_resource(resource).with_batch_exporter(exporter).build();
         let tracer = provider.tracer("stepwell");

@@ -24,7 +24,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::config::{Listen, ProbeTls};
-use crate::net::tls::{TlsError, certificates, private_key};
+use crate::net::tls::{self, certificates, private_key};
 
 /// The status Health/Check answers with (the protocol's enum, which also has
 /// `ServiceUnknown`).
@@ -41,19 +41,19 @@ pub struct ClientTls {
 impl ClientTls {
     /// Reads the CAs and, for mutual TLS, the client certificate and key;
     /// the error names the file that did not load or fit.
-    pub fn load(files: &ProbeTls) -> Result<ClientTls, TlsError> {
+    pub fn load(files: &ProbeTls) -> Result<ClientTls, tls::FileError> {
         let mut roots = RootCertStore::empty();
         for ca in certificates(&files.ca)? {
-            roots.add(ca).map_err(|e| TlsError::new(&files.ca, format!("not a usable CA certificate: {e}")))?;
+            roots.add(ca).map_err(|e| tls::FileError::new(&files.ca, format!("not a usable CA certificate: {e}")))?;
         }
         let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
-            .map_err(|e| TlsError::new(&files.ca, e))?
+            .map_err(|e| tls::FileError::new(&files.ca, e))?
             .with_root_certificates(roots);
         let mut config = match &files.client {
             Some((cert, key)) => builder
                 .with_client_auth_cert(certificates(cert)?, private_key(key)?)
-                .map_err(|e| TlsError::new(key, format!("does not fit the certificate in --tls-cert: {e}")))?,
+                .map_err(|e| tls::FileError::new(key, format!("does not fit the certificate in --tls-cert: {e}")))?,
             None => builder.with_no_client_auth(),
         };
         config.alpn_protocols = vec![b"h2".to_vec()];

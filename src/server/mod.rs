@@ -60,10 +60,10 @@ use crate::config::{self, Config, Database, Listen};
 use crate::domain::clock;
 use crate::net::listener::{Listener, SocketFile};
 use crate::net::preface;
-use crate::net::tls::{self, ServerTls, TlsError};
+use crate::net::tls::{self, ServerTls};
 use crate::net::unix_authority;
 use crate::observe::metrics::Metrics;
-use crate::observe::traces::{Traces, TracesError};
+use crate::observe::traces::{self, Traces};
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 
@@ -82,7 +82,7 @@ pub enum ServeError {
     Reflection(#[from] tonic_reflection::server::Error),
     /// A TLS file given at start-up does not load: a configuration error.
     #[error("TLS: {0}")]
-    Tls(#[from] TlsError),
+    Tls(#[from] tls::FileError),
     /// The auth file could not be read or is not valid: a configuration error.
     #[error("{0}")]
     AuthFile(#[from] auth::FileError),
@@ -90,7 +90,7 @@ pub enum ServeError {
     Admin { address: std::net::SocketAddr, source: std::io::Error },
     /// The OTLP exporter could not be built from its settings.
     #[error("{0}")]
-    Traces(#[from] TracesError),
+    Traces(#[from] traces::StartError),
     #[error("could not install the SIGHUP handler that reloads TLS files and the auth file: {0}")]
     Signal(std::io::Error),
     /// A task the sidecar cannot serve without (a writer, the sweeper, the

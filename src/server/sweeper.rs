@@ -11,7 +11,7 @@ use crate::observe::metrics::Metrics;
 use crate::store::writer::Writer;
 use crate::store::{Handle, Store};
 
-/// Purges idempotency records past their retention, forever: a pass every
+/// Purges idempotency keys past their retention, forever: a pass every
 /// interval, and further passes at once while a pass comes back full. Each
 /// pass is one short transaction of at most `batch_max` rows, so the sweeper
 /// never holds the writer for long. After each interval's passes, the
@@ -37,7 +37,7 @@ pub(super) async fn sweep(store: Arc<dyn Store>, sweep: Sweep, metrics: Arc<Metr
                     metrics.records_purged.increment(purged);
                     metrics.sweep(Pass::Drained, now());
                     if purged > 0 {
-                        tracing::debug!(purged, "purged idempotency records past their retention");
+                        tracing::debug!(purged, "purged idempotency keys past their retention");
                     }
                     break;
                 }

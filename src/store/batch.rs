@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::{Deleted, Error, Expired, Fenced, Write, Written};
-use crate::domain::keys::{self, BeginPlan, Plan, Record};
+use crate::domain::keys::{self, BeginPlan, KeyRecord, Plan};
 use crate::domain::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{self, NewRecord, RecordDelete};
 
@@ -126,11 +126,11 @@ pub fn tokens_needed(batch: &[Write]) -> usize {
 /// absent. `tokens` yields fresh fencing tokens in increasing order.
 pub fn plan_idempotency(
     batch: &[Write],
-    mut records: HashMap<(String, String), Record>,
+    mut records: HashMap<(String, String), KeyRecord>,
     now: UnixNanos,
     tokens: &mut impl Iterator<Item = u64>,
     written: &mut Written,
-) -> Vec<Record> {
+) -> Vec<KeyRecord> {
     let mut changed: HashMap<(String, String), ()> = HashMap::new();
     for write in batch {
         let Some((namespace, key)) = idempotency_key(write) else {
@@ -168,7 +168,7 @@ pub fn plan_idempotency(
             changed.insert(id, ());
         }
     }
-    let mut to_save: Vec<Record> = changed.into_keys().filter_map(|id| records.remove(&id)).collect();
+    let mut to_save: Vec<KeyRecord> = changed.into_keys().filter_map(|id| records.remove(&id)).collect();
     to_save.sort_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
     to_save
 }
@@ -187,11 +187,11 @@ fn idempotency_key(write: &Write) -> Option<(&str, &str)> {
 
 /// A Begin's answer, and the record to write when it acquires the lease.
 fn plan_acquire(
-    current: Option<&Record>,
+    current: Option<&KeyRecord>,
     args: &keys::BeginArgs,
     now: UnixNanos,
     tokens: &mut impl Iterator<Item = u64>,
-) -> (Fenced<keys::BeginOutcome>, Option<Record>) {
+) -> (Fenced<keys::BeginOutcome>, Option<KeyRecord>) {
     match keys::plan_begin(current, args, now) {
         BeginPlan::Answer(answer) => (answer, None),
         BeginPlan::Acquire { attempt, previous_lease_expired } => {
@@ -332,9 +332,12 @@ pub trait Statements: TurnChunks {
         keys: &[CheckpointKey<'b>],
     ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error>;
     /// The records of the batch's keys, past retention or not.
-    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error>;
+    async fn load_records(
+        &mut self,
+        keys: &[(&str, &str)],
+    ) -> Result<HashMap<(String, String), KeyRecord>, sqlx::Error>;
     /// Writes whole records, replacing the rows of their keys.
-    async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error>;
+    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), sqlx::Error>;
     /// Writes the batch's records (`records::final_records`: one per
     /// address, sorted), upserting or inserting if absent as each says.
     async fn put_records(&mut self, records: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), sqlx::Error>;
@@ -445,7 +448,7 @@ async fn put_records(
 }
 
 /// Keeps a plan's answer in its list; returns the record to write, if any.
-fn keep<T>(plan: Plan<T>, answers: &mut Vec<Fenced<T>>) -> Option<Record> {
+fn keep<T>(plan: Plan<T>, answers: &mut Vec<Fenced<T>>) -> Option<KeyRecord> {
     let (answer, record) = match plan {
         Plan::Answer(answer) => (answer, None),
         Plan::Write(record, answer) => (Ok(answer), Some(record)),

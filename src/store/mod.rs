@@ -31,7 +31,7 @@ pub use handle::Handle;
 pub use shared::{expired_turns_sql, list_turns_sql};
 
 use crate::domain::clock::Clock;
-use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, Record, RecordState, Refusal};
+use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyRecord, KeyState, Refusal};
 use crate::domain::model::{
     Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos,
 };
@@ -170,7 +170,7 @@ fn misconfigured(error: &sqlx::Error) -> Option<Misconfigured> {
     }
 }
 
-/// The answer to a request on an idempotency record: the value, or why the
+/// The answer to a request on an idempotency key: the value, or why the
 /// record refused it (nothing changed).
 pub type Fenced<T> = Result<T, Refusal>;
 
@@ -188,7 +188,7 @@ pub enum Write {
     DeleteTurn { namespace: String, turn_id: String, rows: u32, after: Option<Cursor>, only_if: Option<Expired> },
     /// Acquire a key's lease, or say why not.
     Begin(BeginArgs),
-    /// Record the result under a lease.
+    /// KeyRecord the result under a lease.
     Complete { fence: Fence, result: Vec<u8> },
     /// Give the key back, or fail it permanently with `error`.
     Release { fence: Fence, error: String, permanent: bool },
@@ -221,7 +221,7 @@ pub struct Written {
     pub begun: Vec<Fenced<BeginOutcome>>,
     /// When each result was recorded.
     pub completed: Vec<Fenced<UnixNanos>>,
-    pub released: Vec<Fenced<RecordState>>,
+    pub released: Vec<Fenced<KeyState>>,
     /// Each new lease expiry.
     pub extended: Vec<Fenced<UnixNanos>>,
     /// When each PutRecords was recorded, or why its fence refused it.
@@ -293,7 +293,7 @@ pub struct Deleted {
     pub kept: bool,
 }
 
-/// A backend that stores checkpoint logs and idempotency records. The lease
+/// A backend that stores checkpoint logs and idempotency keys. The lease
 /// rules are `crate::domain::keys`'s and the meaning of a batch is
 /// `batch`'s; a backend loads what a batch needs under its write lock,
 /// follows their plans, and commits.
@@ -339,7 +339,7 @@ pub trait Store: Send + Sync + 'static {
     async fn idle_record_turns(&self, query: &IdleQuery) -> Result<Vec<(String, String)>, Error>;
 
     /// The key's record, unless absent or past its retention, with the store's time.
-    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(KeyRecord, UnixNanos)>, Error>;
 
     /// Deletes up to `limit` records past their retention; returns how many went.
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use super::batch::{CheckpointKey, checkpoint_key};
-use crate::domain::keys::{Held, Record};
+use crate::domain::keys::{Held, KeyRecord};
 use crate::domain::model::{NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
 
 /// A row the model cannot represent: the database holds what stepwell never writes.
@@ -122,7 +122,7 @@ impl TryFrom<TurnRow> for TurnSummary {
 /// A row of `idempotency`. Its `error` is read as bytes because Postgres
 /// keeps it as bytes (it may hold NUL); SQLite's text reads as bytes too.
 #[derive(sqlx::FromRow)]
-pub struct RecordRow {
+pub struct KeyRow {
     namespace: String,
     key: String,
     held: i64,
@@ -138,12 +138,12 @@ pub struct RecordRow {
     purge_after_ns: i64,
 }
 
-impl TryFrom<RecordRow> for Record {
+impl TryFrom<KeyRow> for KeyRecord {
     type Error = sqlx::Error;
 
-    fn try_from(row: RecordRow) -> Result<Record, sqlx::Error> {
-        let RecordRow { held, attempt, lease_token, .. } = row;
-        Ok(Record {
+    fn try_from(row: KeyRow) -> Result<KeyRecord, sqlx::Error> {
+        let KeyRow { held, attempt, lease_token, .. } = row;
+        Ok(KeyRecord {
             namespace: row.namespace,
             key: row.key,
             held: Held::from_code(held).ok_or_else(|| decode_error(format!("unknown held state {held}")))?,
@@ -212,9 +212,9 @@ impl TurnRow {
     }
 }
 
-impl RecordRow {
-    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<RecordRow> {
-        Ok(RecordRow {
+impl KeyRow {
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
+        Ok(KeyRow {
             namespace: row.get("namespace")?,
             key: row.get("key")?,
             held: row.get("held")?,
@@ -247,12 +247,12 @@ impl InsertedRow {
 }
 
 /// Records by their (namespace, key).
-pub fn records_by_key(rows: Vec<RecordRow>) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
-    rows.into_iter().map(|row| Record::try_from(row).map(|r| ((r.namespace.clone(), r.key.clone()), r))).collect()
+pub fn records_by_key(rows: Vec<KeyRow>) -> Result<HashMap<(String, String), KeyRecord>, sqlx::Error> {
+    rows.into_iter().map(|row| KeyRecord::try_from(row).map(|r| ((r.namespace.clone(), r.key.clone()), r))).collect()
 }
 
 /// Each record's fencing token as the signed integer the column holds.
-pub fn stored_tokens(records: &[Record]) -> Result<Vec<i64>, sqlx::Error> {
+pub fn stored_tokens(records: &[KeyRecord]) -> Result<Vec<i64>, sqlx::Error> {
     records
         .iter()
         .map(|r| i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token))))

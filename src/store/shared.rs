@@ -21,7 +21,7 @@ use super::batch::{self, Statements};
 use super::rows::{self, PageRow, TurnRow};
 use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
-use crate::domain::keys::Record;
+use crate::domain::keys::KeyRecord;
 use crate::domain::model::{
     Cursor, ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
@@ -248,7 +248,7 @@ pub trait Backend: Send + Sync + 'static {
     fn pools(&self) -> &Pools<Self::Database>;
 
     /// The key's record, unless absent or past its retention, with the store's time.
-    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error>;
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(KeyRecord, UnixNanos)>, Error>;
 
     /// One page of records of a kind with their related records.
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error>;
@@ -541,7 +541,7 @@ impl<B: Backend> Store for B {
         Ok(<B::Database as Dialect>::expired_turns(self.pools(), q).await?)
     }
 
-    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(KeyRecord, UnixNanos)>, Error> {
         Backend::get(self, namespace, key).await
     }
 

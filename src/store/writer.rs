@@ -59,7 +59,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, Write, Written};
-use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, RecordState};
+use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyState};
 use crate::domain::model::{Appended, NewCheckpoint, UnixNanos};
 use crate::domain::records::{RecordDelete, RecordPut};
 use crate::observe::metrics::Metrics;
@@ -90,7 +90,7 @@ enum Pending {
     Deleted(Reply<Deleted>),
     Begun(Reply<Fenced<BeginOutcome>>),
     Completed(Reply<Fenced<UnixNanos>>),
-    Released(Reply<Fenced<RecordState>>),
+    Released(Reply<Fenced<KeyState>>),
     Extended(Reply<Fenced<UnixNanos>>),
     Put(Reply<Fenced<UnixNanos>>),
     RecordsDeleted(Reply<u64>),
@@ -300,7 +300,7 @@ impl Writer {
         self.submit(Write::Complete { fence, result }, Pending::Completed).await
     }
 
-    pub async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<RecordState>, Error> {
+    pub async fn release(&self, fence: Fence, error: String, permanent: bool) -> Result<Fenced<KeyState>, Error> {
         self.submit(Write::Release { fence, error, permanent }, Pending::Released).await
     }
 
@@ -519,7 +519,7 @@ struct Replies {
     deleted: Vec<Reply<Deleted>>,
     begun: Vec<Reply<Fenced<BeginOutcome>>>,
     completed: Vec<Reply<Fenced<UnixNanos>>>,
-    released: Vec<Reply<Fenced<RecordState>>>,
+    released: Vec<Reply<Fenced<KeyState>>>,
     extended: Vec<Reply<Fenced<UnixNanos>>>,
     put: Vec<Reply<Fenced<UnixNanos>>>,
     records_deleted: Vec<Reply<u64>>,

@@ -21,7 +21,7 @@ use stepwell::api::pb::{
     ReleaseRequest, TurnStatus,
 };
 use stepwell::config::Database;
-use stepwell::ops::moving::{MoveError, Plan, migrate_stores};
+use stepwell::ops::moving::{self, Plan, migrate_stores};
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{
     T0, begin, begin_leased, complete, duration, list_all, list_turns, restore, restore_all, ts,
@@ -460,7 +460,7 @@ async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
     // Chunks of four: 7 of checkpoints, 4 of idempotency records, then 2 of records.
     let plan = Plan { chunk_rows: 4, stop_after_chunks: Some(13), ..Plan::default() };
     let stopped = migrate_stores(&source.database(), &target.database(), plan).await;
-    assert!(matches!(stopped, Err(MoveError::Stopped(13))), "{stopped:?}");
+    assert!(matches!(stopped, Err(moving::Error::Stopped(13))), "{stopped:?}");
     let inspect = target.inspect().await;
     assert_eq!(inspect.count("idempotency").await, 15, "every idempotency record was copied");
     assert_eq!(inspect.count("records").await, 8, "two chunks of four records were committed");
@@ -563,7 +563,7 @@ async fn held(target: &TestStore) -> (i64, i64, i64) {
 async fn migrate_stopped(source: &TestStore, target: &TestStore, plan: Plan, stop: usize) {
     let plan = Plan { stop_after_chunks: Some(stop), ..plan };
     let stopped = migrate_stores(&source.database(), &target.database(), plan).await;
-    assert!(matches!(stopped, Err(MoveError::Stopped(n)) if n == stop), "{stopped:?}");
+    assert!(matches!(stopped, Err(moving::Error::Stopped(n)) if n == stop), "{stopped:?}");
 }
 
 #[tokio::test]
@@ -630,10 +630,10 @@ async fn an_import_writes_chunks_bounded_by_bytes() {
     };
     let plan = Plan { chunk_bytes: THREE_LARGE_ROWS, ..Plan::default() };
     let stopped = import(Plan { stop_after_chunks: Some(1), ..plan }).await;
-    assert!(matches!(stopped, Err(MoveError::Stopped(1))), "{stopped:?}");
+    assert!(matches!(stopped, Err(moving::Error::Stopped(1))), "{stopped:?}");
     assert_eq!(held(&target).await, (3, 0, 0), "the first chunk held three checkpoints");
     let stopped = import(Plan { stop_after_chunks: Some(3), ..plan }).await;
-    assert!(matches!(stopped, Err(MoveError::Stopped(3))), "{stopped:?}");
+    assert!(matches!(stopped, Err(moving::Error::Stopped(3))), "{stopped:?}");
     assert_eq!(held(&target).await, (6, 3, 0), "then three idempotency records");
 
     let (copied, expected, found) = import(plan).await.unwrap();
@@ -670,7 +670,7 @@ async fn a_chunk_of_the_most_rows_fits_one_sqlite_statement() {
     let input = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
     let plan = Plan { chunk_rows: 2000, stop_after_chunks: Some(1), ..Plan::default() };
     let stopped = stepwell::ops::moving::import_into(&target.database(), input, plan).await;
-    assert!(matches!(stopped, Err(MoveError::Stopped(1))), "{stopped:?}");
+    assert!(matches!(stopped, Err(moving::Error::Stopped(1))), "{stopped:?}");
     assert_eq!(held(&target).await, (0, 2000, 0), "one chunk wrote every record");
 }
 
@@ -705,7 +705,7 @@ fn chunk_flags_are_documented_and_bounded() {
 mod postgres_only {
     use stepwell_test_support::backend::{TestStore, fresh_postgres_database};
 
-    use super::{MoveError, Plan, answers_on, migrate_stores, populated, run, sqlite_in};
+    use super::{Plan, answers_on, migrate_stores, moving, populated, run, sqlite_in};
     use stepwell::config::Database;
 
     #[tokio::test]
@@ -752,7 +752,7 @@ mod postgres_only {
 
         let plan = Plan { chunk_rows: 4, stop_after_chunks: Some(3), ..Plan::default() };
         let stopped = migrate_stores(&source.database(), &target.database(), plan).await;
-        assert!(matches!(stopped, Err(MoveError::Stopped(3))), "{stopped:?}");
+        assert!(matches!(stopped, Err(moving::Error::Stopped(3))), "{stopped:?}");
         assert_eq!(target.inspect().await.count("checkpoints").await, 12, "three chunks of four were committed");
 
         let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);

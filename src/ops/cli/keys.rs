@@ -1,4 +1,4 @@
-//! `stepwell keys get|release`: an idempotency record as Get reads it, and
+//! `stepwell keys get|release`: an idempotency key as Get reads it, and
 //! Release of a key held under a lease token, for a new attempt or
 //! (`--permanent`) for good.
 

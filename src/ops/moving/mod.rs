@@ -1,5 +1,5 @@
 //! Moving a store: `stepwell migrate --from URL --to URL` copies every
-//! checkpoint, turn summary, idempotency record and record (RecordService)
+//! checkpoint, turn summary, idempotency key and record (RecordService)
 //! from one store to another, and `stepwell export` / `stepwell import`
 //! write and read them as NDJSON, with the sidecars stopped. The move works
 //! on the databases directly, not through a sidecar.
@@ -28,7 +28,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub use rows::{CheckpointRow, RecordKey, RecordRow, StoredRecordRow, TurnRow};
+pub use rows::{CheckpointRow, KeyRow, RecordKey, StoredRecordRow, TurnRow};
 pub use side::Side;
 pub use tally::{Tallies, Tally};
 
@@ -36,7 +36,7 @@ use crate::config::{ChunkArgs, Database, ExportArgs, ImportArgs, MigrateArgs};
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
-pub enum MoveError {
+pub enum Error {
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
     #[error("opening the target store: {0}")]
@@ -94,7 +94,7 @@ impl Plan {
 pub struct Copied {
     pub checkpoints_copied: u64,
     pub checkpoints_present: u64,
-    /// Idempotency records.
+    /// Idempotency keys.
     pub records_copied: u64,
     pub records_present: u64,
     /// Records of RecordService.
@@ -148,7 +148,7 @@ impl Progress {
 
     /// After a committed chunk: shows `what done/total`, then stops if the
     /// plan says so.
-    fn chunk_done(&mut self, what: &'static str, done: u64, total: Option<u64>) -> Result<(), MoveError> {
+    fn chunk_done(&mut self, what: &'static str, done: u64, total: Option<u64>) -> Result<(), Error> {
         self.chunks += 1;
         if self.on_terminal {
             if self.showing.is_some_and(|showing| showing != what) {
@@ -161,7 +161,7 @@ impl Progress {
             }
         }
         match self.plan.stop_after_chunks {
-            Some(stop) if self.chunks >= stop => Err(MoveError::Stopped(self.chunks)),
+            Some(stop) if self.chunks >= stop => Err(Error::Stopped(self.chunks)),
             _ => Ok(()),
         }
     }
@@ -178,11 +178,7 @@ impl Drop for Progress {
 
 /// Copies everything from `from` to `to` (created and migrated if need be)
 /// and verifies both sides. Returns what was copied and the two tallies.
-pub async fn migrate_stores(
-    from: &Database,
-    to: &Database,
-    plan: Plan,
-) -> Result<(Copied, Tallies, Tallies), MoveError> {
+pub async fn migrate_stores(from: &Database, to: &Database, plan: Plan) -> Result<(Copied, Tallies, Tallies), Error> {
     let source = Side::open_source(from).await?;
     let target = Side::open_target(to).await?;
     let mut progress = Progress::new(plan);
@@ -336,7 +332,7 @@ pub async fn import_into(
     to: &Database,
     input: impl std::io::BufRead,
     plan: Plan,
-) -> Result<(Copied, Tallies, Tallies), MoveError> {
+) -> Result<(Copied, Tallies, Tallies), Error> {
     let target = Side::open_target(to).await?;
     let result = ndjson::import(&target, input, plan).await;
     let found = match &result {

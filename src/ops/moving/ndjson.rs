@@ -20,10 +20,10 @@ use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::rows::{CheckpointRow, RecordKey, RecordRow, RowBytes, StoredRecordRow, TurnRow};
+use super::rows::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, TurnRow};
 use super::side::Side;
 use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
-use super::{Copied, MoveError, Plan, Progress};
+use super::{Copied, Error, Plan, Progress};
 
 /// The version of the format this stepwell writes.
 pub const FORMAT: u32 = 2;
@@ -35,7 +35,7 @@ pub const FORMAT_OLDEST: u32 = 1;
 pub struct Exported {
     pub checkpoints: u64,
     pub turns: u64,
-    /// Idempotency records.
+    /// Idempotency keys.
     pub records: u64,
     /// Records of RecordService.
     pub stored_records: u64,
@@ -47,7 +47,7 @@ enum Out<'a> {
     Header { format: u32, backend: &'a str, fence: i64 },
     Checkpoint(&'a CheckpointRow),
     Turn(&'a TurnRow),
-    Idempotency(&'a RecordRow),
+    Idempotency(&'a KeyRow),
     Record(&'a StoredRecordRow),
     End { checkpoints: u64, turns: u64, records: u64, stored_records: u64 },
 }
@@ -61,7 +61,7 @@ enum In {
     },
     Checkpoint(CheckpointRow),
     Turn(TurnRow),
-    Idempotency(RecordRow),
+    Idempotency(KeyRow),
     Record(StoredRecordRow),
     /// `stored_records` is absent in format 1.
     End {
@@ -72,14 +72,14 @@ enum In {
     },
 }
 
-fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), MoveError> {
+fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), Error> {
     serde_json::to_writer(&mut *out, line).map_err(std::io::Error::from)?;
     out.write_all(b"\n")?;
     Ok(())
 }
 
 /// Writes every row of `source`, read in the plan's chunks; returns the counts.
-pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Exported, MoveError> {
+pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Exported, Error> {
     let mut out = std::io::BufWriter::new(out);
     let fence = source.fence().await?.max(source.max_token().await?);
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
@@ -143,7 +143,7 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
 /// Loads an export into `target` in chunks, with the same idempotent
 /// inserts and fence rule as a migration; returns what was copied and the
 /// tally of the file's own rows.
-pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(Copied, Tallies), MoveError> {
+pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(Copied, Tallies), Error> {
     let mut progress = Progress::new(plan);
     let mut copied = Copied { fence_before: target.fence().await?, ..Copied::default() };
     copied.fence_after = copied.fence_before;
@@ -160,17 +160,17 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
             continue;
         }
         if end.is_some() {
-            return Err(MoveError::Format(format!("line {}: data after the end line", number + 1)));
+            return Err(Error::Format(format!("line {}: data after the end line", number + 1)));
         }
         let parsed: In =
-            serde_json::from_str(&line).map_err(|error| MoveError::Format(format!("line {}: {error}", number + 1)))?;
+            serde_json::from_str(&line).map_err(|error| Error::Format(format!("line {}: {error}", number + 1)))?;
         match parsed {
             In::Header { format, fence } => {
                 if header.is_some() {
-                    return Err(MoveError::Format(format!("line {}: a second header", number + 1)));
+                    return Err(Error::Format(format!("line {}: a second header", number + 1)));
                 }
                 if !(FORMAT_OLDEST..=FORMAT).contains(&format) {
-                    return Err(MoveError::Format(format!(
+                    return Err(Error::Format(format!(
                         "the file is in format {format}; this stepwell reads formats {FORMAT_OLDEST} to {FORMAT}"
                     )));
                 }
@@ -180,7 +180,7 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
                 continue;
             }
             _ if header.is_none() => {
-                return Err(MoveError::Format("the file does not start with a stepwell export header".into()));
+                return Err(Error::Format("the file does not start with a stepwell export header".into()));
             }
             In::Checkpoint(row) => {
                 let key = (row.namespace.clone(), row.turn_id.clone(), row.ts_ns, checkpoint_keys.len());
@@ -205,7 +205,7 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
             }
             In::Record(row) => {
                 if header == Some(1) {
-                    return Err(MoveError::Format(format!("line {}: a record in a format 1 file", number + 1)));
+                    return Err(Error::Format(format!("line {}: a record in a format 1 file", number + 1)));
                 }
                 stored_record_keys.push((row.key(), stored_record_digest(&row)));
                 if stored_records.push(row, plan) {
@@ -219,7 +219,7 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
                 let stored_records = match (header, stored_records) {
                     (Some(1), None) => 0,
                     (Some(1), Some(_)) | (_, None) => {
-                        return Err(MoveError::Format(format!(
+                        return Err(Error::Format(format!(
                             "line {}: the end line does not match the header's format",
                             number + 1
                         )));
@@ -240,9 +240,9 @@ pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(C
         stored_record_keys.len() as u64,
     );
     match end {
-        None => return Err(MoveError::Format("the file has no end line: it was cut short".into())),
+        None => return Err(Error::Format("the file has no end line: it was cut short".into())),
         Some(end) if end != counted => {
-            return Err(MoveError::Format(format!(
+            return Err(Error::Format(format!(
                 "the end line counts {end:?} (checkpoints, turns, idempotency records, records) but the file \
                  holds {counted:?}"
             )));
@@ -302,7 +302,7 @@ async fn flush_checkpoints(
     chunk: &mut Chunk<CheckpointRow>,
     copied: &mut Copied,
     progress: &mut Progress,
-) -> Result<(), MoveError> {
+) -> Result<(), Error> {
     let rows = chunk.take();
     if rows.is_empty() {
         return Ok(());
@@ -315,10 +315,10 @@ async fn flush_checkpoints(
 
 async fn flush_records(
     target: &Side,
-    chunk: &mut Chunk<RecordRow>,
+    chunk: &mut Chunk<KeyRow>,
     copied: &mut Copied,
     progress: &mut Progress,
-) -> Result<(), MoveError> {
+) -> Result<(), Error> {
     let rows = chunk.take();
     if rows.is_empty() {
         return Ok(());
@@ -334,7 +334,7 @@ async fn flush_stored_records(
     chunk: &mut Chunk<StoredRecordRow>,
     copied: &mut Copied,
     progress: &mut Progress,
-) -> Result<(), MoveError> {
+) -> Result<(), Error> {
     let rows = chunk.take();
     if rows.is_empty() {
         return Ok(());

@@ -40,7 +40,7 @@ pub struct TurnRow {
 /// A row of `idempotency`, every column. `error` is UTF-8 text (bytes on
 /// Postgres, which keeps NUL).
 #[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct RecordRow {
+pub struct KeyRow {
     pub namespace: String,
     pub key: String,
     pub held: i64,
@@ -109,7 +109,7 @@ impl RowBytes for CheckpointRow {
     }
 }
 
-impl RowBytes for RecordRow {
+impl RowBytes for KeyRow {
     fn bytes(&self) -> usize {
         size_of::<Self>()
             + self.namespace.len()

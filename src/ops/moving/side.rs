@@ -10,9 +10,9 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 
-use super::rows::{CheckpointRow, RecordKey, RecordRow, RowBytes, StoredRecordRow, TurnRow};
+use super::rows::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, TurnRow};
 use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
-use super::{MoveError, Plan, WAIT};
+use super::{Error, Plan, WAIT};
 use crate::config::Database;
 use crate::domain::clock::Clock;
 use crate::store::{self, Options};
@@ -23,7 +23,7 @@ use crate::store::{self, Options};
 async fn take_chunk<R: RowBytes>(
     mut rows: impl Stream<Item = Result<R, sqlx::Error>> + Unpin,
     plan: Plan,
-) -> Result<Vec<R>, MoveError> {
+) -> Result<Vec<R>, Error> {
     let (mut chunk, mut bytes) = (Vec::new(), 0);
     while bytes < plan.chunk_bytes.max(1)
         && let Some(row) = rows.try_next().await?
@@ -125,11 +125,11 @@ macro_rules! on_both {
 impl Side {
     /// Opens an existing store to read. A SQLite file that does not exist is
     /// an error rather than created empty.
-    pub async fn open_source(database: &Database) -> Result<Side, MoveError> {
+    pub async fn open_source(database: &Database) -> Result<Side, Error> {
         match database {
             Database::Sqlite { path } => {
                 if !path.exists() {
-                    return Err(MoveError::Format(format!("no SQLite store at {}", path.display())));
+                    return Err(Error::Format(format!("no SQLite store at {}", path.display())));
                 }
                 let options = SqliteConnectOptions::new().filename(path).create_if_missing(false).busy_timeout(WAIT);
                 let pool = SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
@@ -145,7 +145,7 @@ impl Side {
 
     /// Opens the store to write, creating and migrating it as a sidecar
     /// would (so a Postgres that may lose commits is refused here too).
-    pub async fn open_target(database: &Database) -> Result<Side, MoveError> {
+    pub async fn open_target(database: &Database) -> Result<Side, Error> {
         let options = Options {
             database: database.clone(),
             pool_max: 1,
@@ -192,14 +192,14 @@ impl Side {
     }
 
     /// Rows in `table` (one of the four tables a move copies or rebuilds).
-    pub async fn count(&self, table: &'static str) -> Result<u64, MoveError> {
+    pub async fn count(&self, table: &'static str) -> Result<u64, Error> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"));
         let count: i64 = on_both!(self, |pool| sqlx::query_scalar(sql).fetch_one(pool).await?);
         Ok(count.max(0) as u64)
     }
 
     /// The last fencing token the store issued.
-    pub async fn fence(&self) -> Result<i64, MoveError> {
+    pub async fn fence(&self) -> Result<i64, Error> {
         Ok(match self {
             Side::Sqlite(pool) => {
                 sqlx::query_scalar("SELECT last FROM lease_tokens WHERE id = 1").fetch_one(pool).await?
@@ -209,13 +209,13 @@ impl Side {
     }
 
     /// The greatest token any stored record holds.
-    pub async fn max_token(&self) -> Result<i64, MoveError> {
+    pub async fn max_token(&self) -> Result<i64, Error> {
         let sql = "SELECT coalesce(max(lease_token), 0) FROM idempotency";
         Ok(on_both!(self, |pool| sqlx::query_scalar(sql).fetch_one(pool).await?))
     }
 
     /// Moves the fencing sequence to at least `last`, never back.
-    pub async fn advance_fence(&self, last: i64) -> Result<(), MoveError> {
+    pub async fn advance_fence(&self, last: i64) -> Result<(), Error> {
         match self {
             Side::Sqlite(pool) => {
                 sqlx::query("UPDATE lease_tokens SET last = $1 WHERE id = 1 AND last < $1")
@@ -233,7 +233,7 @@ impl Side {
 
     /// The next chunk of checkpoints after `seq`, in insertion order: at most
     /// `plan.chunk_rows`, and no more once they reach `plan.chunk_bytes`.
-    pub async fn checkpoints_after(&self, seq: i64, plan: Plan) -> Result<Vec<CheckpointRow>, MoveError> {
+    pub async fn checkpoints_after(&self, seq: i64, plan: Plan) -> Result<Vec<CheckpointRow>, Error> {
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE seq > $1 ORDER BY seq LIMIT $2"
         ));
@@ -244,11 +244,7 @@ impl Side {
 
     /// The next chunk of records after the key `after`, in key order, as
     /// bounded as `checkpoints_after`.
-    pub async fn records_after(
-        &self,
-        after: Option<&(String, String)>,
-        plan: Plan,
-    ) -> Result<Vec<RecordRow>, MoveError> {
+    pub async fn records_after(&self, after: Option<&(String, String)>, plan: Plan) -> Result<Vec<KeyRow>, Error> {
         let (namespace, key) = after.cloned().unwrap_or_default();
         let filter = if after.is_some() { "(namespace, key) > ($1, $2)" } else { "$1 = $2" };
         let sql = sqlx::AssertSqlSafe(format!(
@@ -276,7 +272,7 @@ impl Side {
         &self,
         after: Option<&RecordKey>,
         plan: Plan,
-    ) -> Result<Vec<StoredRecordRow>, MoveError> {
+    ) -> Result<Vec<StoredRecordRow>, Error> {
         let (namespace, turn_id, kind, scope, id) = after.cloned().unwrap_or_default();
         let filter = if after.is_some() {
             format!("({STORED_RECORD_KEY}) > ($1, $2, $3, $4, $5)")
@@ -303,7 +299,7 @@ impl Side {
     /// Inserts checkpoints in the order given, skipping keys already stored,
     /// and rebuilds the summaries of their turns, in one transaction.
     /// Returns how many were inserted.
-    pub async fn insert_checkpoints(&self, rows: &[CheckpointRow]) -> Result<u64, MoveError> {
+    pub async fn insert_checkpoints(&self, rows: &[CheckpointRow]) -> Result<u64, Error> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -366,7 +362,7 @@ impl Side {
 
     /// Inserts records whose key is not stored yet, in one transaction.
     /// Returns how many were inserted.
-    pub async fn insert_records(&self, rows: &[RecordRow]) -> Result<u64, MoveError> {
+    pub async fn insert_records(&self, rows: &[KeyRow]) -> Result<u64, Error> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -376,7 +372,7 @@ impl Side {
                     .iter()
                     .map(|r| {
                         String::from_utf8(r.error.clone())
-                            .map_err(|_| MoveError::Format(format!("the error of key {:?} is not UTF-8", r.key)))
+                            .map_err(|_| Error::Format(format!("the error of key {:?} is not UTF-8", r.key)))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut builder = QueryBuilder::new(format!("INSERT INTO idempotency ({RECORD_COLUMNS}) "));
@@ -403,9 +399,9 @@ impl Side {
             }
             Side::Postgres(pool) => {
                 // Borrowed, so the chunk's bytes are not copied once more.
-                let strings = |f: fn(&RecordRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
-                let bytes = |f: fn(&RecordRow) -> &[u8]| rows.iter().map(f).collect::<Vec<&[u8]>>();
-                let ints = |f: fn(&RecordRow) -> i64| rows.iter().map(f).collect::<Vec<_>>();
+                let strings = |f: fn(&KeyRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
+                let bytes = |f: fn(&KeyRow) -> &[u8]| rows.iter().map(f).collect::<Vec<&[u8]>>();
+                let ints = |f: fn(&KeyRow) -> i64| rows.iter().map(f).collect::<Vec<_>>();
                 let mut tx = pool.begin().await?;
                 let inserted: i64 = sqlx::query_scalar(PG_INSERT_RECORDS)
                     .bind(strings(|r| &r.namespace))
@@ -431,7 +427,7 @@ impl Side {
 
     /// Inserts records (RecordService) whose key is not stored yet, in one
     /// transaction. Returns how many were inserted.
-    pub async fn insert_stored_records(&self, rows: &[StoredRecordRow]) -> Result<u64, MoveError> {
+    pub async fn insert_stored_records(&self, rows: &[StoredRecordRow]) -> Result<u64, Error> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -481,7 +477,7 @@ impl Side {
     }
 
     /// Streams every turn summary in (namespace, turn_id) order.
-    pub async fn for_each_turn(&self, mut each: impl FnMut(TurnRow)) -> Result<(), MoveError> {
+    pub async fn for_each_turn(&self, mut each: impl FnMut(TurnRow)) -> Result<(), Error> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT {TURN_COLUMNS} FROM turns ORDER BY namespace, turn_id"));
         on_both!(self, |pool| {
             let mut rows = sqlx::query_as::<_, TurnRow>(sql).fetch(pool);
@@ -494,9 +490,9 @@ impl Side {
 
     /// Counts and checksums every namespace, reading each table in its
     /// canonical order: checkpoints as Restore orders them (namespace, turn,
-    /// timestamp, insertion), turns, idempotency records and records
+    /// timestamp, insertion), turns, idempotency keys and records
     /// (RecordService) by key.
-    pub async fn tally(&self) -> Result<Tallies, MoveError> {
+    pub async fn tally(&self) -> Result<Tallies, Error> {
         let mut tallier = Tallier::default();
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints ORDER BY namespace, turn_id, ts_ns, seq"
@@ -510,7 +506,7 @@ impl Side {
         self.for_each_turn(|row| tallier.turn(&row.namespace, turn_digest(&row))).await?;
         let sql = sqlx::AssertSqlSafe(format!("SELECT {RECORD_COLUMNS} FROM idempotency ORDER BY namespace, key"));
         on_both!(self, |pool| {
-            let mut rows = sqlx::query_as::<_, RecordRow>(sql).fetch(pool);
+            let mut rows = sqlx::query_as::<_, KeyRow>(sql).fetch(pool);
             while let Some(row) = rows.try_next().await? {
                 tallier.record(&row.namespace, record_digest(&row));
             }

@@ -1,5 +1,5 @@
 //! Verifying a move: per namespace, the counts of checkpoints, turns,
-//! idempotency records and records (RecordService) and a SHA-256 checksum
+//! idempotency keys and records (RecordService) and a SHA-256 checksum
 //! of their content, computed the same way on both sides and shown as a
 //! table.
 //!
@@ -17,14 +17,14 @@ use sha2::{Digest, Sha256};
 
 use serde_json::Value;
 
-use super::rows::{CheckpointRow, RecordRow, StoredRecordRow, TurnRow};
+use super::rows::{CheckpointRow, KeyRow, StoredRecordRow, TurnRow};
 
 /// One namespace's figures.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Tally {
     pub checkpoints: u64,
     pub turns: u64,
-    /// Idempotency records.
+    /// Idempotency keys.
     pub records: u64,
     /// Records of RecordService.
     pub stored_records: u64,
@@ -160,7 +160,7 @@ pub fn turn_digest(r: &TurnRow) -> RowDigest {
         .done()
 }
 
-pub fn record_digest(r: &RecordRow) -> RowDigest {
+pub fn record_digest(r: &KeyRow) -> RowDigest {
     Canonical::default()
         .text(&r.namespace)
         .text(&r.key)

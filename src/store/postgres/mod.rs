@@ -27,10 +27,10 @@ use sqlx::{ConnectOptions, FromRow, Postgres, Row, SqlSafeStr};
 mod records;
 
 use super::batch::{self, CheckpointKey};
-use super::rows::{self, CheckpointRow, InsertedRow, RecordRow, decode_error};
+use super::rows::{self, CheckpointRow, InsertedRow, KeyRow, decode_error};
 use super::shared::{Backend, Conn, Dialect, LockTurn, Pools};
 use super::{Error, IdleQuery, Options};
-use crate::domain::keys::Record;
+use crate::domain::keys::KeyRecord;
 use crate::domain::model::{NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{NewRecord, RecordDelete, RecordEntry, RecordQuery};
 use crate::observe::metrics::StoreState;
@@ -353,20 +353,23 @@ impl batch::Statements for Conn<'_, Postgres> {
         rows::found_checkpoints(keys, rows)
     }
 
-    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
+    async fn load_records(
+        &mut self,
+        keys: &[(&str, &str)],
+    ) -> Result<HashMap<(String, String), KeyRecord>, sqlx::Error> {
         let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
-        let rows: Vec<RecordRow> =
+        let rows: Vec<KeyRow> =
             sqlx::query_as(LOAD_RECORDS).bind(namespaces).bind(names).fetch_all(&mut *self.conn).await?;
         rows::records_by_key(rows)
     }
 
-    async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
+    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), sqlx::Error> {
         if records.is_empty() {
             return Ok(());
         }
         let tokens = rows::stored_tokens(records)?;
-        let int = |f: fn(&Record) -> i64| records.iter().map(f).collect::<Vec<i64>>();
-        let bytes = |f: fn(&Record) -> &[u8]| records.iter().map(f).collect::<Vec<&[u8]>>();
+        let int = |f: fn(&KeyRecord) -> i64| records.iter().map(f).collect::<Vec<i64>>();
+        let bytes = |f: fn(&KeyRecord) -> &[u8]| records.iter().map(f).collect::<Vec<&[u8]>>();
         sqlx::query(
             "INSERT INTO idempotency (namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns, \
                                       result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns) \
@@ -436,7 +439,7 @@ impl Backend for PostgresStore {
         Ok(records::list(&mut conn, q).await?)
     }
 
-    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(KeyRecord, UnixNanos)>, Error> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {DB_NOW_NS} + $3 AS now_ns, * FROM idempotency WHERE namespace = $1 AND key = $2"
         )))
@@ -447,7 +450,7 @@ impl Backend for PostgresStore {
         .await?;
         let Some(row) = row else { return Ok(None) };
         let now: i64 = row.try_get("now_ns")?;
-        let record = Record::try_from(RecordRow::from_row(&row)?)?;
+        let record = KeyRecord::try_from(KeyRow::from_row(&row)?)?;
         Ok((!record.is_purgeable(now)).then_some((record, now)))
     }
 

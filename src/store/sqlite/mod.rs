@@ -29,11 +29,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use tokio::sync::{Mutex, Semaphore};
 
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
-use super::rows::{self, CheckpointRow, InsertedRow, PageRow, RecordRow, TurnRow, decode_error};
+use super::rows::{self, CheckpointRow, InsertedRow, KeyRow, PageRow, TurnRow, decode_error};
 use super::shared::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN, TURN, expired_turns_sql, list_turns_sql};
 use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
-use crate::domain::keys::Record;
+use crate::domain::keys::KeyRecord;
 use crate::domain::model::{
     Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
@@ -495,16 +495,19 @@ impl Statements for Batch<'_> {
         rows::found_checkpoints(keys, rows)
     }
 
-    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), Record>, sqlx::Error> {
+    async fn load_records(
+        &mut self,
+        keys: &[(&str, &str)],
+    ) -> Result<HashMap<(String, String), KeyRecord>, sqlx::Error> {
         let sql = values_sql("SELECT * FROM idempotency WHERE (namespace, key) IN (VALUES ", 2, keys.len(), ")");
         let mut params: Vec<&dyn ToSql> = Vec::with_capacity(keys.len() * 2);
         for (namespace, key) in keys {
             params.extend([namespace as &dyn ToSql, key]);
         }
-        rows::records_by_key(query_all(self.conn, &sql, &params, RecordRow::from_sqlite)?)
+        rows::records_by_key(query_all(self.conn, &sql, &params, KeyRow::from_sqlite)?)
     }
 
-    async fn save_records(&mut self, records: &[Record]) -> Result<(), sqlx::Error> {
+    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), sqlx::Error> {
         if records.is_empty() {
             return Ok(());
         }
@@ -762,7 +765,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(Record, UnixNanos)>, Error> {
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<(KeyRecord, UnixNanos)>, Error> {
         let (namespace, key) = (namespace.to_owned(), key.to_owned());
         let clock = self.clock.clone();
         self.read(move |conn| {
@@ -771,9 +774,9 @@ impl Store for SqliteStore {
                 conn,
                 "SELECT * FROM idempotency WHERE namespace = ?1 AND key = ?2",
                 &[&namespace, &key],
-                RecordRow::from_sqlite,
+                KeyRow::from_sqlite,
             )?;
-            let record = rows.into_iter().next().map(Record::try_from).transpose()?;
+            let record = rows.into_iter().next().map(KeyRecord::try_from).transpose()?;
             Ok(record.filter(|r| !r.is_purgeable(now)).map(|record| (record, now)))
         })
         .await
