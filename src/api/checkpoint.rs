@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::pb::checkpoint_service_server::CheckpointService;
 use super::pb::{self, *};
+use super::validate::{Optional, Required};
 use super::{Call, Shared, timestamp, validate};
 use crate::domain::error::{Error, InvalidReason, Result};
 use crate::domain::limits;
@@ -28,9 +29,9 @@ impl CheckpointApi {
     async fn checkpoint(&self, req: CheckpointRequest) -> Result<CheckpointResponse> {
         let checkpoint = NewCheckpoint {
             namespace: validate::namespace(req.namespace)?,
-            turn_id: validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?,
-            session_id: validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, false)?,
-            phase: validate::phase("phase", req.phase, true)?,
+            turn_id: validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?,
+            session_id: validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, Optional)?,
+            phase: validate::phase("phase", req.phase, Required)?,
             state: {
                 validate::state(&req.state, self.shared.limits().state_bytes_max)?;
                 req.state
@@ -41,7 +42,7 @@ impl CheckpointApi {
                 "workflow_version",
                 req.workflow_version,
                 limits::WORKFLOW_VERSION_BYTES_MAX,
-                false,
+                Optional,
             )?,
         };
         let metrics = self.shared.metrics();
@@ -62,15 +63,15 @@ impl CheckpointApi {
     async fn restore(&self, req: RestoreRequest) -> Result<RestoreResponse> {
         let limits = self.shared.limits();
         let namespace = validate::namespace(req.namespace)?;
-        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?;
+        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         let limit = validate::page_size(req.page_size, limits.page_size_default, limits.page_size_max)?;
         let after = validate::restore_cursor(&req.page_token, req.newest_first)?;
-        let phase = validate::phase("phase", req.phase, false)?;
+        let phase = validate::phase("phase", req.phase, Optional)?;
         let expected = validate::id(
             "expect_workflow_version",
             req.expect_workflow_version,
             limits::WORKFLOW_VERSION_BYTES_MAX,
-            false,
+            Optional,
         )?;
         let store = self.shared.store()?;
 
@@ -108,7 +109,7 @@ impl CheckpointApi {
                 return Err(Error::invalid("status", InvalidReason::OutOfRange, "is not a TurnStatus value"));
             }
         };
-        let session_id = validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, false)?;
+        let session_id = validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, Optional)?;
         let query = ListTurnsQuery {
             namespace: validate::namespace(req.namespace)?,
             status,
@@ -151,7 +152,7 @@ impl CheckpointApi {
 
     async fn delete_turn(&self, req: DeleteTurnRequest) -> Result<DeleteTurnResponse> {
         let namespace = validate::namespace(req.namespace)?;
-        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, true)?;
+        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         let deleted = self.shared.writer()?.delete_turn(namespace, turn_id).await?;
         if deleted > 0 {
             self.shared.metrics().turns_deleted.increment(1);

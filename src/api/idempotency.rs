@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::pb::idempotency_service_server::IdempotencyService;
 use super::pb::{self, *};
+use super::validate::Required;
 use super::{Call, Shared, timestamp, validate};
 use crate::domain::error::{Error, Result};
 use crate::domain::keys::{self as rules, BeginArgs, Fence, KeyState};
@@ -30,7 +31,7 @@ impl IdempotencyApi {
     fn fence(namespace: String, key: String, lease_token: u64) -> Result<Fence> {
         Ok(Fence {
             namespace: validate::namespace(namespace)?,
-            key: validate::id("key", key, limits::KEY_BYTES_MAX, true)?,
+            key: validate::id("key", key, limits::KEY_BYTES_MAX, Required)?,
             lease_token: validate::lease_token(lease_token)?,
         })
     }
@@ -40,7 +41,7 @@ impl IdempotencyApi {
         validate::bytes("fingerprint", &req.fingerprint, limits::FINGERPRINT_BYTES_MAX)?;
         let args = BeginArgs {
             namespace: validate::namespace(req.namespace)?,
-            key: validate::id("key", req.key, limits::KEY_BYTES_MAX, true)?,
+            key: validate::id("key", req.key, limits::KEY_BYTES_MAX, Required)?,
             fingerprint: req.fingerprint,
             lease: validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?,
             retention: validate::duration("retention", req.retention, limits.retention_default, limits.retention_max)?,
@@ -126,7 +127,7 @@ impl IdempotencyApi {
 
     async fn get(&self, req: GetRequest) -> Result<GetResponse> {
         let namespace = validate::namespace(req.namespace)?;
-        let key = validate::id("key", req.key, limits::KEY_BYTES_MAX, true)?;
+        let key = validate::id("key", req.key, limits::KEY_BYTES_MAX, Required)?;
         let (record, now) = self.shared.store()?.get(&namespace, &key).await?.ok_or(Error::KeyNotFound)?;
         let state = record.state(now);
         let leased = matches!(state, KeyState::InProgress | KeyState::Expired);

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::pb::record_service_server::RecordService;
 use super::pb::{self, *};
+use super::validate::{Optional, Presence, Required};
 use super::{Call, Shared, timestamp, validate};
 use crate::config::Limits;
 use crate::domain::error::{Error, InvalidReason, Result};
@@ -51,7 +52,7 @@ impl RecordApi {
                 if fence.lease_token == 0 {
                     return Err(Error::invalid("fence.lease_token", InvalidReason::Required, "is required"));
                 }
-                let key = validate::id("fence.key", fence.key, limits::KEY_BYTES_MAX, true)?;
+                let key = validate::id("fence.key", fence.key, limits::KEY_BYTES_MAX, Required)?;
                 Some(Fence { namespace: namespace.clone(), key, lease_token: fence.lease_token })
             }
         };
@@ -65,11 +66,11 @@ impl RecordApi {
     async fn list_records(&self, req: ListRecordsRequest) -> Result<ListRecordsResponse> {
         let limits = self.shared.limits();
         let optional = |field: &str, value: String| -> Result<Option<String>> {
-            let value = validate::record_text(field, value, limits::RECORD_ID_BYTES_MAX, false)?;
+            let value = validate::record_text(field, value, limits::RECORD_ID_BYTES_MAX, Optional)?;
             Ok((!value.is_empty()).then_some(value))
         };
-        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, false)?;
-        let scope = validate::record_text("scope", req.scope, limits::RECORD_ID_BYTES_MAX, false)?;
+        let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Optional)?;
+        let scope = validate::record_text("scope", req.scope, limits::RECORD_ID_BYTES_MAX, Optional)?;
         let (after, within) = validate::records_after(&req.page_token, req.split_entries)?;
         let token_room = match req.split_entries {
             true => validate::RECORDS_CUT_TOKEN_BYTES_MAX,
@@ -79,7 +80,7 @@ impl RecordApi {
             namespace: validate::namespace(req.namespace)?,
             turn_id: (!turn_id.is_empty()).then_some(turn_id),
             scope: (req.has_scope || !scope.is_empty()).then_some(scope),
-            kind: validate::kind("kind", req.kind, true)?,
+            kind: validate::kind("kind", req.kind, Required)?,
             id: optional("id", req.id)?,
             before_id: optional("before_id", req.before_id)?,
             metadata_contains: validate::json_object(
@@ -125,7 +126,7 @@ impl RecordApi {
         let turn_ids = std::mem::take(&mut req.turn_ids)
             .into_iter()
             .enumerate()
-            .map(|(i, turn_id)| validate::id(&format!("turn_ids[{i}]"), turn_id, limits::TURN_ID_BYTES_MAX, true))
+            .map(|(i, turn_id)| validate::id(&format!("turn_ids[{i}]"), turn_id, limits::TURN_ID_BYTES_MAX, Required))
             .collect::<Result<Vec<_>>>()?;
         let selection = selection(req, &turn_ids, limits)?;
         let deleted = self
@@ -139,8 +140,8 @@ impl RecordApi {
 
     async fn copy_turn(&self, req: CopyTurnRequest) -> Result<CopyTurnResponse> {
         let namespace = validate::namespace(req.namespace)?;
-        let source = validate::id("source_turn_id", req.source_turn_id, limits::TURN_ID_BYTES_MAX, true)?;
-        let target = validate::id("target_turn_id", req.target_turn_id, limits::TURN_ID_BYTES_MAX, true)?;
+        let source = validate::id("source_turn_id", req.source_turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
+        let target = validate::id("target_turn_id", req.target_turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         if source == target {
             return Err(Error::invalid("target_turn_id", InvalidReason::Malformed, "must differ from source_turn_id"));
         }
@@ -153,7 +154,7 @@ impl RecordApi {
 /// which then must be named) or a kind's records, narrowed by filters or
 /// turns (a deletion across every turn needs a filter).
 fn selection(req: DeleteRecordsRequest, turn_ids: &[String], limits: &Limits) -> Result<Option<Selection>> {
-    let kind = validate::kind("kind", req.kind, false)?;
+    let kind = validate::kind("kind", req.kind, Optional)?;
     if kind.is_empty() {
         let needs_kind = |field: &str| Error::invalid(field, InvalidReason::Malformed, "needs kind");
         if !req.metadata_any.is_empty() {
@@ -198,15 +199,15 @@ fn selection(req: DeleteRecordsRequest, turn_ids: &[String], limits: &Limits) ->
 }
 
 fn optional_kind(field: &str, value: String) -> Result<Option<String>> {
-    let kind = validate::kind(field, value, false)?;
+    let kind = validate::kind(field, value, Optional)?;
     Ok((!kind.is_empty()).then_some(kind))
 }
 
 /// A record of a PutRecords, checked; `field` names it (`records[i]`).
 fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> {
     let name = |part: &str| format!("{field}.{part}");
-    let text = |part: &str, value: String, required: bool| {
-        validate::record_text(&name(part), value, limits::RECORD_ID_BYTES_MAX, required)
+    let text = |part: &str, value: String, presence: Presence| {
+        validate::record_text(&name(part), value, limits::RECORD_ID_BYTES_MAX, presence)
     };
     if r.refs.len() > limits::RECORD_REFS_MAX {
         let max = limits::RECORD_REFS_MAX;
@@ -214,7 +215,7 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
     }
     let mut refs = Vec::with_capacity(r.refs.len());
     for (i, id) in r.refs.into_iter().enumerate() {
-        let id = text(&format!("refs[{i}]"), id, true)?;
+        let id = text(&format!("refs[{i}]"), id, Required)?;
         // A ref named twice is one reference.
         if !refs.contains(&id) {
             refs.push(id);
@@ -226,11 +227,11 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
         Err(_) => return Err(Error::invalid(name("mode"), InvalidReason::OutOfRange, "is not a PutMode value")),
     };
     let record = NewRecord {
-        turn_id: validate::id(&name("turn_id"), r.turn_id, limits::TURN_ID_BYTES_MAX, true)?,
-        scope: text("scope", r.scope, false)?,
-        kind: validate::kind(&name("kind"), r.kind, true)?,
-        id: text("id", r.id, true)?,
-        parent_id: text("parent_id", r.parent_id, false)?,
+        turn_id: validate::id(&name("turn_id"), r.turn_id, limits::TURN_ID_BYTES_MAX, Required)?,
+        scope: text("scope", r.scope, Optional)?,
+        kind: validate::kind(&name("kind"), r.kind, Required)?,
+        id: text("id", r.id, Required)?,
+        parent_id: text("parent_id", r.parent_id, Optional)?,
         content_type: validate::content_type(&name("content_type"), r.content_type)?,
         payload: r.payload,
         metadata: validate::json_object(&name("metadata"), r.metadata, limits.record_metadata_bytes_max)?,

@@ -31,10 +31,18 @@ pub fn namespace(value: String) -> Result<String> {
     Ok(value)
 }
 
+/// Whether a field must be given: a required field may not be empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presence {
+    Required,
+    Optional,
+}
+pub use Presence::{Optional, Required};
+
 /// An identifier: at most `max` bytes, no control characters, and not empty
-/// when `required`.
-pub fn id(field: &str, value: String, max: usize, required: bool) -> Result<String> {
-    if required && value.is_empty() {
+/// when `Required`.
+pub fn id(field: &str, value: String, max: usize, presence: Presence) -> Result<String> {
+    if presence == Required && value.is_empty() {
         return Err(required_field(field));
     }
     if value.len() > max {
@@ -47,8 +55,8 @@ pub fn id(field: &str, value: String, max: usize, required: bool) -> Result<Stri
 }
 
 /// `phase`: 1..=128 bytes of `[A-Za-z0-9._:/-]`.
-pub fn phase(field: &str, value: String, required: bool) -> Result<String> {
-    if required && value.is_empty() {
+pub fn phase(field: &str, value: String, presence: Presence) -> Result<String> {
+    if presence == Required && value.is_empty() {
         return Err(required_field(field));
     }
     if value.len() > limits::PHASE_BYTES_MAX {
@@ -189,8 +197,8 @@ pub fn page_size(value: i32, default: u32, max: u32) -> Result<u32> {
 
 /// A record's text field (`scope`, `id`, `parent_id`, a ref): at most
 /// `max` bytes of UTF-8 without NUL, which no store's text holds.
-pub fn record_text(field: &str, value: String, max: usize, required: bool) -> Result<String> {
-    if required && value.is_empty() {
+pub fn record_text(field: &str, value: String, max: usize, presence: Presence) -> Result<String> {
+    if presence == Required && value.is_empty() {
         return Err(required_field(field));
     }
     if value.len() > max {
@@ -203,8 +211,8 @@ pub fn record_text(field: &str, value: String, max: usize, required: bool) -> Re
 }
 
 /// A record `kind`: 1..=64 bytes of `[a-z0-9._-]` (or empty, where optional).
-pub fn kind(field: &str, value: String, required: bool) -> Result<String> {
-    if required && value.is_empty() {
+pub fn kind(field: &str, value: String, presence: Presence) -> Result<String> {
+    if presence == Required && value.is_empty() {
         return Err(required_field(field));
     }
     if value.len() > limits::RECORD_KIND_BYTES_MAX {
