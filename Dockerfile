@@ -8,7 +8,7 @@
 # By default it listens on 127.0.0.1:50051: in a pod the sidecar and its
 # application share loopback, and nothing else can reach the port. To serve
 # the network, set STEPWELL_LISTEN=0.0.0.0:50051 with STEPWELL_TLS_CERT,
-# STEPWELL_TLS_KEY and STEPWELL_AUTH_FILE (README, "Security"; the sidecar
+# STEPWELL_TLS_KEY and STEPWELL_AUTH_FILE (docs/guides/security.md; the sidecar
 # refuses to start without them), as docker-compose.yml does.
 #
 # By default the store is the SQLite file /data/stepwell.db; set

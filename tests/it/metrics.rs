@@ -152,7 +152,7 @@ async fn metrics_count_every_request_by_method_and_code_and_every_outcome() {
     assert_eq!(idle.count(RPC, &[]), 0);
 }
 
-/// Every metric family and its type, as the README lists them.
+/// Every metric family and its type, as docs/reference/metrics.md lists them.
 const FAMILIES: &[(&str, &str)] = &[
     (RPC, "histogram"),
     ("stepwell_batch_writes", "histogram"),
@@ -438,9 +438,9 @@ async fn the_dashboard_and_the_alerts_name_only_metrics_a_sidecar_serves() {
             assert!(scrape.types.contains_key(&family), "{file} names {family}, which /metrics does not serve");
         }
     }
-    // The README lists every family a sidecar serves.
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("the README");
+    // The metrics reference lists every family a sidecar serves.
+    let reference = std::fs::read_to_string(root.join("docs/reference/metrics.md")).expect("the metrics reference");
     for family in scrape.types.keys() {
-        assert!(readme.contains(&format!("`{family}`")), "the README lists `{family}`");
+        assert!(reference.contains(&format!("`{family}`")), "docs/reference/metrics.md lists `{family}`");
     }
 }

@@ -1,5 +1,5 @@
-//! The profile behind the SQLite write path's shape (BENCHMARKS.md, "One
-//! caller's write: where the hops are"): one committed single-row
+//! The profile behind the SQLite write path's shape (docs/benchmarks/history.md,
+//! "One caller's write: where the hops are"): one committed single-row
 //! transaction (1 KB, WAL, synchronous=FULL) per request from a tokio task,
 //! either through sqlx's SQLite worker thread (a channel message per
 //! statement, each way) or through a dedicated thread that owns a rusqlite
