@@ -197,21 +197,9 @@ impl Metrics {
             .map(|outcome| r.counter("stepwell_idempotency_begins_total", &[("outcome", outcome)]));
         let sweeps =
             ["drained", "full", "failed"].map(|result| r.counter("stepwell_sweeps_total", &[("result", result)]));
-        let store = match backend {
-            "sqlite" => {
-                ["database", "wal"].map(|file| r.gauge("stepwell_sqlite_file_bytes", &[("file", file)])).to_vec()
-            }
-            "postgres" => vec![
-                r.gauge("stepwell_postgres_pool_connections", &[("state", "in_use")]),
-                r.gauge("stepwell_postgres_pool_connections", &[("state", "idle")]),
-                r.gauge("stepwell_postgres_pool_waiting_requests", &[]),
-                r.gauge("stepwell_postgres_pool_max_connections", &[]),
-            ],
-            _ => Vec::new(),
-        };
+        let store = r.store_gauges(backend);
         if recorder.is_some() {
-            r.gauge("stepwell_build_info", &[("version", env!("CARGO_PKG_VERSION")), ("backend", backend)]).set(1.0);
-            r.gauge("process_start_time_seconds", &[]).set(started_at);
+            r.info(backend, started_at);
         }
         let metrics = Metrics {
             namespace_labels: namespace_labels.map(|max| NamespaceLabels { max, labelled: Mutex::default() }),
@@ -380,108 +368,132 @@ impl Registrar<'_> {
         self.recorder.map_or_else(Histogram::noop, |r| r.register_histogram(&Self::key(name, labels), &METADATA))
     }
 
+    /// The gauges of the store's own figures, which depend on its backend.
+    fn store_gauges(&self, backend: &str) -> Vec<Gauge> {
+        match backend {
+            "sqlite" => {
+                ["database", "wal"].map(|file| self.gauge("stepwell_sqlite_file_bytes", &[("file", file)])).to_vec()
+            }
+            "postgres" => vec![
+                self.gauge("stepwell_postgres_pool_connections", &[("state", "in_use")]),
+                self.gauge("stepwell_postgres_pool_connections", &[("state", "idle")]),
+                self.gauge("stepwell_postgres_pool_waiting_requests", &[]),
+                self.gauge("stepwell_postgres_pool_max_connections", &[]),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The build's version and backend, and when the process started.
+    fn info(&self, backend: &'static str, started_at: f64) {
+        self.gauge("stepwell_build_info", &[("version", env!("CARGO_PKG_VERSION")), ("backend", backend)]).set(1.0);
+        self.gauge("process_start_time_seconds", &[]).set(started_at);
+    }
+
     /// The HELP line of every family.
     fn describe_all(&self) {
         let Some(r) = self.recorder else { return };
         let help = |text: &'static str| SharedString::const_str(text);
-        for (name, unit, text) in [
-            (
-                RPC_DURATION,
-                Some(Unit::Seconds),
-                "Duration of gRPC requests served, by service, method, status code and, for requests refused before their handler, the refusal.",
-            ),
-            (
-                "stepwell_write_queue_wait_seconds",
-                Some(Unit::Seconds),
-                "Time a write waited in the group-commit queue before its batch began.",
-            ),
-            (
-                "stepwell_batch_commit_duration_seconds",
-                Some(Unit::Seconds),
-                "Time a batch took to commit in the store, by backend.",
-            ),
-            ("stepwell_batch_writes", Some(Unit::Count), "Writes committed together in one batch (one transaction)."),
-        ] {
+        for &(name, unit, text) in HISTOGRAMS {
             r.describe_histogram(name.into(), unit, help(text));
         }
-        for (name, text) in [
-            (
-                "stepwell_batches_failed_total",
-                "Batches the store did not commit; each of their callers was answered UNAVAILABLE.",
-            ),
-            ("stepwell_idempotency_begins_total", "Begin requests answered, by outcome."),
-            ("stepwell_idempotency_takeovers_total", "Begins that acquired a key whose previous lease had expired."),
-            ("stepwell_idempotency_lease_lost_total", "Complete, Release and Extend requests refused with LEASE_LOST."),
-            (
-                "stepwell_idempotency_records_purged_total",
-                "Idempotency keys past their retention deleted by the sweeper.",
-            ),
-            (
-                "stepwell_sweeps_total",
-                "Sweeps of expired idempotency keys, by result: full means a whole batch was deleted and more may wait.",
-            ),
-            ("stepwell_checkpoints_appended_total", "Checkpoints stored."),
-            (
-                "stepwell_checkpoints_duplicate_total",
-                "Checkpoint requests answered inserted=false: the same checkpoint was already stored.",
-            ),
-            ("stepwell_checkpoint_conflicts_total", "Checkpoint requests refused with CHECKPOINT_CONFLICT."),
-            ("stepwell_turns_deleted_total", "DeleteTurn requests that deleted a turn."),
-            ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
-            ("stepwell_records_written_total", "Records written by PutRecords (upserted or inserted if absent)."),
-            ("stepwell_records_deleted_total", "Records deleted by DeleteRecords and by record retention."),
-            ("stepwell_record_turns_expired_total", "Turns whose records record retention deleted."),
-            ("stepwell_turns_expired_total", "Turns deleted by turn retention, by status (terminal, open)."),
-            ("stepwell_checkpoints_expired_total", "Checkpoints of the turns deleted by turn retention."),
-            (
-                "stepwell_turn_retention_failures_total",
-                "Turn retention passes that failed (the log says why); the next interval tries again.",
-            ),
-            (
-                "stepwell_tls_handshakes_shed_total",
-                "TLS handshakes under way closed to make room for a new connection, by the limit reached (address, total).",
-            ),
-        ] {
+        for &(name, text) in COUNTERS {
             r.describe_counter(name.into(), None, help(text));
         }
-        for (name, unit, text) in [
-            ("stepwell_write_queue_depth", Some(Unit::Count), "Writes waiting for or in a batch."),
-            ("stepwell_write_queue_bytes", Some(Unit::Bytes), "Bytes held by writes waiting for or in a batch."),
-            ("stepwell_store_up", None, "1 while the store answers its health check, 0 otherwise."),
-            (
-                "stepwell_store_breaker_open",
-                None,
-                "1 while the store's breaker is open: writes are refused UNAVAILABLE at once.",
-            ),
-            (
-                "stepwell_postgres_pool_connections",
-                Some(Unit::Count),
-                "Connections of the Postgres pool, by state (in_use, idle).",
-            ),
-            (
-                "stepwell_postgres_pool_waiting_requests",
-                Some(Unit::Count),
-                "Requests waiting for a connection of the Postgres pool, none being idle.",
-            ),
-            (
-                "stepwell_postgres_pool_max_connections",
-                Some(Unit::Count),
-                "Most connections the Postgres pool opens (--pool-max).",
-            ),
-            (
-                "stepwell_sqlite_file_bytes",
-                Some(Unit::Bytes),
-                "Size of the SQLite database file and of its write-ahead log.",
-            ),
-            (
-                "stepwell_sweep_last_success_timestamp_seconds",
-                Some(Unit::Seconds),
-                "Unix time the last sweep of expired records ended without error.",
-            ),
-            ("stepwell_build_info", None, "Always 1; the labels name the version and the store's backend."),
-            ("process_start_time_seconds", Some(Unit::Seconds), "Unix time the process started."),
-        ] {
+        for &(name, unit, text) in GAUGES {
             r.describe_gauge(name.into(), unit, help(text));
         }
     }
 }
+
+/// Every histogram family: name, unit and HELP text.
+const HISTOGRAMS: &[(&str, Option<Unit>, &str)] = &[
+    (
+        RPC_DURATION,
+        Some(Unit::Seconds),
+        "Duration of gRPC requests served, by service, method, status code and, for requests refused before their handler, the refusal.",
+    ),
+    (
+        "stepwell_write_queue_wait_seconds",
+        Some(Unit::Seconds),
+        "Time a write waited in the group-commit queue before its batch began.",
+    ),
+    (
+        "stepwell_batch_commit_duration_seconds",
+        Some(Unit::Seconds),
+        "Time a batch took to commit in the store, by backend.",
+    ),
+    ("stepwell_batch_writes", Some(Unit::Count), "Writes committed together in one batch (one transaction)."),
+];
+
+/// Every counter family: name and HELP text.
+const COUNTERS: &[(&str, &str)] = &[
+    (
+        "stepwell_batches_failed_total",
+        "Batches the store did not commit; each of their callers was answered UNAVAILABLE.",
+    ),
+    ("stepwell_idempotency_begins_total", "Begin requests answered, by outcome."),
+    ("stepwell_idempotency_takeovers_total", "Begins that acquired a key whose previous lease had expired."),
+    ("stepwell_idempotency_lease_lost_total", "Complete, Release and Extend requests refused with LEASE_LOST."),
+    ("stepwell_idempotency_records_purged_total", "Idempotency keys past their retention deleted by the sweeper."),
+    (
+        "stepwell_sweeps_total",
+        "Sweeps of expired idempotency keys, by result: full means a whole batch was deleted and more may wait.",
+    ),
+    ("stepwell_checkpoints_appended_total", "Checkpoints stored."),
+    (
+        "stepwell_checkpoints_duplicate_total",
+        "Checkpoint requests answered inserted=false: the same checkpoint was already stored.",
+    ),
+    ("stepwell_checkpoint_conflicts_total", "Checkpoint requests refused with CHECKPOINT_CONFLICT."),
+    ("stepwell_turns_deleted_total", "DeleteTurn requests that deleted a turn."),
+    ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
+    ("stepwell_records_written_total", "Records written by PutRecords (upserted or inserted if absent)."),
+    ("stepwell_records_deleted_total", "Records deleted by DeleteRecords and by record retention."),
+    ("stepwell_record_turns_expired_total", "Turns whose records record retention deleted."),
+    ("stepwell_turns_expired_total", "Turns deleted by turn retention, by status (terminal, open)."),
+    ("stepwell_checkpoints_expired_total", "Checkpoints of the turns deleted by turn retention."),
+    (
+        "stepwell_turn_retention_failures_total",
+        "Turn retention passes that failed (the log says why); the next interval tries again.",
+    ),
+    (
+        "stepwell_tls_handshakes_shed_total",
+        "TLS handshakes under way closed to make room for a new connection, by the limit reached (address, total).",
+    ),
+];
+
+/// Every gauge family: name, unit and HELP text.
+const GAUGES: &[(&str, Option<Unit>, &str)] = &[
+    ("stepwell_write_queue_depth", Some(Unit::Count), "Writes waiting for or in a batch."),
+    ("stepwell_write_queue_bytes", Some(Unit::Bytes), "Bytes held by writes waiting for or in a batch."),
+    ("stepwell_store_up", None, "1 while the store answers its health check, 0 otherwise."),
+    (
+        "stepwell_store_breaker_open",
+        None,
+        "1 while the store's breaker is open: writes are refused UNAVAILABLE at once.",
+    ),
+    (
+        "stepwell_postgres_pool_connections",
+        Some(Unit::Count),
+        "Connections of the Postgres pool, by state (in_use, idle).",
+    ),
+    (
+        "stepwell_postgres_pool_waiting_requests",
+        Some(Unit::Count),
+        "Requests waiting for a connection of the Postgres pool, none being idle.",
+    ),
+    (
+        "stepwell_postgres_pool_max_connections",
+        Some(Unit::Count),
+        "Most connections the Postgres pool opens (--pool-max).",
+    ),
+    ("stepwell_sqlite_file_bytes", Some(Unit::Bytes), "Size of the SQLite database file and of its write-ahead log."),
+    (
+        "stepwell_sweep_last_success_timestamp_seconds",
+        Some(Unit::Seconds),
+        "Unix time the last sweep of expired idempotency keys ended without error.",
+    ),
+    ("stepwell_build_info", None, "Always 1; the labels name the version and the store's backend."),
+    ("process_start_time_seconds", Some(Unit::Seconds), "Unix time the process started."),
+];

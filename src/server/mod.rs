@@ -150,33 +150,14 @@ pub async fn serve(
     let signal = drain_signal(shutdown, failed.clone(), stopping_tx, health.clone());
 
     let stopping_for_start = stopping.clone();
-    let stopping_for_supervisor = stopping.clone();
     let server_ended = Notify::new();
     let description = listener.describe();
     let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
     let (server, socket_file) = serve_on(listener, router, tls, &config.connections, &metrics, signal);
-    let start = async {
-        let observers = (metrics.clone(), traces.clone());
-        let mut started = start_store(&config, &shared, &health, stopping_for_start, observers).await;
-        match &started {
-            Ok(Some(_)) => tracing::info!(listen = %description, store = %config.store.database.describe(), "serving"),
-            Ok(None) => {}
-            Err(error) => {
-                tracing::error!(%error, "could not open the store");
-                failed.notify_one();
-            }
-        }
-        let task_failed = match &mut started {
-            Ok(Some(Started { tasks, .. })) => supervise(tasks, stopping_for_supervisor, &server_ended).await,
-            _ => None,
-        };
-        if let Some(error) = &task_failed {
-            tracing::error!(%error, "a task the sidecar needs has failed: NOT_SERVING, draining, then exiting");
-            failed.notify_one();
-        }
-        (started, task_failed)
-    };
+    let observers = (metrics.clone(), traces.clone());
+    let start =
+        run_store(&config, &shared, &health, stopping_for_start, observers, (&failed, &server_ended), &description);
     let serving = async {
         let result = drain(server, stopping, config.shutdown_grace).await;
         server_ended.notify_one();
@@ -184,23 +165,12 @@ pub async fn serve(
     };
     let (served, (mut started, mut task_failed)) = tokio::join!(serving, start);
 
-    // Requests have drained, so the writers are idle. A batch or sweeper
-    // pass cut short is one transaction, rolled back and never acknowledged.
-    if let Ok(Some(Started { store, tasks })) = started.as_mut().map(Option::take) {
-        task_failed = task_failed.or(stop_tasks(tasks).await);
-        store.backend().close().await;
-    }
+    task_failed = task_failed.or(close_store(&mut started).await);
     if let Some(reloader) = reloader {
         reloader.abort();
     }
     ended_tx.send_replace(true);
-    if let Some(admin) = admin {
-        let _ = admin.await;
-    }
-    if let Some(traces) = traces {
-        // Exporting what is left blocks until the collector answers.
-        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
-    }
+    stop_observers(admin, traces).await;
     drop(socket_file);
     if let Some(error) = task_failed {
         return Err(error);
@@ -209,6 +179,60 @@ pub async fn serve(
     started?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Opens the store, then supervises the tasks it needs while serving:
+/// what started, and the task that failed if one did. Either failure
+/// notifies `failed`, which starts the drain.
+async fn run_store(
+    config: &Config,
+    shared: &Arc<Shared>,
+    health: &HealthReporter,
+    stopping: watch::Receiver<bool>,
+    observers: (Arc<Metrics>, Option<Arc<Traces>>),
+    (failed, server_ended): (&Notify, &Notify),
+    description: &str,
+) -> (Result<Option<Started>, ServeError>, Option<ServeError>) {
+    let mut started = start_store(config, shared, health, stopping.clone(), observers).await;
+    match &started {
+        Ok(Some(_)) => tracing::info!(listen = %description, store = %config.store.database.describe(), "serving"),
+        Ok(None) => {}
+        Err(error) => {
+            tracing::error!(%error, "could not open the store");
+            failed.notify_one();
+        }
+    }
+    let task_failed = match &mut started {
+        Ok(Some(Started { tasks, .. })) => supervise(tasks, stopping, server_ended).await,
+        _ => None,
+    };
+    if let Some(error) = &task_failed {
+        tracing::error!(%error, "a task the sidecar needs has failed: NOT_SERVING, draining, then exiting");
+        failed.notify_one();
+    }
+    (started, task_failed)
+}
+
+/// Stops the store's tasks and closes it, once requests have drained and
+/// so the writers are idle. A batch or sweeper pass cut short is one
+/// transaction, rolled back and never acknowledged. A task that had
+/// panicked meanwhile is the failure returned.
+async fn close_store(started: &mut Result<Option<Started>, ServeError>) -> Option<ServeError> {
+    let Ok(Some(Started { store, tasks })) = started.as_mut().map(Option::take) else { return None };
+    let task_failed = stop_tasks(tasks).await;
+    store.backend().close().await;
+    task_failed
+}
+
+/// Waits for the admin listener to end, and exports the spans left.
+async fn stop_observers(admin: Option<JoinHandle<()>>, traces: Option<Arc<Traces>>) {
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    if let Some(traces) = traces {
+        // Exporting what is left blocks until the collector answers.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
 }
 
 /// What the sidecar is observed through: its metrics, its traces if an
