@@ -420,7 +420,14 @@ class Chain:
 
 class Window:
     """A closed-loop measurement: tasks run from the start through warm-up
-    and window; operations that complete inside the window are counted."""
+    and window; operations that complete inside the window are counted.
+
+    A window in which nothing has completed yet (an operation slower than
+    the whole window, as on a starved machine) stretches until the first
+    completion, up to `STRETCH_S` past its start, and the rate is taken
+    over the stretched window: a point is then slow, not empty."""
+
+    STRETCH_S = 60.0
 
     def __init__(self, warm: float, window: float):
         now = time.perf_counter()
@@ -432,11 +439,18 @@ class Window:
         self.harness_s = 0.0  # time spent making checkpoints, inside the window
 
     def record(self, t0: float, t1: float) -> None:
+        if not self.latencies and self.end < t1 <= self.start + self.STRETCH_S:
+            self.end, self.window = t1, t1 - self.start
         if self.start <= t1 <= self.end:
             self.latencies.append(t1 - t0)
 
+    def stretching(self, now: float) -> bool:
+        """Whether the window goes on past its end, waiting for a first completion."""
+        return not self.latencies and now < self.start + self.STRETCH_S
+
     def running(self) -> bool:
-        return time.perf_counter() < self.end and len(self.errors) < 5
+        now = time.perf_counter()
+        return (now < self.end or self.stretching(now)) and len(self.errors) < 5
 
 
 class Meter:
@@ -483,7 +497,14 @@ async def measure(w: Window, meter: Meter, workers: List[Callable[[], Any]], ops
     def clock() -> None:
         time.sleep(max(0.0, w.start - time.perf_counter()))
         snaps["a"] = meter.snap()
-        time.sleep(max(0.0, w.end - time.perf_counter()))
+        while True:
+            now = time.perf_counter()
+            if now < w.end:
+                time.sleep(w.end - now)
+            elif w.stretching(now) and len(w.errors) < 5:
+                time.sleep(0.05)  # the window stretches until a first completion ends it
+            else:
+                break
         snaps["b"] = meter.snap()
 
     clock_thread = threading.Thread(target=clock, name="meter", daemon=True)
