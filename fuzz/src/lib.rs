@@ -28,7 +28,7 @@ use stepwell::store::writer::Writer;
 
 /// The RPCs of stepwell's three services; a selector byte picks one by its
 /// place in `Rpc::ALL`.
-pub use stepwell::auth::Rpc;
+pub use stepwell::domain::rpc::Rpc;
 
 /// The RPC a selector byte picks.
 pub fn rpc_from_selector(selector: u8) -> Rpc {
