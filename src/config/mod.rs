@@ -11,10 +11,9 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
-use clap::builder::{TypedValueParser, ValueParser};
+use clap::builder::ValueParser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use rustls_pki_types::ServerName;
@@ -24,6 +23,13 @@ use crate::domain::limits;
 use crate::observe::telemetry::LogFormat;
 pub use crate::store::Database;
 use crate::store::Options as StoreOptions;
+
+pub mod values;
+
+use values::{
+    AdminListen, Listen, Retention, admin_listen, age, age_or_off, count, json_object, millis, octal_mode, retention,
+    seconds, server_name, size,
+};
 
 /// The parsed command line.
 #[derive(Debug, Parser)]
@@ -331,41 +337,6 @@ pub struct ProtoArgs {
     pub dir: PathBuf,
 }
 
-/// How long something is kept: `None` for forever (`off`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention(pub Option<Duration>);
-
-fn retention(text: &str) -> Result<Retention, String> {
-    age_or_off(text).map(Retention)
-}
-
-/// An age, or `off` for none.
-fn age_or_off(text: &str) -> Result<Option<Duration>, String> {
-    if text.trim().eq_ignore_ascii_case("off") {
-        return Ok(None);
-    }
-    match age(text)? {
-        Duration::ZERO => Err(format!("{text:?}: an age of 0 would delete at once; use off to keep forever")),
-        age => Ok(Some(age)),
-    }
-}
-
-/// An age such as 90s, 30m, 1h or 2d.
-fn age(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not an age such as 90s, 30m, 1h or 2d"))?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{text:?} is not an age such as 90s, 30m, 1h or 2d")),
-    };
-    number.checked_mul(seconds).map(Duration::from_secs).ok_or_else(|| format!("{text:?} is too long"))
-}
-
 /// What `stepwell auth` does.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum AuthCommand {
@@ -487,11 +458,6 @@ fn client_tls(
         server_name: tls_server_name.clone().unwrap_or_else(localhost),
         client,
     }))
-}
-
-/// A DNS name or an IP address, as a certificate names a server.
-fn server_name(text: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(text.to_owned()).map_err(|_| format!("{text:?} is neither a DNS name nor an IP address"))
 }
 
 const DAY_SECONDS: u64 = 24 * 3600;
@@ -1016,82 +982,6 @@ fn with_env(command: clap::Command, env: &Env) -> clap::Command {
             }
         })
     })
-}
-
-/// File permissions in octal, such as 600 or 0660.
-fn octal_mode(text: &str) -> Result<u32, String> {
-    match u32::from_str_radix(text, 8) {
-        Ok(mode) if mode <= 0o777 => Ok(mode),
-        _ => Err(format!("{text:?} is not a permission mode in octal, such as 600 or 660")),
-    }
-}
-
-/// A JSON object, kept as the text given.
-fn json_object(text: &str) -> Result<String, String> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(_)) => Ok(text.to_owned()),
-        Ok(_) => Err("must be a JSON object, such as '{\"source\": \"loop\"}'".to_owned()),
-        Err(e) => Err(format!("is not JSON: {e}")),
-    }
-}
-
-/// A whole number in `min..=max`.
-fn count(min: u32, max: u32) -> impl TypedValueParser<Value = u32> {
-    clap::value_parser!(u32).range(i64::from(min)..=i64::from(max))
-}
-
-/// A size or count in `min..=max`.
-fn size(min: u64, max: u64) -> impl TypedValueParser<Value = usize> {
-    clap::value_parser!(u64).range(min..=max).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-}
-
-/// Whole seconds in `min..=max`.
-fn seconds(min: u64, max: u64) -> impl TypedValueParser<Value = Duration> {
-    clap::value_parser!(u64).range(min..=max).map(Duration::from_secs)
-}
-
-/// Whole milliseconds in `min..=max`.
-fn millis(min: u64, max: u64) -> impl TypedValueParser<Value = Duration> {
-    clap::value_parser!(u64).range(min..=max).map(Duration::from_millis)
-}
-
-/// Where the server listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Listen {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
-
-impl FromStr for Listen {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if let Some(path) = s.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err("unix: needs a socket path, e.g. unix:/run/stepwell.sock".into());
-            }
-            return Ok(Listen::Unix(PathBuf::from(path)));
-        }
-        s.parse::<SocketAddr>()
-            .map(Listen::Tcp)
-            .map_err(|_| format!("{s:?} is neither HOST:PORT (e.g. 127.0.0.1:50051) nor unix:/path"))
-    }
-}
-
-/// Where the admin HTTP listener listens, if anywhere.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdminListen {
-    Off,
-    Tcp(SocketAddr),
-}
-
-fn admin_listen(text: &str) -> Result<AdminListen, String> {
-    if text.eq_ignore_ascii_case("off") {
-        return Ok(AdminListen::Off);
-    }
-    text.parse()
-        .map(AdminListen::Tcp)
-        .map_err(|_| format!("{text:?} is neither HOST:PORT (e.g. 127.0.0.1:9464) nor off"))
 }
 
 /// Limits a request is checked against.

@@ -2,6 +2,7 @@
 //! environment variable, and the checks across flags, run against the
 //! environment each test passes in rather than the process's.
 
+use super::values::Listen;
 use super::*;
 
 fn serve(argv: &[&str], env: &Env) -> Result<ServeArgs, clap::Error> {

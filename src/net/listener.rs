@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::net::{TcpListener, UnixListener};
 
-use crate::config::Listen;
+use crate::config::values::Listen;
 
 /// A bound socket to serve on.
 pub enum Listener {
