@@ -14,7 +14,8 @@
 
 use std::process::ExitCode;
 
-use stepwell::config::{self, AuthCommand, Command, Config, Env, Healthcheck, NewToken, ServeArgs};
+use stepwell::config::env::Env;
+use stepwell::config::{self, AuthCommand, Command, Config, Healthcheck, NewToken, ServeArgs};
 use stepwell::observe::telemetry;
 use stepwell::ops::probe::{self, ServingStatus};
 use stepwell::ops::{cli, contract, moving};

@@ -2,6 +2,7 @@
 //! environment variable, and the checks across flags, run against the
 //! environment each test passes in rather than the process's.
 
+use super::env::Env;
 use super::values::Listen;
 use super::*;
 
