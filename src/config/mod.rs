@@ -24,9 +24,11 @@ pub use crate::store::Database;
 use crate::store::Options as StoreOptions;
 
 pub mod env;
+pub mod moving;
 pub mod values;
 
 use env::{Env, with_env};
+use moving::{ExportArgs, ImportArgs, MigrateArgs};
 use values::{
     AdminListen, Listen, Retention, admin_listen, age, age_or_off, count, json_object, millis, octal_mode, retention,
     seconds, server_name, size,
@@ -273,62 +275,6 @@ pub struct KeyRelease {
     /// The error recorded with a permanent release.
     #[arg(long, default_value = "released by an operator")]
     pub error: String,
-}
-
-/// How `migrate`, `export` and `import` cut their work into chunks, each
-/// read, held and (but for export) written in one transaction.
-#[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct ChunkArgs {
-    /// Most rows in one chunk (one transaction each). At most 2000: SQLite
-    /// takes at most 32766 values in one statement, and a row binds up to 13.
-    #[arg(long = "chunk-rows", value_name = "ROWS", default_value = "500", value_parser = size(1, 2000))]
-    pub chunk_rows: usize,
-    /// Bytes a chunk may hold, counting each row's variable-length columns
-    /// (states, results, payloads, metadata, refs, ids) and a small fixed
-    /// overhead: a chunk ends at the first row that reaches this, and always
-    /// holds at least one row, however large. From 1 MiB to 256 MiB.
-    #[arg(long = "chunk-bytes-max", value_name = "BYTES", default_value = "67108864",
-          value_parser = size(1 << 20, 256 << 20))]
-    pub chunk_bytes_max: usize,
-}
-
-/// Flags of `stepwell migrate`.
-#[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct MigrateArgs {
-    /// The store to copy from: sqlite://PATH or postgres://…
-    #[arg(long, value_name = "URL")]
-    pub from: Database,
-    /// The store to copy to (created and migrated if need be).
-    #[arg(long, value_name = "URL")]
-    pub to: Database,
-    #[command(flatten)]
-    pub chunks: ChunkArgs,
-}
-
-/// Flags of `stepwell export`.
-#[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct ExportArgs {
-    /// The store to read: sqlite://PATH or postgres://…
-    #[arg(long, value_name = "URL")]
-    pub from: Database,
-    /// Where to write the NDJSON; - for standard output.
-    #[arg(long, value_name = "PATH", default_value = "-")]
-    pub out: PathBuf,
-    #[command(flatten)]
-    pub chunks: ChunkArgs,
-}
-
-/// Flags of `stepwell import`.
-#[derive(Debug, Clone, PartialEq, Eq, Args)]
-pub struct ImportArgs {
-    /// The store to load into (created and migrated if need be).
-    #[arg(long, value_name = "URL")]
-    pub to: Database,
-    /// The NDJSON to read; - for standard input.
-    #[arg(long = "in", value_name = "PATH", default_value = "-")]
-    pub input: PathBuf,
-    #[command(flatten)]
-    pub chunks: ChunkArgs,
 }
 
 /// Flags of `stepwell proto`.

@@ -32,7 +32,8 @@ pub use rows::{CheckpointRow, KeyRow, RecordKey, StoredRecordRow, TurnRow};
 pub use side::Side;
 pub use tally::{Tallies, Tally};
 
-use crate::config::{ChunkArgs, Database, ExportArgs, ImportArgs, MigrateArgs};
+use crate::config::moving::{ChunkArgs, ExportArgs, ImportArgs, MigrateArgs};
+use crate::store::Database;
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
