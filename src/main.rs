@@ -14,8 +14,9 @@
 
 use std::process::ExitCode;
 
+use stepwell::config::commands::{AuthCommand, Healthcheck, NewToken};
 use stepwell::config::env::Env;
-use stepwell::config::{self, AuthCommand, Command, Config, Healthcheck, NewToken, ServeArgs};
+use stepwell::config::{self, Command, Config, ServeArgs};
 use stepwell::observe::telemetry;
 use stepwell::ops::probe::{self, ServingStatus};
 use stepwell::ops::{cli, contract, moving};

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use crate::config::ProtoArgs;
+use crate::config::commands::ProtoArgs;
 
 /// The contract's files, by their path under the directory.
 pub const PROTOS: [(&str, &str); 3] = [

@@ -23,7 +23,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-use crate::config::ProbeTls;
+use crate::config::commands::ProbeTls;
 use crate::config::values::Listen;
 use crate::net::tls::{self, certificates, private_key};
 

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use super::{Failure, Session, json_or_null, one_line, print_ndjson, print_record, put_time, text_cell, time_cell};
 use crate::api::pb::{GetRequest, RecordState, ReleaseRequest};
-use crate::config::{KeyArgs, KeyRelease};
+use crate::config::commands::{KeyArgs, KeyRelease};
 
 /// A record state as the JSON and the table write it: `in_progress`,
 /// `completed`, `failed`, `expired`, `released`.

@@ -37,7 +37,7 @@ use tonic_types::StatusExt;
 use crate::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use crate::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use crate::api::pb::record_service_client::RecordServiceClient;
-use crate::config::{KeysCommand, RecordsCommand, Remote, TurnsCommand};
+use crate::config::commands::{KeysCommand, RecordsCommand, Remote, TurnsCommand};
 use crate::ops::probe::{self, ClientTls};
 
 /// Exit code: the sidecar could not be reached or failed.

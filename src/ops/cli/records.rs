@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::{Failure, Session, one_line, print_ndjson, print_record, print_table, put_time, text_cell, time_cell};
 use crate::api::pb::{DeleteRecordsRequest, ListRecordsRequest, Record};
-use crate::config::{RecordsLs, RecordsRm};
+use crate::config::commands::{RecordsLs, RecordsRm};
 use crate::domain::limits;
 
 /// Most turns one DeleteRecords names (the sidecar's limit).

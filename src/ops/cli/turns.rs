@@ -13,7 +13,7 @@ use super::{
     text_cell, time_cell,
 };
 use crate::api::pb::{Checkpoint, DeleteTurnRequest, ListTurnsRequest, RestoreRequest, TurnStatus, TurnSummary};
-use crate::config::{TurnArgs, TurnRm, TurnsFilter, TurnsLs};
+use crate::config::commands::{TurnArgs, TurnRm, TurnsFilter, TurnsLs};
 use crate::domain::clock;
 
 /// How long a turn must not have been updated to count as stalled, unless
