@@ -3,6 +3,7 @@
 //! environment each test passes in rather than the process's.
 
 use super::env::Env;
+use super::serve::ServeArgs;
 use super::values::Listen;
 use super::*;
 

@@ -122,7 +122,7 @@ async fn identity_seen(server_tls: Arc<ServerTls>, client_tls: ClientTls) -> Str
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let target = Target::Tcp(listener.local_addr().expect("an address"));
     let accepted = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let handshakes = config::Config::from_args(&config::ServeArgs::defaults()).expect("defaults").connections;
+    let handshakes = config::Config::from_args(&config::serve::ServeArgs::defaults()).expect("defaults").connections;
     let metrics = stepwell::observe::metrics::Metrics::off();
     let incoming = stepwell::net::tls::incoming(accepted, server_tls, handshakes.tls_handshakes, metrics);
     let layer = tower::util::MapRequestLayer::new(attach_peer_identity::<tonic::body::Body>);
