@@ -16,8 +16,9 @@ use std::process::ExitCode;
 
 use stepwell::config::commands::{AuthCommand, Healthcheck, NewToken};
 use stepwell::config::env::Env;
+use stepwell::config::sections::Config;
 use stepwell::config::serve::ServeArgs;
-use stepwell::config::{self, Command, Config};
+use stepwell::config::{self, Command};
 use stepwell::observe::telemetry;
 use stepwell::ops::probe::{self, ServingStatus};
 use stepwell::ops::{cli, contract, moving};

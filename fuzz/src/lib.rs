@@ -22,7 +22,8 @@ use stepwell::api::pb::record_service_server::RecordService;
 use stepwell::api::pb::{self, *};
 use stepwell::api::records::RecordApi;
 use stepwell::api::{Shared, validate};
-use stepwell::config::{Config, Database};
+use stepwell::config::Database;
+use stepwell::config::sections::Config;
 use stepwell::store::Handle;
 use stepwell::store::writer::Writer;
 
@@ -347,7 +348,7 @@ fn namespace_of(requested: &str) -> &str {
 }
 
 /// The page size a request that was accepted asked for.
-fn effective_page_size(requested: i32, limits: &stepwell::config::Limits) -> usize {
+fn effective_page_size(requested: i32, limits: &stepwell::config::sections::Limits) -> usize {
     if requested == 0 { limits.page_size_default as usize } else { requested as usize }
 }
 

@@ -52,7 +52,7 @@ use tonic::{Code, Status};
 use tower::{Service, ServiceExt};
 
 use crate::api::{Authenticated, Shared, status};
-use crate::config::Connections;
+use crate::config::sections::Connections;
 use crate::domain::error::Error;
 use crate::domain::rpc::Rpc;
 use crate::observe::metrics::Metrics;

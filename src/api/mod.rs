@@ -27,7 +27,7 @@ use tonic::codegen::http::{Extensions, HeaderMap};
 use tonic::{Request, Response, Status};
 
 use crate::auth::{self, AUDIT_TARGET, Authenticator, Credentials, Principal};
-use crate::config::Limits;
+use crate::config::sections::Limits;
 use crate::domain::error::{Error, Result};
 use crate::domain::model::UnixNanos;
 use crate::domain::rpc::Rpc;

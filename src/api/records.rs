@@ -13,7 +13,7 @@ use super::pb::record_service_server::RecordService;
 use super::pb::{self, *};
 use super::validate::{Optional, Presence, Required};
 use super::{Call, Shared, timestamp, validate};
-use crate::config::Limits;
+use crate::config::sections::Limits;
 use crate::domain::error::{Error, InvalidReason, Result};
 use crate::domain::keys::Fence;
 use crate::domain::limits;

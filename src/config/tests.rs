@@ -2,7 +2,12 @@
 //! environment variable, and the checks across flags, run against the
 //! environment each test passes in rather than the process's.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use super::env::Env;
+use super::retention::{NamespaceRetention, TurnRetention};
+use super::sections::Config;
 use super::serve::ServeArgs;
 use super::values::Listen;
 use super::*;

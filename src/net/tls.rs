@@ -60,14 +60,14 @@ impl FileError {
 
 /// The listener's TLS configuration, replaced whole on each good reload.
 pub struct ServerTls {
-    files: config::Tls,
+    files: config::sections::Tls,
     current: RwLock<Arc<ServerConfig>>,
 }
 
 impl ServerTls {
     /// Loads the certificate chain, its key and the client CAs; any file
     /// that cannot be read or does not fit the others is an error.
-    pub fn load(files: &config::Tls) -> Result<Arc<ServerTls>, FileError> {
+    pub fn load(files: &config::sections::Tls) -> Result<Arc<ServerTls>, FileError> {
         let current = RwLock::new(Arc::new(server_config(files)?));
         Ok(Arc::new(ServerTls { files: files.clone(), current }))
     }
@@ -93,7 +93,7 @@ impl ServerTls {
 
 /// Builds rustls's server configuration from the files, with ring as its
 /// cryptography and HTTP/2 as the one protocol offered.
-fn server_config(files: &config::Tls) -> Result<ServerConfig, FileError> {
+fn server_config(files: &config::sections::Tls) -> Result<ServerConfig, FileError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = certificates(&files.cert)?;
     let key = private_key(&files.key)?;
@@ -231,7 +231,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsConn<IO> {
 pub fn incoming<S, IO>(
     accepted: S,
     tls: Arc<ServerTls>,
-    limits: config::Handshakes,
+    limits: config::sections::Handshakes,
     metrics: Arc<Metrics>,
 ) -> impl Stream<Item = io::Result<TlsConn<IO>>> + Send + 'static
 where
@@ -266,7 +266,7 @@ where
 fn start_handshake<IO>(
     stream: IO,
     tls: &ServerTls,
-    limits: &config::Handshakes,
+    limits: &config::sections::Handshakes,
     under_way: &Arc<Mutex<UnderWay>>,
     metrics: &Metrics,
     ready: &mpsc::Sender<io::Result<TlsConn<IO>>>,
@@ -326,14 +326,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Handshake<IO> {
 /// accepted (the lowest is the oldest), each with its peer's IP address
 /// (none over a Unix socket) and the handle that closes it.
 struct UnderWay {
-    limits: config::Handshakes,
+    limits: config::sections::Handshakes,
     next: u64,
     all: BTreeMap<u64, (Option<IpAddr>, AbortHandle)>,
     by_address: HashMap<IpAddr, BTreeSet<u64>>,
 }
 
 impl UnderWay {
-    fn new(limits: config::Handshakes) -> UnderWay {
+    fn new(limits: config::sections::Handshakes) -> UnderWay {
         UnderWay { limits, next: 0, all: BTreeMap::new(), by_address: HashMap::new() }
     }
 
@@ -431,13 +431,13 @@ pub fn attach_peer_identity<B>(mut request: http::Request<B>) -> http::Request<B
 mod tests {
     use super::*;
 
-    fn write_pair(dir: &Path) -> config::Tls {
+    fn write_pair(dir: &Path) -> config::sections::Tls {
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap().self_signed(&key).unwrap();
         let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
         std::fs::write(&cert_path, cert.pem()).unwrap();
         std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        config::Tls { cert: cert_path, key: key_path, client_ca: None }
+        config::sections::Tls { cert: cert_path, key: key_path, client_ca: None }
     }
 
     #[test]

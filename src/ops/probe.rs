@@ -239,13 +239,13 @@ mod tests {
         let (cert_path, key_path) = (dir.join("server.pem"), dir.join("server.key"));
         std::fs::write(&cert_path, cert.pem()).unwrap();
         std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        let files = crate::config::Tls { cert: cert_path.clone(), key: key_path, client_ca: None };
+        let files = crate::config::sections::Tls { cert: cert_path.clone(), key: key_path, client_ca: None };
         let server_tls = crate::net::tls::ServerTls::load(&files).unwrap();
         let (reporter, service) = tonic_health::server::health_reporter();
         reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let limits = crate::config::Handshakes { timeout: WAIT, max: 16, per_address_max: 16 };
+        let limits = crate::config::sections::Handshakes { timeout: WAIT, max: 16, per_address_max: 16 };
         let metrics = crate::observe::metrics::Metrics::off();
         let incoming = crate::net::tls::incoming(TcpListenerStream::new(listener), server_tls, limits, metrics);
         tokio::spawn(tonic::transport::Server::builder().add_service(service).serve_with_incoming(incoming));

@@ -56,8 +56,9 @@ use crate::api::pb::record_service_server::RecordServiceServer;
 use crate::api::records::RecordApi;
 use crate::api::{Shared, pb};
 use crate::auth::{self, Authenticator};
+use crate::config::sections::Config;
 use crate::config::values::Listen;
-use crate::config::{self, Config, Database};
+use crate::config::{self, Database};
 use crate::domain::clock;
 use crate::net::listener::{Listener, SocketFile};
 use crate::net::preface;
@@ -388,7 +389,7 @@ fn serve_on(
     listener: Listener,
     router: Router<Stack<PeerLayer, Identity>>,
     tls: Option<Arc<ServerTls>>,
-    connections: &config::Connections,
+    connections: &config::sections::Connections,
     metrics: &Arc<Metrics>,
     signal: impl Future<Output = ()> + Send + 'static,
 ) -> (Serving, Option<SocketFile>) {

@@ -26,7 +26,7 @@ pub(super) async fn monitor(
     store: Handle,
     shared: Arc<Shared>,
     health: HealthReporter,
-    config: config::Health,
+    config: config::sections::Health,
     mut stopping: watch::Receiver<bool>,
 ) {
     let mut serving = true;

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::config::TurnRetention;
+use crate::config::retention::TurnRetention;
 use crate::domain::clock::Clock;
 use crate::domain::records::RecordDelete;
 use crate::observe::metrics::Metrics;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::retention;
-use crate::config::Sweep;
+use crate::config::sections::Sweep;
 use crate::domain::clock;
 use crate::observe::metrics::Metrics;
 use crate::store::writer::Writer;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use stepwell::api::pb::{DeleteTurnRequest, TurnStatus};
-use stepwell::config::Config;
+use stepwell::config::sections::Config;
 use stepwell::domain::model::NewCheckpoint;
 use stepwell::store::{self, Write};
 use tokio::task::JoinSet;

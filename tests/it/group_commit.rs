@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use stepwell::api::pb::CheckpointResponse;
-use stepwell::config::Config;
+use stepwell::config::sections::Config;
 use stepwell::domain::keys::{BeginArgs, BeginOutcome};
 use stepwell::domain::model::{Appended, NewCheckpoint};
 use stepwell::store::{self, Write};

@@ -123,7 +123,7 @@ async fn while_health_is_not_serving_requests_are_refused_at_once_and_touch_noth
 
 #[tokio::test]
 async fn a_write_that_waits_past_the_lock_or_statement_timeout_is_unavailable_and_its_retry_succeeds() {
-    type Bound = fn(&mut stepwell::config::Config);
+    type Bound = fn(&mut stepwell::config::sections::Config);
     let bounds: [(&str, Bound); 2] = [
         ("lock_timeout", |config| config.store.postgres_lock_timeout = Duration::from_millis(200)),
         ("statement_timeout", |config| {

@@ -12,7 +12,8 @@ use std::time::Duration;
 use stepwell::api::pb::{
     CheckpointRequest, ListRecordsRequest, ListTurnsRequest, PutRecordsRequest, Record, TurnStatus,
 };
-use stepwell::config::{Config, NamespaceRetention, TurnRetention};
+use stepwell::config::retention::{NamespaceRetention, TurnRetention};
+use stepwell::config::sections::Config;
 use stepwell::domain::clock::{Clock, system_now};
 use stepwell::domain::records::RecordDelete;
 use stepwell::observe::metrics::Metrics;

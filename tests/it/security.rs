@@ -15,7 +15,8 @@ use std::time::Duration;
 use rcgen::SanType;
 use stepwell::api::pb::DeleteTurnRequest;
 use stepwell::auth::{CertificateName, PeerIdentity};
-use stepwell::config::{self, Database, Tls};
+use stepwell::config::sections::Tls;
+use stepwell::config::{self, Database};
 use stepwell::net::tls::{ServerTls, attach_peer_identity};
 use stepwell_test_support::WAIT_LIMIT;
 use stepwell_test_support::backend::TestStore;
@@ -122,7 +123,8 @@ async fn identity_seen(server_tls: Arc<ServerTls>, client_tls: ClientTls) -> Str
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let target = Target::Tcp(listener.local_addr().expect("an address"));
     let accepted = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let handshakes = config::Config::from_args(&config::serve::ServeArgs::defaults()).expect("defaults").connections;
+    let handshakes =
+        config::sections::Config::from_args(&config::serve::ServeArgs::defaults()).expect("defaults").connections;
     let metrics = stepwell::observe::metrics::Metrics::off();
     let incoming = stepwell::net::tls::incoming(accepted, server_tls, handshakes.tls_handshakes, metrics);
     let layer = tower::util::MapRequestLayer::new(attach_peer_identity::<tonic::body::Body>);

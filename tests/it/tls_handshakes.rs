@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
-use stepwell::config::Tls;
+use stepwell::config::sections::Tls;
 use stepwell_test_support::WAIT_LIMIT;
 use stepwell_test_support::admin::{Scrape, free_local_address};
 use stepwell_test_support::backend::TestStore;

@@ -24,7 +24,7 @@ use stepwell::api::pb::{
     BeginOutcome, BeginRequest, BeginResponse, CompleteRequest, ExtendRequest, GetRequest, GetResponse, RecordState,
     ReleaseRequest,
 };
-use stepwell::config::Config;
+use stepwell::config::sections::Config;
 use stepwell::domain::clock::Clock;
 use tonic::{Code, Status};
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use stepwell::api::pb::{BeginOutcome, BeginRequest, RecordState};
-use stepwell::config::Sweep;
+use stepwell::config::sections::Sweep;
 use stepwell_test_support::WAIT_LIMIT;
 use stepwell_test_support::backend::Inspector;
 use stepwell_test_support::requests::{begin, complete, duration, get, release};

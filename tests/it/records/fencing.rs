@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use stepwell::api::pb::{BeginOutcome, Fence, PutRecordsRequest, Record};
-use stepwell::config::Config;
+use stepwell::config::sections::Config;
 use stepwell::domain::clock::Clock;
 use stepwell::domain::keys::{BeginArgs, Fence as StoreFence, Refusal};
 use stepwell::domain::records::{NewRecord, PutMode, RecordPut};

@@ -9,7 +9,7 @@
 
 use stepwell::api::pb::ListRecordsRequest;
 use stepwell::api::validate;
-use stepwell::config::Config;
+use stepwell::config::sections::Config;
 use stepwell::domain::keys::BeginArgs;
 use stepwell::domain::records::{NewRecord, PutMode, RecordPut};
 use stepwell::store::{self, Write};

@@ -11,7 +11,8 @@
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 use stepwell::api::pb::ListRecordsRequest;
-use stepwell::config::{Config, Database};
+use stepwell::config::Database;
+use stepwell::config::sections::Config;
 use stepwell::domain::records::{NewRecord, PutMode, RecordPut};
 use stepwell::store::{self, Write};
 

@@ -7,7 +7,7 @@
 
 use serde_json::json;
 use stepwell::api::pb::{PutMode, Record};
-use stepwell::config::Config;
+use stepwell::config::sections::Config;
 use stepwell::domain::records::{NewRecord, PutMode as StorePutMode, RecordPut};
 use stepwell::store::{self, Write};
 use tokio::task::JoinSet;

@@ -38,7 +38,7 @@ use std::time::Duration;
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use stepwell::api::pb::record_service_client::RecordServiceClient;
-use stepwell::config::Config;
+use stepwell::config::sections::Config;
 use stepwell::config::values::Listen;
 use stepwell::{Listener, ServeError};
 use tokio::net::TcpListener;

@@ -1,0 +1,388 @@
+//! The configuration the server runs with, in typed sections (limits,
+//! connections, sweep, health, security, observability, the store's
+//! options and the writer's), made from the serve flags by
+//! `Config::from_args`. Here are the checks no single flag can make, one
+//! flag against another, each mistake reported with its flag and all of
+//! them at once.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::ConfigErrors;
+use super::retention::{TurnRetention, turn_retention};
+use super::serve::ServeArgs;
+use super::values::{AdminListen, Listen};
+use crate::domain::clock::Clock;
+use crate::domain::limits;
+use crate::observe::telemetry::LogFormat;
+use crate::store::Database;
+use crate::store::Options as StoreOptions;
+
+/// Limits a request is checked against.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub state_bytes_max: usize,
+    pub result_bytes_max: usize,
+    /// Most bytes of one record (payload, metadata and refs).
+    pub record_bytes_max: usize,
+    pub record_metadata_bytes_max: usize,
+    pub records_per_request_max: u32,
+    pub message_bytes_max: usize,
+    /// Most bytes of checkpoints or turn summaries in one page.
+    pub response_bytes_max: usize,
+    pub page_size_default: u32,
+    pub page_size_max: u32,
+    pub lease_default: Duration,
+    pub lease_max: Duration,
+    pub retention_default: Duration,
+    pub retention_max: Duration,
+    /// Requests in the stepwell services at once; more are shed.
+    pub max_concurrent_requests: usize,
+}
+
+/// What one connection may hold, and how long its requests and its peer are
+/// waited for (`--connection-*`, `--*-timeout-ms`, `--*-keepalive-*`).
+#[derive(Debug, Clone)]
+pub struct Connections {
+    pub streams_max: u32,
+    pub requests_max: usize,
+    pub request_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub body_buffer_bytes_max: usize,
+    pub preface_timeout: Duration,
+    pub http2_keepalive_interval: Duration,
+    pub http2_keepalive_timeout: Duration,
+    pub tcp_keepalive: Duration,
+    pub tls_handshakes: Handshakes,
+}
+
+/// How long a TLS handshake may take, and how many may be under way at
+/// once, in all and from one IP address (`--tls-handshake*`).
+#[derive(Debug, Clone, Copy)]
+pub struct Handshakes {
+    pub timeout: Duration,
+    pub max: usize,
+    pub per_address_max: usize,
+}
+
+/// How writes are grouped into transactions.
+pub use crate::store::writer::WriterConfig as Writes;
+
+/// The background purge of idempotency keys past their retention.
+#[derive(Debug, Clone)]
+pub struct Sweep {
+    pub interval: Duration,
+    pub batch_max: u32,
+    /// Which turns the sweeper deletes.
+    pub turns: TurnRetention,
+}
+
+/// How the sidecar keeps its health true to the store.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// How often the store is pinged.
+    pub check_interval: Duration,
+    /// How long a ping may take before it counts as late.
+    pub check_timeout: Duration,
+    /// How many late pings in a row make the store count as down.
+    pub check_timeouts_max: u32,
+    /// The first wait before trying again to reach a shared store at start-up.
+    pub retry_first: Duration,
+    /// The longest such wait; each one doubles up to it.
+    pub retry_max: Duration,
+}
+
+/// TLS on the gRPC listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// The certificate chain and its key (PEM), reloaded on SIGHUP.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// CAs whose client certificates are required: mutual TLS.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Who may call, and over what.
+#[derive(Debug, Clone)]
+pub struct Security {
+    /// The principals file; `None` serves without authentication.
+    pub auth_file: Option<PathBuf>,
+    /// Reflection stays on while authentication is on.
+    pub reflection_with_auth: bool,
+    pub tls: Option<Tls>,
+    /// The operator accepted a network-facing port without TLS and authentication.
+    pub insecure_allow_network: bool,
+    /// Permissions of a Unix socket file.
+    pub unix_socket_mode: u32,
+}
+
+/// What the sidecar tells its operators beyond logs.
+#[derive(Debug, Clone)]
+pub struct Observability {
+    /// Where /metrics, /healthz and /readyz are served; `None` serves none.
+    pub admin_listen: Option<SocketAddr>,
+    /// Request metrics carry the namespace as a label: at most this many
+    /// namespaces each, the rest under `_other`; `None` labels none.
+    pub namespace_labels: Option<usize>,
+    /// Where traces go over OTLP/gRPC; `None` traces nothing.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the sidecar's spans.
+    pub service_name: String,
+}
+
+/// The checked configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: Listen,
+    pub store: StoreOptions,
+    pub limits: Limits,
+    pub writes: Writes,
+    pub sweep: Sweep,
+    pub health: Health,
+    pub security: Security,
+    pub connections: Connections,
+    pub observability: Observability,
+    pub shutdown_grace: Duration,
+    pub log_format: LogFormat,
+    pub log_filter: String,
+}
+
+impl Config {
+    /// A configuration for the given store with every other setting at its default.
+    pub fn for_database(database: Database) -> Config {
+        let mut args = ServeArgs::defaults();
+        args.database = database;
+        Config::from_args(&args).expect("the defaults are valid")
+    }
+
+    /// Checks what no single flag can, section by section, and reports every
+    /// mistake at once.
+    pub fn from_args(args: &ServeArgs) -> Result<Config, ConfigErrors> {
+        let mut errors = ConfigErrors(Vec::new());
+        let config = Config {
+            listen: args.listen.clone(),
+            store: store_options(args, &mut errors),
+            limits: limits(args, &mut errors),
+            writes: writes(args, &mut errors),
+            sweep: Sweep {
+                interval: args.sweep_interval,
+                batch_max: args.sweep_batch_max,
+                turns: turn_retention(args, &mut errors),
+            },
+            health: Health {
+                check_interval: args.health_check_interval,
+                check_timeout: args.health_check_timeout,
+                check_timeouts_max: args.health_check_timeouts_max,
+                retry_first: Duration::from_millis(100),
+                retry_max: args.store_retry_max,
+            },
+            security: security(args, &mut errors),
+            connections: Connections {
+                body_buffer_bytes_max: args.body_buffer_bytes_max,
+                streams_max: args.connection_streams_max,
+                requests_max: args.connection_requests_max,
+                request_timeout: args.request_timeout,
+                body_read_timeout: args.body_read_timeout,
+                preface_timeout: args.connection_preface_timeout,
+                http2_keepalive_interval: args.http2_keepalive_interval,
+                http2_keepalive_timeout: args.http2_keepalive_timeout,
+                tcp_keepalive: args.tcp_keepalive,
+                tls_handshakes: Handshakes {
+                    timeout: args.tls_handshake_timeout,
+                    max: args.tls_handshakes_max,
+                    per_address_max: args.tls_handshakes_per_address_max,
+                },
+            },
+            observability: observability(args, &mut errors),
+            shutdown_grace: args.shutdown_grace,
+            log_format: args.log_format,
+            log_filter: args.log_filter.clone(),
+        };
+        if let Err(error) = tracing_subscriber::EnvFilter::try_new(&args.log_filter) {
+            errors.add("log", format!("{:?} is not a log filter: {error}", args.log_filter));
+        }
+        if errors.0.is_empty() { Ok(config) } else { Err(errors) }
+    }
+}
+
+/// TLS comes as a certificate with its key; a TCP port beyond loopback
+/// needs TLS and authentication, or the operator's word that it may go without.
+fn security(args: &ServeArgs, errors: &mut ConfigErrors) -> Security {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(Tls { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone() })
+        }
+        (None, None) => None,
+        (Some(_), None) => {
+            errors.add("tls-cert", "needs --tls-key, the certificate's private key".to_owned());
+            None
+        }
+        (None, Some(_)) => {
+            errors.add("tls-key", "needs --tls-cert, the certificate it belongs to".to_owned());
+            None
+        }
+    };
+    if args.tls_client_ca.is_some() && args.tls_cert.is_none() {
+        errors.add(
+            "tls-client-ca",
+            "needs --tls-cert and --tls-key: client certificates are asked for over TLS".to_owned(),
+        );
+    }
+    if let Listen::Tcp(address) = &args.listen
+        && !address.ip().is_loopback()
+        && !(args.tls_cert.is_some() && args.auth_file.is_some())
+        && !args.insecure_allow_network
+    {
+        errors.add(
+            "listen",
+            format!(
+                "{address} is reachable beyond this host, and without TLS and authentication anyone who reaches it \
+                 could read and delete every namespace. Add --tls-cert, --tls-key and --auth-file (README, \
+                 \"Security\"), listen on 127.0.0.1 or a unix: socket, or pass --insecure-allow-network to accept the risk"
+            ),
+        );
+    }
+    Security {
+        auth_file: args.auth_file.clone(),
+        reflection_with_auth: args.reflection_with_auth,
+        tls,
+        insecure_allow_network: args.insecure_allow_network,
+        unix_socket_mode: args.unix_socket_mode,
+    }
+}
+
+/// The admin listener follows the rule of `--listen`, but it has neither
+/// TLS nor authentication: beyond loopback only on the operator's word. Tracing is on when
+/// an OTLP endpoint is named and the exporter is not `none`.
+fn observability(args: &ServeArgs, errors: &mut ConfigErrors) -> Observability {
+    let admin_listen = match args.admin_listen {
+        AdminListen::Off => None,
+        AdminListen::Tcp(address) => Some(address),
+    };
+    if let Some(address) = admin_listen
+        && !address.ip().is_loopback()
+        && !args.insecure_allow_network
+    {
+        errors.add(
+            "admin-listen",
+            format!(
+                "{address} is reachable beyond this host, and the admin listener serves plain HTTP without \
+                 authentication: anyone who reaches it could read the metrics. Listen on 127.0.0.1 (a scraper in \
+                 the same pod or host reaches it), or pass --insecure-allow-network to accept the risk"
+            ),
+        );
+    }
+    let exporter = args.otel_traces_exporter.trim().to_ascii_lowercase();
+    if !matches!(exporter.as_str(), "otlp" | "none" | "") {
+        errors.add("otel-traces-exporter", format!("OTEL_TRACES_EXPORTER={exporter:?}: stepwell exports otlp or none"));
+    }
+    let endpoint = args.otlp_traces_endpoint.clone().or_else(|| args.otlp_endpoint.clone()).filter(|e| !e.is_empty());
+    Observability {
+        admin_listen,
+        namespace_labels: args.metrics_namespace_labels.then_some(args.metrics_namespace_labels_max as usize),
+        otlp_endpoint: endpoint.filter(|_| exporter != "none"),
+        service_name: Some(args.otel_service_name.trim()).filter(|n| !n.is_empty()).unwrap_or("stepwell").to_owned(),
+    }
+}
+
+/// The store's own options.
+fn store_options(args: &ServeArgs, errors: &mut ConfigErrors) -> StoreOptions {
+    let sqlite = matches!(args.database, Database::Sqlite { .. });
+    if args.sqlite_bytes_max > 0 && !sqlite {
+        errors.add("sqlite-bytes-max", "applies only to a sqlite:// store".to_owned());
+    }
+    let acquire_default = if sqlite { Duration::from_secs(5) } else { Duration::from_secs(2) };
+    StoreOptions {
+        database: args.database.clone(),
+        pool_max: args.pool_max,
+        acquire_timeout: args.pool_acquire_timeout.unwrap_or(acquire_default),
+        sqlite_busy_timeout: args.sqlite_busy_timeout,
+        migration_lock_timeout: args.migration_lock_timeout,
+        postgres_statement_timeout: args.postgres_statement_timeout,
+        postgres_lock_timeout: args.postgres_lock_timeout,
+        sqlite_bytes_max: (args.sqlite_bytes_max > 0).then_some(args.sqlite_bytes_max),
+        unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
+        clock: Clock::system(),
+    }
+}
+
+/// How writes are queued and batched: the queue's bytes hold at least the
+/// largest request, which could never queue otherwise.
+fn writes(args: &ServeArgs, errors: &mut ConfigErrors) -> Writes {
+    if args.write_queue_bytes_max < args.message_bytes_max {
+        errors.add(
+            "write-queue-bytes-max",
+            format!(
+                "{} is below --message-bytes-max {}: the largest request could never be queued",
+                args.write_queue_bytes_max, args.message_bytes_max
+            ),
+        );
+    }
+    Writes {
+        queue_max: args.write_queue_max,
+        queue_bytes_max: args.write_queue_bytes_max,
+        batch_max: args.write_batch_max,
+        delete_chunk_rows: args.delete_chunk_rows,
+        // SQLite admits one writer; more tasks would only queue on its lock.
+        concurrency: match args.database {
+            Database::Sqlite { .. } => 1,
+            Database::Postgres { .. } => args.write_concurrency,
+        },
+    }
+}
+
+/// The request limits, each default within its maximum, and a message large
+/// enough for the largest state or result.
+fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
+    let needed = args.state_bytes_max.max(args.result_bytes_max) + limits::MESSAGE_OVERHEAD_BYTES;
+    if args.message_bytes_max < needed {
+        errors.add(
+            "message-bytes-max",
+            format!("{} leaves no room for a full state or result; use at least {needed}", args.message_bytes_max),
+        );
+    }
+    if args.body_buffer_bytes_max < args.message_bytes_max {
+        errors.add(
+            "body-buffer-bytes-max",
+            format!("{} is below --message-bytes-max {}", args.body_buffer_bytes_max, args.message_bytes_max),
+        );
+    }
+    if args.lease_default > args.lease_max {
+        errors.add(
+            "lease-default-seconds",
+            format!("{:?} is above --lease-max-seconds {:?}", args.lease_default, args.lease_max),
+        );
+    }
+    if args.retention_default > args.retention_max {
+        errors.add(
+            "retention-default-seconds",
+            format!("{:?} is above --retention-max-seconds {:?}", args.retention_default, args.retention_max),
+        );
+    }
+    if args.page_size_default > args.page_size_max {
+        errors.add(
+            "page-size-default",
+            format!("{} is above --page-size-max {}", args.page_size_default, args.page_size_max),
+        );
+    }
+    Limits {
+        state_bytes_max: args.state_bytes_max,
+        result_bytes_max: args.result_bytes_max,
+        record_bytes_max: args.record_bytes_max,
+        record_metadata_bytes_max: args.record_metadata_bytes_max,
+        records_per_request_max: args.records_per_request_max,
+        message_bytes_max: args.message_bytes_max,
+        page_size_default: args.page_size_default,
+        page_size_max: args.page_size_max,
+        // A page must fit a message with room for its framing.
+        response_bytes_max: args
+            .response_bytes_max
+            .min(args.message_bytes_max.saturating_sub(limits::MESSAGE_OVERHEAD_BYTES).max(1024)),
+        lease_default: args.lease_default,
+        lease_max: args.lease_max,
+        retention_default: args.retention_default,
+        retention_max: args.retention_max,
+        max_concurrent_requests: args.max_concurrent_requests,
+    }
+}
