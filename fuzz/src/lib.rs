@@ -22,8 +22,8 @@ use stepwell::api::pb::record_service_server::RecordService;
 use stepwell::api::pb::{self, *};
 use stepwell::api::records::RecordApi;
 use stepwell::api::{Shared, validate};
-use stepwell::config::Database;
 use stepwell::config::sections::Config;
+use stepwell::store::Database;
 use stepwell::store::Handle;
 use stepwell::store::writer::Writer;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 use rustls_pki_types::ServerName;
 
-use super::ConfigErrors;
+use super::Errors;
 use super::values::{Listen, age, count, json_object, millis, server_name};
 
 /// Where an operator command reaches a running sidecar, and as whom.
@@ -287,7 +287,7 @@ impl Healthcheck {
     /// The probe's TLS, `None` for plaintext. Flags that need others are
     /// reported all at once: a certificate without its key or the other way
     /// round, and any TLS flag without `--tls-ca`, which is what turns TLS on.
-    pub fn tls(&self) -> Result<Option<ProbeTls>, ConfigErrors> {
+    pub fn tls(&self) -> Result<Option<ProbeTls>, Errors> {
         client_tls(&self.tls_ca, &self.tls_server_name, &self.tls_cert, &self.tls_key)
     }
 }
@@ -295,7 +295,7 @@ impl Healthcheck {
 impl Remote {
     /// How an operator command dials the sidecar: `None` for plaintext,
     /// the flags checked as for `stepwell healthcheck`.
-    pub fn tls(&self) -> Result<Option<ProbeTls>, ConfigErrors> {
+    pub fn tls(&self) -> Result<Option<ProbeTls>, Errors> {
         client_tls(&self.tls_ca, &self.tls_server_name, &self.tls_cert, &self.tls_key)
     }
 }
@@ -306,8 +306,8 @@ fn client_tls(
     tls_server_name: &Option<ServerName<'static>>,
     tls_cert: &Option<PathBuf>,
     tls_key: &Option<PathBuf>,
-) -> Result<Option<ProbeTls>, ConfigErrors> {
-    let mut errors = ConfigErrors(Vec::new());
+) -> Result<Option<ProbeTls>, Errors> {
+    let mut errors = Errors(Vec::new());
     let client = match (tls_cert, tls_key) {
         (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
         (None, None) => None,

@@ -13,8 +13,6 @@ use clap::builder::ValueParser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-pub use crate::store::Database;
-
 pub mod commands;
 pub mod env;
 pub mod moving;
@@ -141,9 +139,9 @@ fn relax(command: clap::Command, flag: &str) -> clap::Command {
 
 /// Every mistake found in a configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors(pub Vec<String>);
+pub struct Errors(pub Vec<String>);
 
-impl std::fmt::Display for ConfigErrors {
+impl std::fmt::Display for Errors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "invalid configuration:")?;
         for error in &self.0 {
@@ -153,9 +151,9 @@ impl std::fmt::Display for ConfigErrors {
     }
 }
 
-impl std::error::Error for ConfigErrors {}
+impl std::error::Error for Errors {}
 
-impl ConfigErrors {
+impl Errors {
     fn add(&mut self, flag: &str, message: String) {
         self.0.push(format!("--{flag}: {message}"));
     }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::ConfigErrors;
+use super::Errors;
 use super::serve::ServeArgs;
 use super::values::age_or_off;
 
@@ -59,7 +59,7 @@ struct RetentionEntry {
 }
 
 /// The turn retention of the flags and, if named, the file.
-pub(super) fn turn_retention(args: &ServeArgs, errors: &mut ConfigErrors) -> TurnRetention {
+pub(super) fn turn_retention(args: &ServeArgs, errors: &mut Errors) -> TurnRetention {
     let mut retention = TurnRetention {
         terminal: args.turn_retention.0,
         open: args.open_turn_retention.0,

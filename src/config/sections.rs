@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::ConfigErrors;
+use super::Errors;
 use super::retention::{TurnRetention, turn_retention};
 use super::serve::ServeArgs;
 use super::values::{AdminListen, Listen};
@@ -18,6 +18,7 @@ use crate::domain::limits;
 use crate::observe::telemetry::LogFormat;
 use crate::store::Database;
 use crate::store::Options as StoreOptions;
+use crate::store::writer::WriterConfig;
 
 /// Limits a request is checked against.
 #[derive(Debug, Clone)]
@@ -65,9 +66,6 @@ pub struct Handshakes {
     pub max: usize,
     pub per_address_max: usize,
 }
-
-/// How writes are grouped into transactions.
-pub use crate::store::writer::WriterConfig as Writes;
 
 /// The background purge of idempotency keys past their retention.
 #[derive(Debug, Clone)]
@@ -137,7 +135,8 @@ pub struct Config {
     pub listen: Listen,
     pub store: StoreOptions,
     pub limits: Limits,
-    pub writes: Writes,
+    /// How writes are grouped into transactions.
+    pub writes: WriterConfig,
     pub sweep: Sweep,
     pub health: Health,
     pub security: Security,
@@ -158,8 +157,8 @@ impl Config {
 
     /// Checks what no single flag can, section by section, and reports every
     /// mistake at once.
-    pub fn from_args(args: &ServeArgs) -> Result<Config, ConfigErrors> {
-        let mut errors = ConfigErrors(Vec::new());
+    pub fn from_args(args: &ServeArgs) -> Result<Config, Errors> {
+        let mut errors = Errors(Vec::new());
         let config = Config {
             listen: args.listen.clone(),
             store: store_options(args, &mut errors),
@@ -208,7 +207,7 @@ impl Config {
 
 /// TLS comes as a certificate with its key; a TCP port beyond loopback
 /// needs TLS and authentication, or the operator's word that it may go without.
-fn security(args: &ServeArgs, errors: &mut ConfigErrors) -> Security {
+fn security(args: &ServeArgs, errors: &mut Errors) -> Security {
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             Some(Tls { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone() })
@@ -255,7 +254,7 @@ fn security(args: &ServeArgs, errors: &mut ConfigErrors) -> Security {
 /// The admin listener follows the rule of `--listen`, but it has neither
 /// TLS nor authentication: beyond loopback only on the operator's word. Tracing is on when
 /// an OTLP endpoint is named and the exporter is not `none`.
-fn observability(args: &ServeArgs, errors: &mut ConfigErrors) -> Observability {
+fn observability(args: &ServeArgs, errors: &mut Errors) -> Observability {
     let admin_listen = match args.admin_listen {
         AdminListen::Off => None,
         AdminListen::Tcp(address) => Some(address),
@@ -287,7 +286,7 @@ fn observability(args: &ServeArgs, errors: &mut ConfigErrors) -> Observability {
 }
 
 /// The store's own options.
-fn store_options(args: &ServeArgs, errors: &mut ConfigErrors) -> StoreOptions {
+fn store_options(args: &ServeArgs, errors: &mut Errors) -> StoreOptions {
     let sqlite = matches!(args.database, Database::Sqlite { .. });
     if args.sqlite_bytes_max > 0 && !sqlite {
         errors.add("sqlite-bytes-max", "applies only to a sqlite:// store".to_owned());
@@ -309,7 +308,7 @@ fn store_options(args: &ServeArgs, errors: &mut ConfigErrors) -> StoreOptions {
 
 /// How writes are queued and batched: the queue's bytes hold at least the
 /// largest request, which could never queue otherwise.
-fn writes(args: &ServeArgs, errors: &mut ConfigErrors) -> Writes {
+fn writes(args: &ServeArgs, errors: &mut Errors) -> WriterConfig {
     if args.write_queue_bytes_max < args.message_bytes_max {
         errors.add(
             "write-queue-bytes-max",
@@ -319,7 +318,7 @@ fn writes(args: &ServeArgs, errors: &mut ConfigErrors) -> Writes {
             ),
         );
     }
-    Writes {
+    WriterConfig {
         queue_max: args.write_queue_max,
         queue_bytes_max: args.write_queue_bytes_max,
         batch_max: args.write_batch_max,
@@ -334,7 +333,7 @@ fn writes(args: &ServeArgs, errors: &mut ConfigErrors) -> Writes {
 
 /// The request limits, each default within its maximum, and a message large
 /// enough for the largest state or result.
-fn limits(args: &ServeArgs, errors: &mut ConfigErrors) -> Limits {
+fn limits(args: &ServeArgs, errors: &mut Errors) -> Limits {
     let needed = args.state_bytes_max.max(args.result_bytes_max) + limits::MESSAGE_OVERHEAD_BYTES;
     if args.message_bytes_max < needed {
         errors.add(

@@ -56,9 +56,9 @@ use crate::api::pb::record_service_server::RecordServiceServer;
 use crate::api::records::RecordApi;
 use crate::api::{Shared, pb};
 use crate::auth::{self, Authenticator};
+use crate::config;
 use crate::config::sections::Config;
 use crate::config::values::Listen;
-use crate::config::{self, Database};
 use crate::domain::clock;
 use crate::net::listener::{Listener, SocketFile};
 use crate::net::preface;
@@ -66,6 +66,7 @@ use crate::net::tls::{self, ServerTls};
 use crate::net::unix_authority;
 use crate::observe::metrics::Metrics;
 use crate::observe::traces::{self, Traces};
+use crate::store::Database;
 use crate::store::writer::Writer;
 use crate::store::{self, Handle, Store};
 

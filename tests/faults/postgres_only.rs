@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use stepwell::config::Database;
+use stepwell::store::Database;
 use tokio::sync::watch;
 use tonic_health::pb::health_check_response::ServingStatus;
 

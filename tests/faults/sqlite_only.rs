@@ -19,7 +19,7 @@ use sqlx::{Connection, SqliteConnection};
 use stepwell::api::pb::{
     BeginOutcome, BeginRequest, CheckpointRequest, DeleteTurnRequest, GetRequest, ListTurnsRequest, RecordState,
 };
-use stepwell::config::Database;
+use stepwell::store::Database;
 use tonic::Code;
 
 use stepwell_test_support::backend::{Backend, TestStore, backend};

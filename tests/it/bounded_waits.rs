@@ -9,8 +9,8 @@
 //! (Postgres's statement and lock timeouts are in `postgres_only`.)
 
 use sqlx::Connection;
-use stepwell::config::Database;
 use stepwell::domain::model::{ListTurnsQuery, TurnStatus};
+use stepwell::store::Database;
 use stepwell::store::{Expired, ExpiredQuery, expired_turns_sql, list_turns_sql};
 
 use stepwell_test_support::backend::{Inspector, TestStore};

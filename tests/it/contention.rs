@@ -13,7 +13,7 @@
 //! sleep. The Postgres tests are in `postgres_only` (the Postgres pass); the
 //! SQLite one runs on a file of its own in either pass.
 
-use stepwell::config::Database;
+use stepwell::store::Database;
 use tokio::task::JoinHandle;
 
 use stepwell_test_support::WAIT_LIMIT;

@@ -20,8 +20,8 @@ use stepwell::api::pb::{
     BeginOutcome, BeginRequest, CheckpointRequest, GetRequest, ListRecordsRequest, PutRecordsRequest, Record,
     ReleaseRequest, TurnStatus,
 };
-use stepwell::config::Database;
 use stepwell::ops::moving::{self, Plan, migrate_stores};
+use stepwell::store::Database;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{
     T0, begin, begin_leased, complete, duration, list_all, list_turns, restore, restore_all, ts,
@@ -706,7 +706,7 @@ mod postgres_only {
     use stepwell_test_support::backend::{TestStore, fresh_postgres_database};
 
     use super::{Plan, answers_on, migrate_stores, moving, populated, run, sqlite_in};
-    use stepwell::config::Database;
+    use stepwell::store::Database;
 
     #[tokio::test]
     async fn migrate_from_sqlite_to_postgres_and_back() {

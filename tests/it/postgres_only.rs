@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stepwell::config::Database;
+use stepwell::store::Database;
 use tonic::{Code, Streaming};
 use tonic_health::pb::HealthCheckResponse;
 use tonic_health::pb::health_check_response::ServingStatus;

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 
 use sqlx::{Connection, PgConnection};
-use stepwell::config::Database;
 use stepwell::config::sections::Config;
+use stepwell::store::Database;
 
 use stepwell_test_support::Client;
 use stepwell_test_support::backend::{TestStore, fresh_database_on, postgres_admin_url, with_database};

@@ -13,8 +13,8 @@ use std::str::FromStr;
 use super::rows::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, TurnRow};
 use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
 use super::{Error, Plan, WAIT};
-use crate::config::Database;
 use crate::domain::clock::Clock;
+use crate::store::Database;
 use crate::store::{self, Options};
 
 /// Takes rows from `rows` until the chunk holds `plan.chunk_bytes` or the

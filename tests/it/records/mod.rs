@@ -27,8 +27,8 @@ use sqlx::postgres::PgConnection;
 use stepwell::api::pb::{
     ListRecordsRequest, ListRecordsResponse, PutMode, PutRecordsRequest, PutRecordsResponse, Record, RecordEntry,
 };
-use stepwell::config::Database;
 use stepwell::config::sections::Config;
+use stepwell::store::Database;
 use tonic::Code;
 
 use stepwell_test_support::backend::{TestStore, WriteLock};

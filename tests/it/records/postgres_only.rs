@@ -11,9 +11,9 @@
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, PgPool};
 use stepwell::api::pb::ListRecordsRequest;
-use stepwell::config::Database;
 use stepwell::config::sections::Config;
 use stepwell::domain::records::{NewRecord, PutMode, RecordPut};
+use stepwell::store::Database;
 use stepwell::store::{self, Write};
 
 use stepwell_test_support::WAIT_LIMIT;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{Connection, PgPool, SqlitePool};
-use stepwell::config::Database;
+use stepwell::store::Database;
 use tempfile::TempDir;
 
 /// Which backend this run of the suite tests.
