@@ -1,11 +1,22 @@
-//! Every setting of stepwell in one place: the command line, its `STEPWELL_*`
-//! environment variables, their defaults, and the limits the contract fixes.
+//! Every setting of stepwell in one place: the command line of each command,
+//! its `STEPWELL_*` environment variables and their defaults, parsed and
+//! checked before anything runs.
 //!
 //! Each flag has its type, parsed by clap's typed parsers; what no single
 //! flag can check (one limit against another) is checked by the section it
 //! belongs to. Every mistake in a configuration is reported at once rather
 //! than one per run. The environment is a source passed in (`Env`), so only
 //! `Env::process` reads the process's variables, and tests read none.
+//!
+//! This file holds the command line as a whole (`Cli`, `Command`, `parse`)
+//! and the mistakes found (`Errors`); the parts, by what each parses:
+//! - `serve`: the serve flags and their help;
+//! - `sections`: the typed configuration the server runs with, made from the
+//!   serve flags with the checks across them, and `retention`: how long turns
+//!   are kept, from the flags and the retention file;
+//! - `commands`: the operator commands' arguments, and `moving`: those of
+//!   migrate, export and import;
+//! - `values`: what one flag's value may be, and `env`: the environment.
 
 use std::ffi::OsString;
 
