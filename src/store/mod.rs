@@ -11,6 +11,7 @@
 //! contention.
 
 pub mod batch;
+pub mod bulk;
 mod cause;
 mod handle;
 pub mod postgres;
