@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod codec;
 pub mod idempotency;
 pub mod records;
+pub mod services;
 pub mod status;
 pub mod validate;
 

@@ -37,7 +37,6 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::server::NamedService;
 use tonic::transport::Server;
 use tonic::transport::server::Router;
 use tonic::transport::server::TcpIncoming;
@@ -48,13 +47,7 @@ use tower::layer::util::{Identity, Stack};
 use tower::util::MapRequestLayer;
 
 use crate::api::admission::Admission;
-use crate::api::checkpoint::CheckpointApi;
-use crate::api::idempotency::IdempotencyApi;
-use crate::api::pb::checkpoint_service_server::CheckpointServiceServer;
-use crate::api::pb::idempotency_service_server::IdempotencyServiceServer;
-use crate::api::pb::record_service_server::RecordServiceServer;
-use crate::api::records::RecordApi;
-use crate::api::{Shared, pb};
+use crate::api::{Shared, services};
 use crate::auth::{self, Authenticator};
 use crate::config;
 use crate::config::sections::Config;
@@ -123,12 +116,8 @@ impl ServeError {
     }
 }
 
-const SERVICES: [&str; 4] = [
-    "",
-    <CheckpointServiceServer<CheckpointApi> as NamedService>::NAME,
-    <IdempotencyServiceServer<IdempotencyApi> as NamedService>::NAME,
-    <RecordServiceServer<RecordApi> as NamedService>::NAME,
-];
+/// What health reports on: the server as a whole ("") and each service.
+const SERVICES: [&str; 4] = ["", services::NAMES[0], services::NAMES[1], services::NAMES[2]];
 
 /// Serves the API on `listener` until `shutdown` completes, then drains.
 pub async fn serve(
@@ -293,46 +282,21 @@ fn router(
     let connections = &config.connections;
     let concurrency = config.limits.max_concurrent_requests;
     let admission = Admission::new(shared.clone(), concurrency, connections, metrics.clone(), traces.clone());
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
     let peer: PeerLayer = MapRequestLayer::new(tls::attach_peer_identity);
     let security = &config.security;
     let reflect = security.auth_file.is_none() || security.reflection_with_auth;
     // Per connection: the HTTP/2 stream limit and keepalive, and its share of
     // the global limit, which its further requests wait for.
-    Ok(Server::builder()
+    let router = Server::builder()
         .max_concurrent_streams(connections.streams_max)
         .http2_keepalive_interval(Some(connections.http2_keepalive_interval))
         .http2_keepalive_timeout(Some(connections.http2_keepalive_timeout))
         .concurrency_limit_per_connection(connections.requests_max)
         .layer(peer)
         .add_service(health)
-        .add_optional_service(reflect.then(|| reflection().build_v1()).transpose()?)
-        .add_optional_service(reflect.then(|| reflection().build_v1alpha()).transpose()?)
-        .add_service(
-            admission.wrap(
-                CheckpointServiceServer::new(CheckpointApi::new(shared.clone()))
-                    .max_decoding_message_size(message_max)
-                    .max_encoding_message_size(message_max),
-            ),
-        )
-        .add_service(
-            admission.wrap(
-                IdempotencyServiceServer::new(IdempotencyApi::new(shared.clone()))
-                    .max_decoding_message_size(message_max)
-                    .max_encoding_message_size(message_max),
-            ),
-        )
-        .add_service(
-            admission.wrap(
-                RecordServiceServer::new(RecordApi::new(shared.clone()))
-                    .max_decoding_message_size(message_max)
-                    .max_encoding_message_size(message_max),
-            ),
-        ))
+        .add_optional_service(reflect.then(|| services::reflection().build_v1()).transpose()?)
+        .add_optional_service(reflect.then(|| services::reflection().build_v1alpha()).transpose()?);
+    Ok(services::mount(router, shared, &admission, message_max))
 }
 
 /// Logs, at every start, that the operator chose to serve a network-facing

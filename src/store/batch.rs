@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::{Deleted, Error, Expired, Fenced, Write, Written};
+use super::{DbError, Deleted, Error, Expired, Fenced, Write, Written};
 use crate::domain::keys::{self, BeginPlan, KeyRecord, Plan};
 use crate::domain::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{self, NewRecord, RecordDelete};
@@ -215,7 +215,7 @@ pub trait TurnChunks: Send {
     /// The turn's checkpoint count, newest timestamp and terminal flag, its
     /// summary row locked until the transaction ends (no append to the turn
     /// commits meanwhile); `None` when it has no summary.
-    async fn lock_turn(&mut self, namespace: &str, turn_id: &str) -> Result<Option<(i64, i64, bool)>, sqlx::Error>;
+    async fn lock_turn(&mut self, namespace: &str, turn_id: &str) -> Result<Option<(i64, i64, bool)>, DbError>;
     /// Deletes up to `rows` of the turn's checkpoints after `from`, oldest
     /// first; answers the (timestamp, seq) of each it deleted.
     async fn delete_oldest(
@@ -224,10 +224,9 @@ pub trait TurnChunks: Send {
         turn_id: &str,
         from: Cursor,
         rows: u32,
-    ) -> Result<Vec<(i64, i64)>, sqlx::Error>;
+    ) -> Result<Vec<(i64, i64)>, DbError>;
     /// The timestamp of the turn's oldest checkpoint after `after`.
-    async fn oldest_after(&mut self, namespace: &str, turn_id: &str, after: Cursor)
-    -> Result<Option<i64>, sqlx::Error>;
+    async fn oldest_after(&mut self, namespace: &str, turn_id: &str, after: Cursor) -> Result<Option<i64>, DbError>;
     /// The summary less `deleted` checkpoints whose oldest was at
     /// `oldest_gone`: its first timestamp stays if older (appended after the
     /// delete began), else becomes `oldest_left`.
@@ -238,9 +237,9 @@ pub trait TurnChunks: Send {
         deleted: i64,
         oldest_gone: i64,
         oldest_left: i64,
-    ) -> Result<(), sqlx::Error>;
+    ) -> Result<(), DbError>;
     /// Deletes the turn's summary.
-    async fn delete_summary(&mut self, namespace: &str, turn_id: &str) -> Result<(), sqlx::Error>;
+    async fn delete_summary(&mut self, namespace: &str, turn_id: &str) -> Result<(), DbError>;
 }
 
 /// One chunk of a DeleteTurn, in its own transaction: lock the turn's
@@ -262,7 +261,7 @@ pub async fn delete_chunk(
     rows: u32,
     after: Option<Cursor>,
     only_if: Option<Expired>,
-) -> Result<Deleted, sqlx::Error> {
+) -> Result<Deleted, DbError> {
     let Some((count, last_ts_ns, terminal)) = statements.lock_turn(namespace, turn_id).await? else {
         // No summary: no checkpoints committed, and any being appended
         // commit after this delete.
@@ -307,20 +306,20 @@ pub trait Statements: TurnChunks {
     /// and draws `tokens` fresh fencing tokens, in increasing order: drawn
     /// after the locks, so a key's tokens increase in the order its locks
     /// are held.
-    async fn lock_keys(&mut self, keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), sqlx::Error>;
+    async fn lock_keys(&mut self, keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), DbError>;
     /// Inserts the batch's new checkpoints (and keeps their turns' summaries);
     /// answers the `seq` of each key it inserted.
     async fn insert_checkpoints<'b>(
         &mut self,
         unique: &[&'b NewCheckpoint],
         recorded_at: UnixNanos,
-    ) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error>;
+    ) -> Result<HashMap<CheckpointKey<'b>, i64>, DbError>;
     /// The stored rows of keys the batch found already there; no statement
     /// runs when there are none.
     async fn fetch_checkpoints<'b>(
         &mut self,
         keys: &[CheckpointKey<'b>],
-    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, DbError> {
         if keys.is_empty() {
             return Ok(HashMap::new());
         }
@@ -330,19 +329,16 @@ pub trait Statements: TurnChunks {
     async fn fetch_stored<'b>(
         &mut self,
         keys: &[CheckpointKey<'b>],
-    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error>;
+    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, DbError>;
     /// The records of the batch's keys, past retention or not.
-    async fn load_records(
-        &mut self,
-        keys: &[(&str, &str)],
-    ) -> Result<HashMap<(String, String), KeyRecord>, sqlx::Error>;
+    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError>;
     /// Writes whole records, replacing the rows of their keys.
-    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), sqlx::Error>;
+    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), DbError>;
     /// Writes the batch's records (`records::final_records`: one per
     /// address, sorted), upserting or inserting if absent as each says.
-    async fn put_records(&mut self, records: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), sqlx::Error>;
+    async fn put_records(&mut self, records: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), DbError>;
     /// Deletes what a DeleteRecords selects; answers how many records went.
-    async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, sqlx::Error>;
+    async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, DbError>;
     /// Copies every record of `source` to `target` (replacing what is at an
     /// address there); answers how many.
     async fn copy_turn(
@@ -351,7 +347,7 @@ pub trait Statements: TurnChunks {
         source: &str,
         target: &str,
         recorded_at: UnixNanos,
-    ) -> Result<u64, sqlx::Error>;
+    ) -> Result<u64, DbError>;
 }
 
 /// Whether a batch must be a transaction: a batch of appends alone is one

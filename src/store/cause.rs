@@ -8,7 +8,7 @@
 //! between writers (`Cause::is_contention`) leave nothing of the batch
 //! behind, and the writer tries such a batch again.
 
-use super::Error;
+use super::{Error, Misconfigured};
 
 /// Why a store operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl Error {
     /// Why this failed.
     pub fn cause(&self) -> Cause {
         match self {
-            Error::Database(error) => database_cause(error),
+            Error::Database(error) => error.cause(),
             Error::Batch(error) => error.cause(),
             Error::Vanished => Cause::DeletedMeanwhile,
             Error::Down => Cause::StoreDown,
@@ -107,23 +107,112 @@ impl Error {
     /// SQLSTATE, or an SQLite extended result code.
     pub fn code(&self) -> Option<String> {
         match self {
-            Error::Database(sqlx::Error::Database(error)) => error.code().map(|code| code.into_owned()),
+            Error::Database(error) => error.code().map(str::to_owned),
             Error::Batch(error) => error.code(),
             _ => None,
         }
     }
 }
 
-fn database_cause(error: &sqlx::Error) -> Cause {
+/// A database's failure as the rest of stepwell sees it, whichever driver
+/// reported it: its `Cause`, the setting to fix if a wrong one caused it,
+/// the database's own code, and the driver's error, whose text is for logs
+/// only (it may hold SQL or paths). Each backend builds it from its
+/// driver's error, so no driver's type leaves `store`.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct DbError {
+    cause: Cause,
+    misconfigured: Option<Misconfigured>,
+    code: Option<String>,
+    source: Box<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+impl DbError {
+    /// A failure of `cause`, with the database's `code` if it gave one.
+    pub(super) fn new(
+        cause: Cause,
+        code: Option<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> DbError {
+        DbError { cause, misconfigured: None, code, source: source.into() }
+    }
+
+    /// This failure, as the wrong setting `kind` (if any) caused it.
+    pub(super) fn misconfigured_as(self, kind: Option<Misconfigured>) -> DbError {
+        DbError { misconfigured: kind, ..self }
+    }
+
+    /// A row the model cannot represent: the database holds what stepwell never writes.
+    pub(super) fn decode(what: impl Into<String>) -> DbError {
+        DbError::new(Cause::DatabaseError, None, Undecodable(what.into()))
+    }
+
+    /// Why this failed.
+    pub fn cause(&self) -> Cause {
+        self.cause
+    }
+
+    /// The database's own code: a Postgres SQLSTATE, or an SQLite extended result code.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+
+    /// The setting to fix, when a wrong one (not an outage) caused this.
+    pub fn misconfigured(&self) -> Option<Misconfigured> {
+        self.misconfigured
+    }
+
+    /// sqlx's error (the Postgres backend's, and the SQLite migrations'):
+    /// its SQLSTATE or SQLite result code, or its own kind, names the cause.
+    pub(super) fn sqlx(error: sqlx::Error) -> DbError {
+        let (cause, code) = match &error {
+            sqlx::Error::Database(database) => {
+                let code = database.code().map(|code| code.into_owned());
+                let sqlite = database.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some();
+                let cause = match code.as_deref() {
+                    Some(code) if sqlite => code.parse().map_or(Cause::DatabaseError, sqlite_cause),
+                    Some(code) => sqlstate_cause(code),
+                    None => Cause::DatabaseError,
+                };
+                (cause, code)
+            }
+            sqlx::Error::PoolTimedOut => (Cause::PoolAcquireTimeout, None),
+            sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => (Cause::ShuttingDown, None),
+            sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => (Cause::ConnectionLost, None),
+            _ => (Cause::DatabaseError, None),
+        };
+        let kind = sqlx_misconfigured(&error);
+        DbError::new(cause, code, error).misconfigured_as(kind)
+    }
+}
+
+/// A migration's failure, whatever went wrong in it: `Error::Migrate`.
+pub(super) fn migration_failed(error: sqlx::migrate::MigrateError) -> Error {
+    Error::Migrate(DbError::new(Cause::DatabaseError, None, error))
+}
+
+/// What a row that does not decode says, as it always has in the logs.
+#[derive(Debug, thiserror::Error)]
+#[error("error occurred while decoding: {0}")]
+struct Undecodable(String);
+
+/// sqlx reports a failed TLS handshake as an I/O error carrying rustls's
+/// error, and its own TLS refusals (no TLS on the server, an unreadable
+/// certificate) as `Tls`.
+fn sqlx_misconfigured(error: &sqlx::Error) -> Option<Misconfigured> {
     match error {
-        sqlx::Error::Database(error) => match super::sqlite::result_code(error.as_ref()) {
-            Some(code) => sqlite_cause(code),
-            None => error.code().as_deref().map_or(Cause::DatabaseError, sqlstate_cause),
+        sqlx::Error::Configuration(_) => Some(Misconfigured::Url),
+        sqlx::Error::Tls(_) => Some(Misconfigured::Tls),
+        sqlx::Error::Io(io) => {
+            io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()).then_some(Misconfigured::Tls)
+        }
+        sqlx::Error::Database(error) => match error.code().as_deref() {
+            Some("28P01" | "28000") => Some(Misconfigured::Authentication),
+            Some("3D000") => Some(Misconfigured::NoDatabase),
+            _ => None,
         },
-        sqlx::Error::PoolTimedOut => Cause::PoolAcquireTimeout,
-        sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => Cause::ShuttingDown,
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => Cause::ConnectionLost,
-        _ => Cause::DatabaseError,
+        _ => None,
     }
 }
 
@@ -145,7 +234,7 @@ fn sqlstate_cause(code: &str) -> Cause {
 
 /// The cause of an SQLite error, by its primary result code (the low byte
 /// of the extended one).
-fn sqlite_cause(code: i32) -> Cause {
+pub(super) fn sqlite_cause(code: i32) -> Cause {
     const SQLITE_BUSY: i32 = 5;
     const SQLITE_LOCKED: i32 = 6;
     const SQLITE_FULL: i32 = 13;
@@ -190,7 +279,7 @@ mod tests {
     }
 
     fn postgres(code: &'static str) -> Error {
-        Error::Database(sqlx::Error::Database(Box::new(Sqlstate(code))))
+        Error::Database(DbError::sqlx(sqlx::Error::Database(Box::new(Sqlstate(code)))))
     }
 
     #[test]
@@ -219,9 +308,13 @@ mod tests {
             (postgres("53100"), Cause::StoreFull, "store_full"),
             (postgres("23505"), Cause::DatabaseError, "database_error"),
             (postgres("P0001"), Cause::DatabaseError, "database_error"),
-            (Error::Database(sqlx::Error::PoolTimedOut), Cause::PoolAcquireTimeout, "pool_acquire_timeout"),
             (
-                Error::Database(sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into())),
+                Error::Database(DbError::sqlx(sqlx::Error::PoolTimedOut)),
+                Cause::PoolAcquireTimeout,
+                "pool_acquire_timeout",
+            ),
+            (
+                Error::Database(DbError::sqlx(sqlx::Error::Io(std::io::ErrorKind::ConnectionReset.into()))),
                 Cause::ConnectionLost,
                 "connection_lost",
             ),

@@ -11,11 +11,12 @@
 //! contention.
 
 pub mod batch;
+pub mod bulk;
 mod cause;
 mod handle;
 pub mod postgres;
 mod rows;
-mod shared;
+mod sql;
 pub mod sqlite;
 pub mod writer;
 
@@ -26,9 +27,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-pub use cause::Cause;
+pub use cause::{Cause, DbError};
 pub use handle::Handle;
-pub use shared::{expired_turns_sql, list_turns_sql};
+pub use sql::Dialect;
 
 use crate::domain::clock::Clock;
 use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyRecord, KeyState, Refusal};
@@ -44,10 +45,10 @@ pub enum Error {
     /// The database refused or failed the operation (unreachable, I/O error,
     /// disk full, locked past the busy timeout).
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[from] DbError),
     /// The schema could not be created or upgraded.
     #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(#[source] DbError),
     /// Another sidecar's migration could not be waited for.
     #[error("could not take the migration lock: {0}")]
     MigrationLock(#[source] std::io::Error),
@@ -125,7 +126,7 @@ impl Error {
     /// or lost connection is not; the server may yet come back.
     pub fn misconfigured(&self) -> Option<Misconfigured> {
         match self {
-            Error::Database(error) => misconfigured(error),
+            Error::Database(error) => error.misconfigured(),
             Error::Batch(error) => error.misconfigured(),
             _ => None,
         }
@@ -144,30 +145,24 @@ impl Error {
     /// (a full disk, or the `--sqlite-bytes-max` cap) or Postgres's disk_full.
     pub fn is_full(&self) -> bool {
         match self {
-            Error::Database(sqlx::Error::Database(error)) => matches!(error.code().as_deref(), Some("13" | "53100")),
+            Error::Database(error) => error.cause() == Cause::StoreFull,
             Error::Batch(error) => error.is_full(),
             _ => false,
         }
     }
 }
 
-/// sqlx reports a failed TLS handshake as an I/O error carrying rustls's
-/// error, and its own TLS refusals (no TLS on the server, an unreadable
-/// certificate) as `Tls`.
-fn misconfigured(error: &sqlx::Error) -> Option<Misconfigured> {
-    match error {
-        sqlx::Error::Configuration(_) => Some(Misconfigured::Url),
-        sqlx::Error::Tls(_) => Some(Misconfigured::Tls),
-        sqlx::Error::Io(io) => {
-            io.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()).then_some(Misconfigured::Tls)
-        }
-        sqlx::Error::Database(error) => match error.code().as_deref() {
-            Some("28P01" | "28000") => Some(Misconfigured::Authentication),
-            Some("3D000") => Some(Misconfigured::NoDatabase),
-            _ => None,
-        },
-        _ => None,
-    }
+/// The statement ListTurns runs for `q`'s filters on SQLite or on Postgres,
+/// for the tests that show its query plan and name the backend they run on
+/// by whether it is SQLite; the store itself names a `Dialect`.
+pub fn list_turns_sql(on_sqlite: bool, q: &ListTurnsQuery) -> &'static str {
+    sql::list_turns(Dialect::of_test(on_sqlite), q)
+}
+
+/// The statement retention runs to find the turns past a rule, on SQLite or
+/// on Postgres, for the tests as `list_turns_sql`.
+pub fn expired_turns_sql(on_sqlite: bool, q: &ExpiredQuery) -> String {
+    sql::expired_turns(Dialect::of_test(on_sqlite), q)
 }
 
 /// The answer to a request on an idempotency key: the value, or why the
@@ -509,20 +504,21 @@ mod tests {
 
     #[test]
     fn tls_and_url_failures_are_configuration_errors_and_a_refused_connection_is_not() {
-        let tls = Error::Database(sqlx::Error::Tls("server does not support TLS".into()));
+        let database = |error: sqlx::Error| Error::Database(DbError::sqlx(error));
+        let tls = database(sqlx::Error::Tls("server does not support TLS".into()));
         assert_eq!(tls.misconfigured(), Some(Misconfigured::Tls));
         let handshake = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
         );
-        assert_eq!(Error::Database(sqlx::Error::Io(handshake)).misconfigured(), Some(Misconfigured::Tls));
-        let url = Error::Database(sqlx::Error::Configuration("bad port".into()));
+        assert_eq!(database(sqlx::Error::Io(handshake)).misconfigured(), Some(Misconfigured::Tls));
+        let url = database(sqlx::Error::Configuration("bad port".into()));
         assert_eq!(url.misconfigured(), Some(Misconfigured::Url));
 
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert_eq!(Error::Database(sqlx::Error::Io(refused)).misconfigured(), None);
+        assert_eq!(database(sqlx::Error::Io(refused)).misconfigured(), None);
         let other = std::io::Error::new(std::io::ErrorKind::InvalidData, "not a TLS error");
-        assert_eq!(Error::Database(sqlx::Error::Io(other)).misconfigured(), None);
-        assert_eq!(Error::Database(sqlx::Error::PoolTimedOut).misconfigured(), None);
+        assert_eq!(database(sqlx::Error::Io(other)).misconfigured(), None);
+        assert_eq!(database(sqlx::Error::PoolTimedOut).misconfigured(), None);
     }
 }

@@ -1,19 +1,20 @@
 //! The rows both backends read, and how each becomes a model value. The row
 //! types derive `sqlx::FromRow` for Postgres's rows and are read from
-//! SQLite's by column name (`from_sqlite`), so both backends decode a table
-//! the same way; whatever a row holds that the model cannot
+//! SQLite's (rusqlite's) by column name (`from_sqlite`), so both backends
+//! decode a table the same way; whatever a row holds that the model cannot
 //! (a negative count, an unknown state, an error that is not UTF-8) is a
 //! decode error, because only a corrupt row can hold it.
 
 use std::collections::HashMap;
 
+use super::DbError;
 use super::batch::{CheckpointKey, checkpoint_key};
 use crate::domain::keys::{Held, KeyRecord};
 use crate::domain::model::{NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
 
 /// A row the model cannot represent: the database holds what stepwell never writes.
-pub fn decode_error(what: String) -> sqlx::Error {
-    sqlx::Error::Decode(what.into())
+pub fn decode_error(what: String) -> DbError {
+    DbError::decode(what)
 }
 
 /// A whole row of `checkpoints`.
@@ -100,9 +101,9 @@ pub struct TurnRow {
 }
 
 impl TryFrom<TurnRow> for TurnSummary {
-    type Error = sqlx::Error;
+    type Error = DbError;
 
-    fn try_from(row: TurnRow) -> Result<TurnSummary, sqlx::Error> {
+    fn try_from(row: TurnRow) -> Result<TurnSummary, DbError> {
         // Stepwell only ever adds to a count, so a negative one is corruption,
         // reported as such rather than served as a plausible 0.
         let count = row.checkpoint_count;
@@ -139,9 +140,9 @@ pub struct KeyRow {
 }
 
 impl TryFrom<KeyRow> for KeyRecord {
-    type Error = sqlx::Error;
+    type Error = DbError;
 
-    fn try_from(row: KeyRow) -> Result<KeyRecord, sqlx::Error> {
+    fn try_from(row: KeyRow) -> Result<KeyRecord, DbError> {
         let KeyRow { held, attempt, lease_token, .. } = row;
         Ok(KeyRecord {
             namespace: row.namespace,
@@ -247,12 +248,12 @@ impl InsertedRow {
 }
 
 /// Records by their (namespace, key).
-pub fn records_by_key(rows: Vec<KeyRow>) -> Result<HashMap<(String, String), KeyRecord>, sqlx::Error> {
+pub fn records_by_key(rows: Vec<KeyRow>) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
     rows.into_iter().map(|row| KeyRecord::try_from(row).map(|r| ((r.namespace.clone(), r.key.clone()), r))).collect()
 }
 
 /// Each record's fencing token as the signed integer the column holds.
-pub fn stored_tokens(records: &[KeyRecord]) -> Result<Vec<i64>, sqlx::Error> {
+pub fn stored_tokens(records: &[KeyRecord]) -> Result<Vec<i64>, DbError> {
     records
         .iter()
         .map(|r| i64::try_from(r.lease_token).map_err(|_| decode_error(format!("token {} too large", r.lease_token))))
@@ -274,7 +275,7 @@ pub struct InsertedRow {
 pub fn inserted_seqs<'b>(
     unique: &[&'b NewCheckpoint],
     rows: Vec<InsertedRow>,
-) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
+) -> Result<HashMap<CheckpointKey<'b>, i64>, DbError> {
     let index: HashMap<CheckpointKey<'_>, usize> =
         unique.iter().enumerate().map(|(i, cp)| (checkpoint_key(cp), i)).collect();
     let mut inserted = HashMap::with_capacity(rows.len());
@@ -291,7 +292,7 @@ pub fn inserted_seqs<'b>(
 pub fn found_checkpoints<'b>(
     keys: &[CheckpointKey<'b>],
     rows: Vec<CheckpointRow>,
-) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, DbError> {
     let mut found = HashMap::with_capacity(rows.len());
     for row in rows {
         let stored = StoredCheckpoint::from(row);
@@ -333,6 +334,7 @@ mod tests {
     #[test]
     fn a_negative_count_is_a_decode_error_not_zero() {
         assert_eq!(TurnSummary::try_from(turn_row(3)).unwrap().checkpoint_count, 3);
-        assert!(matches!(TurnSummary::try_from(turn_row(-1)), Err(sqlx::Error::Decode(_))));
+        let error = TurnSummary::try_from(turn_row(-1)).expect_err("a negative count");
+        assert!(error.to_string().starts_with("error occurred while decoding"), "{error}");
     }
 }

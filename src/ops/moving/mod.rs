@@ -2,7 +2,9 @@
 //! checkpoint, turn summary, idempotency key and record (RecordService)
 //! from one store to another, and `stepwell export` / `stepwell import`
 //! write and read them as NDJSON, with the sidecars stopped. The move works
-//! on the databases directly, not through a sidecar.
+//! on the databases directly, not through a sidecar, through `store::bulk`,
+//! which holds its SQL; this module decides what is copied in what order,
+//! shows progress, and verifies (`tally`).
 //!
 //! Every copy is idempotent and resumable: rows go in chunks, each its own
 //! transaction, in key order, with `ON CONFLICT DO NOTHING` on their natural
@@ -20,28 +22,23 @@
 //! table is printed; any difference exits 1.
 
 mod ndjson;
-mod rows;
-mod side;
 mod tally;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Duration;
 
-pub use rows::{CheckpointRow, KeyRow, RecordKey, StoredRecordRow, TurnRow};
-pub use side::Side;
 pub use tally::{Tallies, Tally};
 
 use crate::config::moving::{ChunkArgs, ExportArgs, ImportArgs, MigrateArgs};
 use crate::store::Database;
+use crate::store::bulk::{self, ChunkSize, RecordKey, Table, Tables};
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
-    #[error("opening the target store: {0}")]
-    Store(#[from] crate::store::Error),
+    /// The store's tables failed, or could not be opened.
+    #[error(transparent)]
+    Store(#[from] bulk::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -56,7 +53,7 @@ pub const CHUNK_ROWS_DEFAULT: usize = 500;
 pub const CHUNK_BYTES_DEFAULT: usize = 64 << 20;
 
 /// How a copy runs: the most rows in a chunk (one transaction each) and the
-/// bytes a chunk may reach (its rows as `rows::RowBytes` counts them; a
+/// bytes a chunk may reach (its rows as `store::bulk::RowBytes` counts them; a
 /// chunk stops at the first row that reaches it, and always holds at least
 /// one row, so a chunk holds about the budget plus one row at most), and,
 /// for stepwell's tests, a chunk count after which it stops as if killed.
@@ -87,6 +84,11 @@ impl Plan {
     /// rows get smaller.
     fn after(self, taken: usize) -> Plan {
         Plan { chunk_rows: taken.saturating_mul(2).clamp(1, self.chunk_rows.max(1)), ..self }
+    }
+
+    /// A chunk's bounds, as the store reads them.
+    fn chunk(self) -> ChunkSize {
+        ChunkSize { rows: self.chunk_rows, bytes: self.chunk_bytes }
     }
 }
 
@@ -180,65 +182,90 @@ impl Drop for Progress {
 /// Copies everything from `from` to `to` (created and migrated if need be)
 /// and verifies both sides. Returns what was copied and the two tallies.
 pub async fn migrate_stores(from: &Database, to: &Database, plan: Plan) -> Result<(Copied, Tallies, Tallies), Error> {
-    let source = Side::open_source(from).await?;
-    let target = Side::open_target(to).await?;
+    let source = Tables::open_source(from).await?;
+    let target = Tables::open_target(to).await?;
     let mut progress = Progress::new(plan);
     let mut copied = Copied::default();
-
     // The fence first: a run stopped later has still moved it.
     let fence = source.fence().await?.max(source.max_token().await?);
     copied.fence_before = target.fence().await?;
     target.advance_fence(fence).await?;
     copied.fence_after = target.fence().await?;
+    copy_checkpoints(&source, &target, plan, &mut copied, &mut progress).await?;
+    copy_keys(&source, &target, plan, &mut copied, &mut progress).await?;
+    copy_records(&source, &target, plan, &mut copied, &mut progress).await?;
+    let expected = tally::tally(&source).await?;
+    let found = tally::tally(&target).await?;
+    source.close().await;
+    target.close().await;
+    Ok((copied, expected, found))
+}
 
-    let total = source.count("checkpoints").await?;
-    let mut after = i64::MIN;
-    let mut read = plan;
+/// Copies every checkpoint, chunk by chunk in the source's insertion order.
+async fn copy_checkpoints(
+    source: &Tables,
+    target: &Tables,
+    plan: Plan,
+    copied: &mut Copied,
+    progress: &mut Progress,
+) -> Result<(), Error> {
+    let total = source.count(Table::Checkpoints).await?;
+    let (mut after, mut read) = (i64::MIN, plan);
     loop {
-        let page = source.checkpoints_after(after, read).await?;
+        let page = source.checkpoints_after(after, read.chunk()).await?;
         read = plan.after(page.len());
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else { return Ok(()) };
         after = last.seq;
         let inserted = target.insert_checkpoints(&page).await?;
         copied.checkpoints_copied += inserted;
         copied.checkpoints_present += page.len() as u64 - inserted;
         progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, Some(total))?;
     }
+}
 
-    let total = source.count("idempotency").await?;
-    let mut after: Option<(String, String)> = None;
-    let mut read = plan;
+/// Copies every idempotency key, chunk by chunk in key order.
+async fn copy_keys(
+    source: &Tables,
+    target: &Tables,
+    plan: Plan,
+    copied: &mut Copied,
+    progress: &mut Progress,
+) -> Result<(), Error> {
+    let total = source.count(Table::Keys).await?;
+    let (mut after, mut read): (Option<(String, String)>, Plan) = (None, plan);
     loop {
-        let page = source.records_after(after.as_ref(), read).await?;
+        let page = source.keys_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else { return Ok(()) };
         after = Some((last.namespace.clone(), last.key.clone()));
-        let inserted = target.insert_records(&page).await?;
+        let inserted = target.insert_keys(&page).await?;
         copied.records_copied += inserted;
         copied.records_present += page.len() as u64 - inserted;
         progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, Some(total))?;
     }
+}
 
-    let total = source.count("records").await?;
-    let mut after: Option<RecordKey> = None;
-    let mut read = plan;
+/// Copies every record (RecordService), chunk by chunk in key order.
+async fn copy_records(
+    source: &Tables,
+    target: &Tables,
+    plan: Plan,
+    copied: &mut Copied,
+    progress: &mut Progress,
+) -> Result<(), Error> {
+    let total = source.count(Table::Records).await?;
+    let (mut after, mut read): (Option<RecordKey>, Plan) = (None, plan);
     loop {
-        let page = source.stored_records_after(after.as_ref(), read).await?;
+        let page = source.records_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else { return Ok(()) };
         after = Some(last.key());
-        let inserted = target.insert_stored_records(&page).await?;
+        let inserted = target.insert_records(&page).await?;
         copied.stored_records_copied += inserted;
         copied.stored_records_present += page.len() as u64 - inserted;
         let done = copied.stored_records_copied + copied.stored_records_present;
         progress.chunk_done("records", done, Some(total))?;
     }
-
-    let expected = source.tally().await?;
-    let found = target.tally().await?;
-    source.close().await;
-    target.close().await;
-    Ok((copied, expected, found))
 }
 
 /// Prints the verification table and says whether both sides agree; the
@@ -278,7 +305,7 @@ pub fn migrate(args: &MigrateArgs) -> ExitCode {
 pub fn export(args: &ExportArgs) -> ExitCode {
     let to_stdout = args.out.as_os_str() == "-";
     let outcome = runtime().block_on(async {
-        let source = Side::open_source(&args.from).await?;
+        let source = Tables::open_source(&args.from).await?;
         let written = if to_stdout {
             let stdout = std::io::stdout().lock();
             ndjson::export(&source, stdout, Plan::from_args(&args.chunks)).await
@@ -334,19 +361,16 @@ pub async fn import_into(
     input: impl std::io::BufRead,
     plan: Plan,
 ) -> Result<(Copied, Tallies, Tallies), Error> {
-    let target = Side::open_target(to).await?;
+    let target = Tables::open_target(to).await?;
     let result = ndjson::import(&target, input, plan).await;
     let found = match &result {
-        Ok(_) => Some(target.tally().await),
+        Ok(_) => Some(tally::tally(&target).await),
         Err(_) => None,
     };
     target.close().await;
     let (copied, expected) = result?;
     Ok((copied, expected, found.expect("tallied after a good import")?))
 }
-
-/// How long opening a store waits on pools and locks.
-const WAIT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {

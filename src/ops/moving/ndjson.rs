@@ -20,10 +20,9 @@ use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::rows::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, TurnRow};
-use super::side::Side;
 use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
 use super::{Copied, Error, Plan, Progress};
+use crate::store::bulk::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, Tables, TurnRow};
 
 /// The version of the format this stepwell writes.
 pub const FORMAT: u32 = 2;
@@ -79,7 +78,7 @@ fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), Error> {
 }
 
 /// Writes every row of `source`, read in the plan's chunks; returns the counts.
-pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Exported, Error> {
+pub async fn export(source: &Tables, out: impl Write, plan: Plan) -> Result<Exported, Error> {
     let mut out = std::io::BufWriter::new(out);
     let fence = source.fence().await?.max(source.max_token().await?);
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
@@ -87,7 +86,7 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
     let mut after = i64::MIN;
     let mut read = plan;
     loop {
-        let page = source.checkpoints_after(after, read).await?;
+        let page = source.checkpoints_after(after, read.chunk()).await?;
         read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = last.seq;
@@ -98,7 +97,7 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
     }
     let mut failed = None;
     source
-        .for_each_turn(|row| {
+        .each_turn(|row| {
             if failed.is_none()
                 && let Err(error) = write_line(&mut out, &Out::Turn(&row))
             {
@@ -113,7 +112,7 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
     let mut after: Option<(String, String)> = None;
     let mut read = plan;
     loop {
-        let page = source.records_after(after.as_ref(), read).await?;
+        let page = source.keys_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = Some((last.namespace.clone(), last.key.clone()));
@@ -126,7 +125,7 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
     let mut after: Option<RecordKey> = None;
     let mut read = plan;
     loop {
-        let page = source.stored_records_after(after.as_ref(), read).await?;
+        let page = source.records_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());
         let Some(last) = page.last() else { break };
         after = Some(last.key());
@@ -143,130 +142,248 @@ pub async fn export(source: &Side, out: impl Write, plan: Plan) -> Result<Export
 /// Loads an export into `target` in chunks, with the same idempotent
 /// inserts and fence rule as a migration; returns what was copied and the
 /// tally of the file's own rows.
-pub async fn import(target: &Side, input: impl BufRead, plan: Plan) -> Result<(Copied, Tallies), Error> {
-    let mut progress = Progress::new(plan);
-    let mut copied = Copied { fence_before: target.fence().await?, ..Copied::default() };
-    copied.fence_after = copied.fence_before;
-    let (mut checkpoints, mut records, mut stored_records) = (Chunk::default(), Chunk::default(), Chunk::default());
-    // Canonical order keys and digests, sorted once the file is read.
-    let mut checkpoint_keys: Vec<(String, String, i64, usize, [u8; 32])> = Vec::new();
-    let mut turn_keys: Vec<(String, String, [u8; 32])> = Vec::new();
-    let mut record_keys: Vec<(String, String, [u8; 32])> = Vec::new();
-    let mut stored_record_keys: Vec<(RecordKey, [u8; 32])> = Vec::new();
-    let (mut header, mut end) = (None, None);
+pub async fn import(target: &Tables, input: impl BufRead, plan: Plan) -> Result<(Copied, Tallies), Error> {
+    let mut import = Import::new(target, plan).await?;
     for (number, line) in input.lines().enumerate() {
         let line = line?;
-        if line.trim().is_empty() {
-            continue;
+        if !line.trim().is_empty() {
+            import.line(number + 1, &line).await?;
         }
-        if end.is_some() {
-            return Err(Error::Format(format!("line {}: data after the end line", number + 1)));
+    }
+    import.finish().await
+}
+
+/// An import under way: what it has copied, the rows read and not yet
+/// written, and what the file has said so far.
+struct Import<'t> {
+    target: &'t Tables,
+    plan: Plan,
+    progress: Progress,
+    copied: Copied,
+    checkpoints: Chunk<CheckpointRow>,
+    keys: Chunk<KeyRow>,
+    records: Chunk<StoredRecordRow>,
+    digests: FileDigests,
+    /// The header's format, once read.
+    header: Option<u32>,
+    /// The end line's counts (checkpoints, turns, keys, records), once read.
+    end: Option<(u64, u64, u64, u64)>,
+}
+
+impl<'t> Import<'t> {
+    async fn new(target: &'t Tables, plan: Plan) -> Result<Import<'t>, Error> {
+        let fence = target.fence().await?;
+        Ok(Import {
+            target,
+            plan,
+            progress: Progress::new(plan),
+            copied: Copied { fence_before: fence, fence_after: fence, ..Copied::default() },
+            checkpoints: Chunk::default(),
+            keys: Chunk::default(),
+            records: Chunk::default(),
+            digests: FileDigests::default(),
+            header: None,
+            end: None,
+        })
+    }
+
+    /// Takes in line `number` (counted from 1) of the file.
+    async fn line(&mut self, number: usize, line: &str) -> Result<(), Error> {
+        if self.end.is_some() {
+            return Err(Error::Format(format!("line {number}: data after the end line")));
         }
         let parsed: In =
-            serde_json::from_str(&line).map_err(|error| Error::Format(format!("line {}: {error}", number + 1)))?;
+            serde_json::from_str(line).map_err(|error| Error::Format(format!("line {number}: {error}")))?;
         match parsed {
-            In::Header { format, fence } => {
-                if header.is_some() {
-                    return Err(Error::Format(format!("line {}: a second header", number + 1)));
-                }
-                if !(FORMAT_OLDEST..=FORMAT).contains(&format) {
-                    return Err(Error::Format(format!(
-                        "the file is in format {format}; this stepwell reads formats {FORMAT_OLDEST} to {FORMAT}"
-                    )));
-                }
-                header = Some(format);
-                target.advance_fence(fence).await?;
-                copied.fence_after = target.fence().await?;
-                continue;
+            In::Header { format, fence } => self.header(number, format, fence).await,
+            _ if self.header.is_none() => {
+                Err(Error::Format("the file does not start with a stepwell export header".into()))
             }
-            _ if header.is_none() => {
-                return Err(Error::Format("the file does not start with a stepwell export header".into()));
+            In::Checkpoint(row) => self.checkpoint(row).await,
+            In::Turn(row) => {
+                self.digests.turns.push((row.namespace.clone(), row.turn_id.clone(), turn_digest(&row)));
+                Ok(())
             }
-            In::Checkpoint(row) => {
-                let key = (row.namespace.clone(), row.turn_id.clone(), row.ts_ns, checkpoint_keys.len());
-                checkpoint_keys.push((key.0, key.1, key.2, key.3, checkpoint_digest(&row)));
-                if checkpoints.push(row, plan) {
-                    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
-                }
-            }
-            In::Turn(row) => turn_keys.push((row.namespace.clone(), row.turn_id.clone(), turn_digest(&row))),
-            In::Idempotency(row) => {
-                let token = row.lease_token;
-                if token > copied.fence_after {
-                    // A record past the header's fence: still never reuse its token.
-                    target.advance_fence(token).await?;
-                    copied.fence_after = target.fence().await?;
-                }
-                record_keys.push((row.namespace.clone(), row.key.clone(), record_digest(&row)));
-                if records.push(row, plan) {
-                    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
-                    flush_records(target, &mut records, &mut copied, &mut progress).await?;
-                }
-            }
-            In::Record(row) => {
-                if header == Some(1) {
-                    return Err(Error::Format(format!("line {}: a record in a format 1 file", number + 1)));
-                }
-                stored_record_keys.push((row.key(), stored_record_digest(&row)));
-                if stored_records.push(row, plan) {
-                    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
-                    flush_records(target, &mut records, &mut copied, &mut progress).await?;
-                    flush_stored_records(target, &mut stored_records, &mut copied, &mut progress).await?;
-                }
-            }
+            In::Idempotency(row) => self.key(row).await,
+            In::Record(row) => self.record(number, row).await,
             In::End { checkpoints, turns, records, stored_records } => {
-                // Format 1 has no records to count; format 2 must count them.
-                let stored_records = match (header, stored_records) {
-                    (Some(1), None) => 0,
-                    (Some(1), Some(_)) | (_, None) => {
-                        return Err(Error::Format(format!(
-                            "line {}: the end line does not match the header's format",
-                            number + 1
-                        )));
-                    }
-                    (_, Some(count)) => count,
-                };
-                end = Some((checkpoints, turns, records, stored_records));
+                self.end(number, (checkpoints, turns, records), stored_records)
             }
         }
     }
-    flush_checkpoints(target, &mut checkpoints, &mut copied, &mut progress).await?;
-    flush_records(target, &mut records, &mut copied, &mut progress).await?;
-    flush_stored_records(target, &mut stored_records, &mut copied, &mut progress).await?;
-    let counted = (
-        checkpoint_keys.len() as u64,
-        turn_keys.len() as u64,
-        record_keys.len() as u64,
-        stored_record_keys.len() as u64,
-    );
-    match end {
-        None => return Err(Error::Format("the file has no end line: it was cut short".into())),
-        Some(end) if end != counted => {
+
+    /// The header: a format this stepwell reads, and the source's fence,
+    /// which the target's moves up to.
+    async fn header(&mut self, number: usize, format: u32, fence: i64) -> Result<(), Error> {
+        if self.header.is_some() {
+            return Err(Error::Format(format!("line {number}: a second header")));
+        }
+        if !(FORMAT_OLDEST..=FORMAT).contains(&format) {
             return Err(Error::Format(format!(
-                "the end line counts {end:?} (checkpoints, turns, idempotency records, records) but the file \
-                 holds {counted:?}"
+                "the file is in format {format}; this stepwell reads formats {FORMAT_OLDEST} to {FORMAT}"
             )));
         }
-        Some(_) => {}
+        self.header = Some(format);
+        self.target.advance_fence(fence).await?;
+        self.copied.fence_after = self.target.fence().await?;
+        Ok(())
     }
-    let mut tallier = Tallier::default();
-    checkpoint_keys.sort_unstable_by(|a, b| (&a.0, &a.1, a.2, a.3).cmp(&(&b.0, &b.1, b.2, b.3)));
-    for (namespace, _, _, _, digest) in checkpoint_keys {
-        tallier.checkpoint(&namespace, digest);
+
+    async fn checkpoint(&mut self, row: CheckpointRow) -> Result<(), Error> {
+        let order = self.digests.checkpoints.len();
+        let digest = checkpoint_digest(&row);
+        self.digests.checkpoints.push((row.namespace.clone(), row.turn_id.clone(), row.ts_ns, order, digest));
+        if self.checkpoints.push(row, self.plan) {
+            self.flush_checkpoints().await?;
+        }
+        Ok(())
     }
-    turn_keys.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-    for (namespace, _, digest) in turn_keys {
-        tallier.turn(&namespace, digest);
+
+    /// An idempotency key, written after the checkpoints read before it.
+    async fn key(&mut self, row: KeyRow) -> Result<(), Error> {
+        let token = row.lease_token;
+        if token > self.copied.fence_after {
+            // A record past the header's fence: still never reuse its token.
+            self.target.advance_fence(token).await?;
+            self.copied.fence_after = self.target.fence().await?;
+        }
+        self.digests.keys.push((row.namespace.clone(), row.key.clone(), record_digest(&row)));
+        if self.keys.push(row, self.plan) {
+            self.flush_checkpoints().await?;
+            self.flush_keys().await?;
+        }
+        Ok(())
     }
-    record_keys.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-    for (namespace, _, digest) in record_keys {
-        tallier.record(&namespace, digest);
+
+    /// A record (RecordService), written after the rows read before it.
+    async fn record(&mut self, number: usize, row: StoredRecordRow) -> Result<(), Error> {
+        if self.header == Some(1) {
+            return Err(Error::Format(format!("line {number}: a record in a format 1 file")));
+        }
+        self.digests.records.push((row.key(), stored_record_digest(&row)));
+        if self.records.push(row, self.plan) {
+            self.flush_checkpoints().await?;
+            self.flush_keys().await?;
+            self.flush_records().await?;
+        }
+        Ok(())
     }
-    stored_record_keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    for ((namespace, ..), digest) in stored_record_keys {
-        tallier.stored_record(&namespace, digest);
+
+    /// The end line's counts: format 1 has no records to count; format 2
+    /// must count them.
+    fn end(
+        &mut self,
+        number: usize,
+        (checkpoints, turns, keys): (u64, u64, u64),
+        records: Option<u64>,
+    ) -> Result<(), Error> {
+        let records = match (self.header, records) {
+            (Some(1), None) => 0,
+            (Some(1), Some(_)) | (_, None) => {
+                return Err(Error::Format(format!("line {number}: the end line does not match the header's format")));
+            }
+            (_, Some(count)) => count,
+        };
+        self.end = Some((checkpoints, turns, keys, records));
+        Ok(())
     }
-    Ok((copied, tallier.finish()))
+
+    /// Writes what is left, checks the end line against the rows read, and
+    /// tallies the file.
+    async fn finish(mut self) -> Result<(Copied, Tallies), Error> {
+        self.flush_checkpoints().await?;
+        self.flush_keys().await?;
+        self.flush_records().await?;
+        let counted = self.digests.counted();
+        match self.end {
+            None => return Err(Error::Format("the file has no end line: it was cut short".into())),
+            Some(end) if end != counted => {
+                return Err(Error::Format(format!(
+                    "the end line counts {end:?} (checkpoints, turns, idempotency records, records) but the file \
+                     holds {counted:?}"
+                )));
+            }
+            Some(_) => {}
+        }
+        Ok((self.copied, self.digests.tally()))
+    }
+
+    async fn flush_checkpoints(&mut self) -> Result<(), Error> {
+        let rows = self.checkpoints.take();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let inserted = self.target.insert_checkpoints(&rows).await?;
+        let copied = &mut self.copied;
+        copied.checkpoints_copied += inserted;
+        copied.checkpoints_present += rows.len() as u64 - inserted;
+        self.progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, None)
+    }
+
+    async fn flush_keys(&mut self) -> Result<(), Error> {
+        let rows = self.keys.take();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let inserted = self.target.insert_keys(&rows).await?;
+        let copied = &mut self.copied;
+        copied.records_copied += inserted;
+        copied.records_present += rows.len() as u64 - inserted;
+        self.progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, None)
+    }
+
+    async fn flush_records(&mut self) -> Result<(), Error> {
+        let rows = self.records.take();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let inserted = self.target.insert_records(&rows).await?;
+        let copied = &mut self.copied;
+        copied.stored_records_copied += inserted;
+        copied.stored_records_present += rows.len() as u64 - inserted;
+        self.progress.chunk_done("records", copied.stored_records_copied + copied.stored_records_present, None)
+    }
+}
+
+/// Each row of the file by its canonical order key, with its digest, to be
+/// sorted and tallied once the whole file is read.
+#[derive(Default)]
+struct FileDigests {
+    /// By (namespace, turn, timestamp, order in the file).
+    checkpoints: Vec<(String, String, i64, usize, [u8; 32])>,
+    turns: Vec<(String, String, [u8; 32])>,
+    keys: Vec<(String, String, [u8; 32])>,
+    records: Vec<(RecordKey, [u8; 32])>,
+}
+
+impl FileDigests {
+    /// How many rows of each kind the file held: checkpoints, turns, keys, records.
+    fn counted(&self) -> (u64, u64, u64, u64) {
+        let (checkpoints, turns) = (self.checkpoints.len() as u64, self.turns.len() as u64);
+        (checkpoints, turns, self.keys.len() as u64, self.records.len() as u64)
+    }
+
+    /// The file's tally, each kind of row in canonical order.
+    fn tally(mut self) -> Tallies {
+        let mut tallier = Tallier::default();
+        self.checkpoints.sort_unstable_by(|a, b| (&a.0, &a.1, a.2, a.3).cmp(&(&b.0, &b.1, b.2, b.3)));
+        for (namespace, _, _, _, digest) in self.checkpoints {
+            tallier.checkpoint(&namespace, digest);
+        }
+        self.turns.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        for (namespace, _, digest) in self.turns {
+            tallier.turn(&namespace, digest);
+        }
+        self.keys.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        for (namespace, _, digest) in self.keys {
+            tallier.record(&namespace, digest);
+        }
+        self.records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for ((namespace, ..), digest) in self.records {
+            tallier.stored_record(&namespace, digest);
+        }
+        tallier.finish()
+    }
 }
 
 /// The rows of one kind read from the file and not yet written, and their
@@ -294,83 +411,5 @@ impl<R: RowBytes> Chunk<R> {
     fn take(&mut self) -> Vec<R> {
         self.bytes = 0;
         std::mem::take(&mut self.rows)
-    }
-}
-
-async fn flush_checkpoints(
-    target: &Side,
-    chunk: &mut Chunk<CheckpointRow>,
-    copied: &mut Copied,
-    progress: &mut Progress,
-) -> Result<(), Error> {
-    let rows = chunk.take();
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let inserted = target.insert_checkpoints(&rows).await?;
-    copied.checkpoints_copied += inserted;
-    copied.checkpoints_present += rows.len() as u64 - inserted;
-    progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, None)
-}
-
-async fn flush_records(
-    target: &Side,
-    chunk: &mut Chunk<KeyRow>,
-    copied: &mut Copied,
-    progress: &mut Progress,
-) -> Result<(), Error> {
-    let rows = chunk.take();
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let inserted = target.insert_records(&rows).await?;
-    copied.records_copied += inserted;
-    copied.records_present += rows.len() as u64 - inserted;
-    progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, None)
-}
-
-async fn flush_stored_records(
-    target: &Side,
-    chunk: &mut Chunk<StoredRecordRow>,
-    copied: &mut Copied,
-    progress: &mut Progress,
-) -> Result<(), Error> {
-    let rows = chunk.take();
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let inserted = target.insert_stored_records(&rows).await?;
-    copied.stored_records_copied += inserted;
-    copied.stored_records_present += rows.len() as u64 - inserted;
-    progress.chunk_done("records", copied.stored_records_copied + copied.stored_records_present, None)
-}
-
-/// Bytes as a base64 string.
-pub mod base64_bytes {
-    use base64::Engine;
-    use base64::engine::general_purpose::STANDARD;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&STANDARD.encode(bytes))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        STANDARD.decode(text).map_err(serde::de::Error::custom)
-    }
-}
-
-/// UTF-8 bytes as a JSON string.
-pub mod utf8_bytes {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-        let text = std::str::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
-        serializer.serialize_str(text)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
-        Ok(String::deserialize(deserializer)?.into_bytes())
     }
 }

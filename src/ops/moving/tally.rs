@@ -9,7 +9,8 @@
 //! timestamp, insertion order), turns and both kinds of records by key. A
 //! record's metadata and refs are hashed as canonical JSON (keys sorted, no
 //! whitespace, numbers by value), since Postgres's jsonb rewrites the text
-//! SQLite keeps as written.
+//! SQLite keeps as written. A store's rows come from `store::bulk`, read
+//! whole in canonical order; an import's, from the file.
 
 use std::collections::BTreeMap;
 
@@ -17,7 +18,8 @@ use sha2::{Digest, Sha256};
 
 use serde_json::Value;
 
-use super::rows::{CheckpointRow, KeyRow, StoredRecordRow, TurnRow};
+use super::Error;
+use crate::store::bulk::{CheckpointRow, KeyRow, StoredRecordRow, Tables, TurnRow};
 
 /// One namespace's figures.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -102,6 +104,19 @@ impl Tallier {
             })
             .collect()
     }
+}
+
+/// Counts and checksums every namespace of a store, reading each table in
+/// its canonical order: checkpoints as Restore orders them (namespace, turn,
+/// timestamp, insertion), turns, idempotency keys and records
+/// (RecordService) by key.
+pub async fn tally(tables: &Tables) -> Result<Tallies, Error> {
+    let mut tallier = Tallier::default();
+    tables.each_checkpoint(|row| tallier.checkpoint(&row.namespace, checkpoint_digest(&row))).await?;
+    tables.each_turn(|row| tallier.turn(&row.namespace, turn_digest(&row))).await?;
+    tables.each_key(|row| tallier.record(&row.namespace, record_digest(&row))).await?;
+    tables.each_record(|row| tallier.stored_record(&row.namespace, stored_record_digest(&row))).await?;
+    Ok(tallier.finish())
 }
 
 /// Length-prefixed fields, so that no two rows serialize alike.

@@ -11,6 +11,7 @@
 //! then take their row locks one after the other, never crosswise, however
 //! their upserts and inserts interleave.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
@@ -19,7 +20,7 @@ use sqlx::{Arguments, Connection, Encode, Postgres, Row, Type};
 use crate::domain::model::UnixNanos;
 use crate::domain::records::{
     self, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor, RelatedSize,
-    StoredRecord,
+    Selection, StoredRecord,
 };
 use crate::store::IdleQuery;
 
@@ -110,43 +111,20 @@ const LOCK_TURNS_CTE: &str = "WITH locks AS MATERIALIZED (\
          SELECT DISTINCT hashtextextended(n || '/' || t, 1) AS h \
          FROM UNNEST($12::text[], $13::text[]) AS u(n, t) ORDER BY h) sorted) taken) ";
 
-/// Deletes what `d` selects; answers how many records went. With a
-/// selection: one statement deletes the chosen records and their children
-/// and answers the scopes it touched; a second deletes those scopes'
-/// references that no record of the kind uses any more (it must see the
-/// first's deletions, which a later part of the same statement would not).
+/// Deletes what `d` selects; answers how many records went. The turns it
+/// touches are locked first (`within_turns`); retention's turn is kept if
+/// written since it was chosen; then either whole turns go, or a selection
+/// (`delete_selected`).
 pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sqlx::Error> {
-    let mut d = std::borrow::Cow::Borrowed(d);
-    if d.turn_ids.is_empty() {
-        // A deletion across turns locks the turns it will touch first, then
-        // deletes within them only; across more turns than a transaction
-        // should lock, it runs unlocked (a deadlock then fails it alone,
-        // UNAVAILABLE, and its retry deletes what is left).
-        let turns = matching_turns(conn, &d).await?;
-        if turns.is_empty() {
-            return Ok(0);
-        }
-        if turns.len() <= LOCKED_TURNS_MAX {
-            d.to_mut().turn_ids = turns;
-        }
-    }
+    let Some(d) = within_turns(conn, d).await? else { return Ok(0) };
     let d = d.as_ref();
     if !d.turn_ids.is_empty() {
         lock_turns(conn, d.turn_ids.iter().map(|turn| (d.namespace.as_str(), turn.as_str()))).await?;
     }
-    if let Some(idle_before) = d.idle_before {
-        // Retention's turn, kept if any of its records was written since it was chosen.
-        let written = sqlx::query(
-            "SELECT 1 FROM records WHERE namespace = $1 AND turn_id = ANY($2::text[]) AND recorded_at_ns >= $3 LIMIT 1",
-        )
-        .bind(&d.namespace)
-        .bind(&d.turn_ids)
-        .bind(idle_before)
-        .fetch_optional(&mut *conn)
-        .await?;
-        if written.is_some() {
-            return Ok(0);
-        }
+    if let Some(idle_before) = d.idle_before
+        && written_since(conn, d, idle_before).await?
+    {
+        return Ok(0);
     }
     let Some(selection) = &d.selection else {
         let done = sqlx::query("DELETE FROM records WHERE namespace = $1 AND turn_id = ANY($2::text[])")
@@ -156,20 +134,52 @@ pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sq
             .await?;
         return Ok(done.rows_affected());
     };
-    let mut chosen = "SELECT turn_id, scope, id FROM records p WHERE namespace = $1 AND kind = $2".to_owned();
-    if !d.turn_ids.is_empty() {
-        chosen.push_str(" AND turn_id = ANY($3::text[])");
+    delete_selected(conn, d, selection).await
+}
+
+/// The deletion `d`, confined to the turns it will touch, so that they can
+/// be locked first; `None` when a deletion across turns finds none. Across
+/// more turns than a transaction should lock, it stays unconfined and runs
+/// unlocked (a deadlock then fails it alone, UNAVAILABLE, and its retry
+/// deletes what is left).
+async fn within_turns<'d>(
+    conn: &mut PgConnection,
+    d: &'d RecordDelete,
+) -> Result<Option<Cow<'d, RecordDelete>>, sqlx::Error> {
+    let mut d = Cow::Borrowed(d);
+    if d.turn_ids.is_empty() {
+        let turns = matching_turns(conn, &d).await?;
+        if turns.is_empty() {
+            return Ok(None);
+        }
+        if turns.len() <= LOCKED_TURNS_MAX {
+            d.to_mut().turn_ids = turns;
+        }
     }
-    if !selection.metadata_any.is_empty() {
-        chosen.push_str(" AND metadata @> ANY(CAST($4 AS jsonb[]))");
-    }
-    if selection.keep_latest {
-        chosen.push_str(
-            " AND id < (SELECT max(id) FROM records l \
-                        WHERE l.namespace = p.namespace AND l.turn_id = p.turn_id AND l.kind = p.kind \
-                          AND l.scope = p.scope)",
-        );
-    }
+    Ok(Some(d))
+}
+
+/// Whether any record of retention's turns was written at or after
+/// `idle_before`, since retention chose them: they are kept then.
+async fn written_since(conn: &mut PgConnection, d: &RecordDelete, idle_before: UnixNanos) -> Result<bool, sqlx::Error> {
+    let written = sqlx::query(
+        "SELECT 1 FROM records WHERE namespace = $1 AND turn_id = ANY($2::text[]) AND recorded_at_ns >= $3 LIMIT 1",
+    )
+    .bind(&d.namespace)
+    .bind(&d.turn_ids)
+    .bind(idle_before)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(written.is_some())
+}
+
+/// Deletes the records `selection` chooses in `d`'s turns. One statement
+/// deletes the chosen records and their children and answers the scopes it
+/// touched; a second deletes those scopes' references that no record of
+/// the kind uses any more (it must see the first's deletions, which a later
+/// part of the same statement would not).
+async fn delete_selected(conn: &mut PgConnection, d: &RecordDelete, selection: &Selection) -> Result<u64, sqlx::Error> {
+    let chosen = chosen_sql(d, selection);
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "WITH chosen AS MATERIALIZED ({chosen}), \
          children AS (DELETE FROM records c USING chosen \
@@ -198,6 +208,27 @@ pub async fn delete(conn: &mut PgConnection, d: &RecordDelete) -> Result<u64, sq
         deleted += i64::try_from(gone).unwrap_or(i64::MAX);
     }
     Ok(u64::try_from(deleted).unwrap_or(0))
+}
+
+/// The query that picks the records a selection deletes: of its kind, in
+/// `d`'s turns if it names any, matching its metadata if it asks, and all
+/// but each scope's newest with `keep_latest`.
+fn chosen_sql(d: &RecordDelete, selection: &Selection) -> String {
+    let mut chosen = "SELECT turn_id, scope, id FROM records p WHERE namespace = $1 AND kind = $2".to_owned();
+    if !d.turn_ids.is_empty() {
+        chosen.push_str(" AND turn_id = ANY($3::text[])");
+    }
+    if !selection.metadata_any.is_empty() {
+        chosen.push_str(" AND metadata @> ANY(CAST($4 AS jsonb[]))");
+    }
+    if selection.keep_latest {
+        chosen.push_str(
+            " AND id < (SELECT max(id) FROM records l \
+                        WHERE l.namespace = p.namespace AND l.turn_id = p.turn_id AND l.kind = p.kind \
+                          AND l.scope = p.scope)",
+        );
+    }
+    chosen
 }
 
 /// Up to `q.limit` turns none of whose records was written at or after `q.idle_before`.
@@ -322,8 +353,7 @@ pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Recor
     }
     let (take, mut more) = if q.limit > 1 { fitting(conn, q).await? } else { (1, false) };
     let arguments = list_arguments(q, i64::try_from(take).unwrap_or(i64::MAX))?;
-    let rows =
-        sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q, LIST_COLUMNS)), arguments).fetch_all(&mut *conn).await?;
+    let rows = sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q)), arguments).fetch_all(&mut *conn).await?;
     let mut entries = assemble(&rows)?;
     more |= entries.len() > take;
     entries.truncate(take);
@@ -374,8 +404,7 @@ struct EntrySize {
 /// there is one, in list order.
 async fn entry_sizes(conn: &mut PgConnection, q: &RecordQuery, entries: usize) -> Result<Vec<EntrySize>, sqlx::Error> {
     let arguments = list_arguments(q, i64::try_from(entries).unwrap_or(i64::MAX))?;
-    let rows =
-        sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q, SIZE_COLUMNS)), arguments).fetch_all(&mut *conn).await?;
+    let rows = sqlx::query_with(sqlx::AssertSqlSafe(sizes_sql(q)), arguments).fetch_all(&mut *conn).await?;
     let size = |row: &PgRow, column: &str| -> Result<usize, sqlx::Error> {
         Ok(usize::try_from(row.try_get::<i64, _>(column)?).unwrap_or(usize::MAX))
     };
@@ -422,8 +451,7 @@ async fn split_page(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<Rec
     }
     if take > 0 {
         let arguments = list_arguments(q, i64::try_from(take - 1).unwrap_or(i64::MAX))?;
-        let rows =
-            sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q, LIST_COLUMNS)), arguments).fetch_all(&mut *conn).await?;
+        let rows = sqlx::query_with(sqlx::AssertSqlSafe(list_sql(q)), arguments).fetch_all(&mut *conn).await?;
         page.extend(assemble(&rows)?);
     }
     match sizes.get(take) {
@@ -557,7 +585,7 @@ async fn read_related(
     Ok(())
 }
 
-/// The arguments of `list_sql(q, _)`, in the order it numbers them: the
+/// The arguments of `list_sql(q)` and `sizes_sql(q)`, in the order they number them: the
 /// filters asked for, the cursor, one more entry than `page` (to tell
 /// whether more follow), then the related kinds.
 fn list_arguments(q: &RecordQuery, page: i64) -> Result<PgArguments, sqlx::Error> {
@@ -590,16 +618,10 @@ const RECORD_BYTES: &str = "(octet_length(r.turn_id) + octet_length(r.scope) + o
      + octet_length(r.id) + octet_length(r.parent_id) + octet_length(r.content_type) + octet_length(r.payload) \
      + coalesce(octet_length(CAST(r.metadata AS text)), 0) + octet_length(CAST(r.refs AS text)) + 64)";
 
-/// The columns of a list's rows: whole records.
-const LIST_COLUMNS: bool = true;
-/// The columns of a sizing's rows: one size per page entry.
-const SIZE_COLUMNS: bool = false;
-
-/// The list statement for `q`: only the filters asked for, numbered in the
-/// order `list_arguments` adds them (turn, scope, id, before, metadata, cursor, then
-/// the limit and the related kinds). With `whole` false, it answers each
-/// entry's size instead: the record's and its related records' bytes.
-fn list_sql(q: &RecordQuery, whole: bool) -> String {
+/// The filters of a list (`list_sql`, `sizes_sql`) for `q`: only those asked
+/// for, numbered in the order `list_arguments` adds them (turn, scope, id,
+/// before, metadata, cursor), and the number of the limit that follows them.
+fn list_filters(q: &RecordQuery) -> (String, usize) {
     let mut filters = String::new();
     let mut n = 2;
     let wanted = [
@@ -617,10 +639,14 @@ fn list_sql(q: &RecordQuery, whole: bool) -> String {
         n += 3;
         filters.push_str(&format!(" AND (id, turn_id, scope) < (${}, ${}, ${})", n - 2, n - 1, n));
     }
-    let limit = n + 1;
-    if !whole {
-        return sized_sql(q, &filters, limit);
-    }
+    (filters, n + 1)
+}
+
+/// The list statement for `q`: a page of whole records with their children
+/// and refs, numbered as `list_arguments` adds them (the filters, the
+/// limit, then the related kinds).
+fn list_sql(q: &RecordQuery) -> String {
+    let (filters, limit) = list_filters(q);
     let mut sql = format!(
         "WITH page AS MATERIALIZED (\
            SELECT * FROM records WHERE namespace = $1 AND kind = $2{filters} \
@@ -647,9 +673,11 @@ fn list_sql(q: &RecordQuery, whole: bool) -> String {
     sql
 }
 
-/// `list_sql`'s sizing statement: per page entry, in list order, its bytes
-/// and its related records' (children by parent, refs named once each).
-fn sized_sql(q: &RecordQuery, filters: &str, limit: usize) -> String {
+/// The sizing statement of the list `list_sql` reads: per page entry, in
+/// list order, its bytes and its related records' (children by parent,
+/// refs named once each), numbered as `list_sql` is.
+fn sizes_sql(q: &RecordQuery) -> String {
+    let (filters, limit) = list_filters(q);
     let mut n = limit;
     let mut related = String::new();
     if q.children_kind.is_some() {

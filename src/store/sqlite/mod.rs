@@ -10,9 +10,10 @@
 //! connections beside the writer (WAL lets them), each read on a blocking
 //! thread, its rows decoded where they are read. A batch is one
 //! `BEGIN IMMEDIATE` transaction of multi-row statements. The connections
-//! are rusqlite's; the migrations are sqlx's, run once at open. What SQLite
-//! does as Postgres does (the SQL of reads and of deletion chunks, and the
-//! rows) is in `shared` and `rows`.
+//! are rusqlite's, and their errors become `DbError`s here (`sqlite`); the
+//! migrations are sqlx's, run once at open. What SQLite does as Postgres
+//! does (the SQL of reads and of deletion chunks, and the rows) is in `sql`
+//! and `rows`.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -29,9 +30,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use tokio::sync::{Mutex, Semaphore};
 
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
+use super::cause::{migration_failed, sqlite_cause};
 use super::rows::{self, CheckpointRow, InsertedRow, KeyRow, PageRow, TurnRow, decode_error};
-use super::shared::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN, TURN, expired_turns_sql, list_turns_sql};
-use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
+use super::sql::{self, DELETE_CHUNK, DELETE_TURN, Dialect, OLDEST_AFTER, SHRINK_TURN, TURN};
+use super::{Cause, DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
 use crate::domain::model::{
@@ -100,9 +102,25 @@ struct Settings {
 }
 
 impl Settings {
-    /// A connection to the existing, migrated file: the writer, or a reader
-    /// that may only read.
-    fn connect(&self, writer: bool) -> rusqlite::Result<Connection> {
+    /// The writer's connection to the existing, migrated file, capped at
+    /// `max_pages` if a cap was given.
+    fn connect_writer(&self) -> rusqlite::Result<Connection> {
+        let conn = self.connect()?;
+        if let Some(pages) = self.max_pages {
+            conn.pragma_update(None, "max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))?;
+        }
+        Ok(conn)
+    }
+
+    /// A reader's connection to the existing, migrated file, which may only read.
+    fn connect_reader(&self) -> rusqlite::Result<Connection> {
+        let conn = self.connect()?;
+        conn.pragma_update(None, "query_only", true)?;
+        Ok(conn)
+    }
+
+    /// A connection with what the writer and the readers both set.
+    fn connect(&self) -> rusqlite::Result<Connection> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(&self.path, flags)?;
         conn.busy_timeout(self.busy_timeout)?;
@@ -111,13 +129,6 @@ impl Settings {
         conn.pragma_update(None, "foreign_keys", false)?;
         conn.pragma_update(None, "analysis_limit", ANALYSIS_LIMIT)?;
         records::register_functions(&conn)?;
-        if writer {
-            if let Some(pages) = self.max_pages {
-                conn.pragma_update(None, "max_page_count", i64::try_from(pages).unwrap_or(i64::MAX))?;
-            }
-        } else {
-            conn.pragma_update(None, "query_only", true)?;
-        }
         Ok(conn)
     }
 }
@@ -158,15 +169,16 @@ impl SqliteStore {
             .max_connections(1)
             .acquire_timeout(store.acquire_timeout)
             .connect_with(options.create_if_missing(true))
-            .await?;
+            .await
+            .map_err(DbError::sqlx)?;
         let migrated = MIGRATOR.run(&migrating).await;
         migrating.close().await;
-        migrated?;
+        migrated.map_err(migration_failed)?;
         drop(lock);
         let settings = Settings { path: path.to_owned(), busy_timeout: store.sqlite_busy_timeout, max_pages };
         let opening = settings.clone();
         let writer = tokio::task::spawn_blocking(move || {
-            let conn = opening.connect(true)?;
+            let conn = opening.connect_writer()?;
             // The planner's statistics, gathered at open from at most
             // `ANALYSIS_LIMIT` rows of each index, so that ListTurns' filters
             // read their indexes; the sweeper refreshes them while serving. A
@@ -177,7 +189,7 @@ impl SqliteStore {
             Ok::<_, rusqlite::Error>(conn)
         })
         .await
-        .map_err(|_| Error::Database(sqlx::Error::WorkerCrashed))?
+        .map_err(|_| crashed())?
         .map_err(sqlite)?;
         let readers = Readers {
             idle: std::sync::Mutex::new(Vec::new()),
@@ -198,15 +210,15 @@ impl SqliteStore {
     async fn read<T, F>(&self, read: F) -> Result<T, Error>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, sqlx::Error> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, DbError> + Send + 'static,
     {
         let readers = &self.readers;
         let permit = match readers.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) => tokio::time::timeout(readers.acquire_timeout, readers.permits.clone().acquire_owned())
                 .await
-                .map_err(|_| sqlx::Error::PoolTimedOut)?
-                .map_err(|_| sqlx::Error::PoolClosed)?,
+                .map_err(|_| readers_timed_out())?
+                .map_err(|_| closed())?,
         };
         let readers = readers.clone();
         let answer = tokio::task::spawn_blocking(move || {
@@ -214,14 +226,14 @@ impl SqliteStore {
             let idle = readers.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
             let conn = match idle {
                 Some(conn) => conn,
-                None => readers.settings.connect(false).map_err(sqlite)?,
+                None => readers.settings.connect_reader().map_err(sqlite)?,
             };
             let answer = read(&conn);
             readers.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(conn);
             answer
         })
         .await
-        .map_err(|_| sqlx::Error::WorkerCrashed)?;
+        .map_err(|_| crashed())?;
         Ok(answer?)
     }
 
@@ -235,11 +247,11 @@ impl SqliteStore {
         let writer = self.writer.clone();
         let answer = tokio::task::spawn_blocking(move || {
             let guard = writer.blocking_lock();
-            let conn = guard.as_ref().ok_or(sqlx::Error::PoolClosed)?;
+            let conn = guard.as_ref().ok_or_else(closed)?;
             work(conn).map_err(sqlite)
         })
         .await
-        .map_err(|_| sqlx::Error::WorkerCrashed)?;
+        .map_err(|_| crashed())?;
         Ok(answer?)
     }
 }
@@ -295,62 +307,42 @@ async fn create_private(path: &Path) -> std::io::Result<()> {
     .map_err(std::io::Error::other)?
 }
 
-/// SQLite's error, carried as the database error `store::Error` holds for
-/// both backends, with its extended result code as the error's code (13,
-/// SQLITE_FULL, is what `Error::is_full` looks for).
+/// What SQLite's failure says in the logs: rusqlite's message, worded as
+/// a database's answer.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-struct SqliteFailure {
-    message: String,
-    code: Option<i32>,
-}
+#[error("error returned from database: {0}")]
+struct Failure(String);
 
-impl sqlx::error::DatabaseError for SqliteFailure {
-    fn message(&self) -> &str {
-        &self.message
-    }
-
-    fn code(&self) -> Option<Cow<'_, str>> {
-        self.code.map(|code| Cow::Owned(code.to_string()))
-    }
-
-    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-        self
-    }
-
-    fn kind(&self) -> sqlx::error::ErrorKind {
-        sqlx::error::ErrorKind::Other
-    }
-}
-
-/// rusqlite's error as the `sqlx::Error` the batch code and `store::Error`
-/// speak: a value that does not decode is a decode error, anything else the
-/// database's.
-fn sqlite(error: rusqlite::Error) -> sqlx::Error {
+/// rusqlite's error as the `DbError` the batch code and `store::Error`
+/// speak: a value that does not decode is a decode error; anything else is
+/// the database's, its extended result code naming the cause (13,
+/// SQLITE_FULL, is what `Error::is_full` looks for).
+fn sqlite(error: rusqlite::Error) -> DbError {
     match error {
         rusqlite::Error::FromSqlConversionFailure(..)
         | rusqlite::Error::InvalidColumnType(..)
         | rusqlite::Error::IntegralValueOutOfRange(..) => decode_error(error.to_string()),
-        rusqlite::Error::SqliteFailure(failure, _) => sqlx::Error::Database(Box::new(SqliteFailure {
-            message: error.to_string(),
-            code: Some(failure.extended_code),
-        })),
-        other => sqlx::Error::Database(Box::new(SqliteFailure { message: other.to_string(), code: None })),
+        rusqlite::Error::SqliteFailure(failure, _) => {
+            let code = failure.extended_code;
+            DbError::new(sqlite_cause(code), Some(code.to_string()), Failure(error.to_string()))
+        }
+        other => DbError::new(Cause::DatabaseError, None, Failure(other.to_string())),
     }
 }
 
-/// The extended result code of an error SQLite gave, or `None` for an
-/// error of another database.
-pub(super) fn result_code(error: &dyn sqlx::error::DatabaseError) -> Option<i32> {
-    error.try_downcast_ref::<SqliteFailure>().and_then(|failure| failure.code)
+/// No read connection came free within `--pool-acquire-timeout-ms`.
+fn readers_timed_out() -> DbError {
+    DbError::new(Cause::PoolAcquireTimeout, None, "pool timed out while waiting for an open connection")
+}
+
+/// The store was closed: its connections are gone.
+fn closed() -> DbError {
+    DbError::new(Cause::ShuttingDown, None, "attempted to acquire a connection on a closed pool")
+}
+
+/// The blocking thread a statement ran on panicked or was cancelled.
+fn crashed() -> DbError {
+    DbError::new(Cause::ShuttingDown, None, "attempted to communicate with a crashed background worker")
 }
 
 /// The names SQLite gives `$1`, `$2`, … parameters.
@@ -414,7 +406,7 @@ fn query_all<T>(
     sql: &str,
     params: &[&dyn ToSql],
     decode: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-) -> Result<Vec<T>, sqlx::Error> {
+) -> Result<Vec<T>, DbError> {
     let mut statement = conn.prepare_cached(sql).map_err(sqlite)?;
     let rows = statement.query_map(params, |row| decode(row)).map_err(sqlite)?;
     rows.collect::<rusqlite::Result<Vec<T>>>().map_err(sqlite)
@@ -430,7 +422,7 @@ struct Batch<'c> {
 /// SQLite's batch statements: multi-row `VALUES` lists built per batch.
 #[async_trait]
 impl Statements for Batch<'_> {
-    async fn lock_keys(&mut self, _keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), sqlx::Error> {
+    async fn lock_keys(&mut self, _keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), DbError> {
         // SQLite has one writer, and this one holds the write lock already.
         let now = self.clock.now();
         if tokens == 0 {
@@ -451,7 +443,7 @@ impl Statements for Batch<'_> {
         &mut self,
         unique: &[&'b NewCheckpoint],
         recorded_at: UnixNanos,
-    ) -> Result<HashMap<CheckpointKey<'b>, i64>, sqlx::Error> {
+    ) -> Result<HashMap<CheckpointKey<'b>, i64>, DbError> {
         let sql = values_sql(
             "INSERT INTO checkpoints \
                (namespace, turn_id, phase, ts_ns, session_id, state, terminal, workflow_version, recorded_at_ns) VALUES ",
@@ -480,7 +472,7 @@ impl Statements for Batch<'_> {
     async fn fetch_stored<'b>(
         &mut self,
         keys: &[CheckpointKey<'b>],
-    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, sqlx::Error> {
+    ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, DbError> {
         let sql = values_sql(
             "SELECT * FROM checkpoints WHERE (namespace, turn_id, phase, ts_ns) IN (VALUES ",
             4,
@@ -495,10 +487,7 @@ impl Statements for Batch<'_> {
         rows::found_checkpoints(keys, rows)
     }
 
-    async fn load_records(
-        &mut self,
-        keys: &[(&str, &str)],
-    ) -> Result<HashMap<(String, String), KeyRecord>, sqlx::Error> {
+    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
         let sql = values_sql("SELECT * FROM idempotency WHERE (namespace, key) IN (VALUES ", 2, keys.len(), ")");
         let mut params: Vec<&dyn ToSql> = Vec::with_capacity(keys.len() * 2);
         for (namespace, key) in keys {
@@ -507,7 +496,7 @@ impl Statements for Batch<'_> {
         rows::records_by_key(query_all(self.conn, &sql, &params, KeyRow::from_sqlite)?)
     }
 
-    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), sqlx::Error> {
+    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), DbError> {
         if records.is_empty() {
             return Ok(());
         }
@@ -548,11 +537,11 @@ impl Statements for Batch<'_> {
         Ok(())
     }
 
-    async fn put_records(&mut self, rows: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), sqlx::Error> {
+    async fn put_records(&mut self, rows: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), DbError> {
         records::put(self.conn, rows, recorded_at).map_err(sqlite)
     }
 
-    async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, sqlx::Error> {
+    async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, DbError> {
         records::delete(self.conn, delete).map_err(sqlite)
     }
 
@@ -562,7 +551,7 @@ impl Statements for Batch<'_> {
         source: &str,
         target: &str,
         recorded_at: UnixNanos,
-    ) -> Result<u64, sqlx::Error> {
+    ) -> Result<u64, DbError> {
         records::copy(self.conn, namespace, source, target, recorded_at).map_err(sqlite)
     }
 }
@@ -572,7 +561,7 @@ impl Statements for Batch<'_> {
 /// already, so locking the turn is reading it.
 #[async_trait]
 impl TurnChunks for Batch<'_> {
-    async fn lock_turn(&mut self, namespace: &str, turn_id: &str) -> Result<Option<(i64, i64, bool)>, sqlx::Error> {
+    async fn lock_turn(&mut self, namespace: &str, turn_id: &str) -> Result<Option<(i64, i64, bool)>, DbError> {
         let found = query_numbered(
             self.conn,
             "SELECT checkpoint_count, last_ts_ns, terminal FROM turns WHERE namespace = $1 AND turn_id = $2",
@@ -589,17 +578,12 @@ impl TurnChunks for Batch<'_> {
         turn_id: &str,
         from: Cursor,
         rows: u32,
-    ) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+    ) -> Result<Vec<(i64, i64)>, DbError> {
         let values: [&dyn ToSql; 5] = [&namespace, &turn_id, &from.timestamp, &from.seq, &rows];
         query_numbered(self.conn, DELETE_CHUNK, &values, |row| Ok((row.get(0)?, row.get(1)?))).map_err(sqlite)
     }
 
-    async fn oldest_after(
-        &mut self,
-        namespace: &str,
-        turn_id: &str,
-        after: Cursor,
-    ) -> Result<Option<i64>, sqlx::Error> {
+    async fn oldest_after(&mut self, namespace: &str, turn_id: &str, after: Cursor) -> Result<Option<i64>, DbError> {
         let values: [&dyn ToSql; 4] = [&namespace, &turn_id, &after.timestamp, &after.seq];
         let found = query_numbered(self.conn, OLDEST_AFTER, &values, |row| row.get(0)).map_err(sqlite)?;
         Ok(found.into_iter().next())
@@ -612,13 +596,13 @@ impl TurnChunks for Batch<'_> {
         deleted: i64,
         oldest_gone: i64,
         oldest_left: i64,
-    ) -> Result<(), sqlx::Error> {
+    ) -> Result<(), DbError> {
         let values: [&dyn ToSql; 5] = [&namespace, &turn_id, &deleted, &oldest_gone, &oldest_left];
         execute_numbered(self.conn, SHRINK_TURN, &values).map_err(sqlite)?;
         Ok(())
     }
 
-    async fn delete_summary(&mut self, namespace: &str, turn_id: &str) -> Result<(), sqlx::Error> {
+    async fn delete_summary(&mut self, namespace: &str, turn_id: &str) -> Result<(), DbError> {
         execute_numbered(self.conn, DELETE_TURN, &[&namespace, &turn_id]).map_err(sqlite)?;
         Ok(())
     }
@@ -741,7 +725,8 @@ impl Store for SqliteStore {
                 values.push(updated_before);
             }
             values.push(&limit);
-            let rows = query_numbered(conn, list_turns_sql(true, &q), &values, TurnRow::from_sqlite).map_err(sqlite)?;
+            let rows = query_numbered(conn, sql::list_turns(Dialect::Sqlite, &q), &values, TurnRow::from_sqlite)
+                .map_err(sqlite)?;
             let turns = rows.into_iter().map(TurnSummary::try_from).collect::<Result<Vec<_>, _>>()?;
             Ok(rows::page(turns, q.limit))
         })
@@ -759,8 +744,10 @@ impl Store for SqliteStore {
                 values.extend(q.except.iter().map(|namespace| namespace as &dyn ToSql));
             }
             values.push(&limit);
-            query_numbered(conn, &expired_turns_sql(true, &q), &values, |row| Ok((row.get(0)?, row.get(1)?)))
-                .map_err(sqlite)
+            query_numbered(conn, &sql::expired_turns(Dialect::Sqlite, &q), &values, |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .map_err(sqlite)
         })
         .await
     }

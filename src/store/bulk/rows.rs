@@ -1,6 +1,7 @@
 //! The rows a move carries between stores, one type per table, as each
-//! store reads and writes them and as the export file holds them, with what
-//! each row counts against a chunk's byte budget.
+//! store reads and writes them and as the export file holds them (their
+//! serde form is the export's lines, bytes as base64), with what each row
+//! counts against a chunk's byte budget.
 
 use serde::{Deserialize, Serialize};
 use sqlx::FromRow;
@@ -14,7 +15,7 @@ pub struct CheckpointRow {
     pub phase: String,
     pub ts_ns: i64,
     pub session_id: String,
-    #[serde(with = "super::ndjson::base64_bytes")]
+    #[serde(with = "base64_bytes")]
     pub state: Vec<u8>,
     pub terminal: bool,
     pub workflow_version: String,
@@ -44,14 +45,14 @@ pub struct KeyRow {
     pub namespace: String,
     pub key: String,
     pub held: i64,
-    #[serde(with = "super::ndjson::base64_bytes")]
+    #[serde(with = "base64_bytes")]
     pub fingerprint: Vec<u8>,
     pub attempt: i64,
     pub lease_token: i64,
     pub lease_expires_at_ns: i64,
-    #[serde(with = "super::ndjson::base64_bytes")]
+    #[serde(with = "base64_bytes")]
     pub result: Vec<u8>,
-    #[serde(with = "super::ndjson::utf8_bytes")]
+    #[serde(with = "utf8_bytes")]
     pub error: Vec<u8>,
     pub retention_ns: i64,
     pub created_at_ns: i64,
@@ -73,7 +74,7 @@ pub struct StoredRecordRow {
     pub id: String,
     pub parent_id: String,
     pub content_type: String,
-    #[serde(with = "super::ndjson::base64_bytes")]
+    #[serde(with = "base64_bytes")]
     pub payload: Vec<u8>,
     pub metadata: Option<String>,
     pub refs: String,
@@ -133,5 +134,35 @@ impl RowBytes for StoredRecordRow {
             + self.payload.len()
             + self.metadata.as_ref().map_or(0, String::len)
             + self.refs.len()
+    }
+}
+
+/// Bytes as a base64 string.
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// UTF-8 bytes as a JSON string.
+mod utf8_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        let text = std::str::from_utf8(bytes).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        Ok(String::deserialize(deserializer)?.into_bytes())
     }
 }
