@@ -152,17 +152,16 @@ impl Error {
     }
 }
 
-/// The statement ListTurns runs for `q`'s filters on SQLite or on Postgres,
-/// for the tests that show its query plan and name the backend they run on
-/// by whether it is SQLite; the store itself names a `Dialect`.
-pub fn list_turns_sql(on_sqlite: bool, q: &ListTurnsQuery) -> &'static str {
-    sql::list_turns(Dialect::of_test(on_sqlite), q)
+/// The statement ListTurns runs for `q`'s filters in `dialect`, for the
+/// tests that show its query plan.
+pub fn list_turns_sql(dialect: Dialect, q: &ListTurnsQuery) -> &'static str {
+    sql::list_turns(dialect, q)
 }
 
-/// The statement retention runs to find the turns past a rule, on SQLite or
-/// on Postgres, for the tests as `list_turns_sql`.
-pub fn expired_turns_sql(on_sqlite: bool, q: &ExpiredQuery) -> String {
-    sql::expired_turns(Dialect::of_test(on_sqlite), q)
+/// The statement retention runs to find the turns past a rule in
+/// `dialect`, for the tests as `list_turns_sql`.
+pub fn expired_turns_sql(dialect: Dialect, q: &ExpiredQuery) -> String {
+    sql::expired_turns(dialect, q)
 }
 
 /// The answer to a request on an idempotency key: the value, or why the

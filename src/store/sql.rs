@@ -20,13 +20,6 @@ pub enum Dialect {
     Postgres,
 }
 
-impl Dialect {
-    /// The dialect of a test's backend, which the tests name by whether it is SQLite.
-    pub(super) fn of_test(on_sqlite: bool) -> Dialect {
-        if on_sqlite { Dialect::Sqlite } else { Dialect::Postgres }
-    }
-}
-
 pub(super) const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
 
 /// A page of turns after `$2` in turn_id order, one statement for each set

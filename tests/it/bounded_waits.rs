@@ -11,7 +11,7 @@
 use sqlx::Connection;
 use stepwell::domain::model::{ListTurnsQuery, TurnStatus};
 use stepwell::store::Database;
-use stepwell::store::{Expired, ExpiredQuery, expired_turns_sql, list_turns_sql};
+use stepwell::store::{Dialect, Expired, ExpiredQuery, expired_turns_sql, list_turns_sql};
 
 use stepwell_test_support::backend::{Inspector, TestStore};
 use stepwell_test_support::requests::{T0, assert_inserted, checkpoint};
@@ -114,7 +114,7 @@ async fn fill(store: &TestStore) {
 
 /// The plan of the ListTurns statement for `q`, one line per step.
 async fn plan(inspector: &Inspector, q: &ListTurnsQuery) -> Vec<String> {
-    let sql = list_turns_sql(matches!(inspector, Inspector::Sqlite(_)), q);
+    let sql = list_turns_sql(dialect_of(inspector), q);
     let status = (q.status != TurnStatus::Any).then_some(q.status == TurnStatus::Terminal);
     match inspector {
         Inspector::Sqlite(pool) => {
@@ -188,7 +188,7 @@ async fn list_turns_by_status_or_by_updated_before_reads_its_index_not_the_names
 
 /// The plan of the retention statement for `q`, one line per step.
 async fn expiry_plan(inspector: &Inspector, q: &ExpiredQuery) -> Vec<String> {
-    let sql = expired_turns_sql(matches!(inspector, Inspector::Sqlite(_)), q);
+    let sql = expired_turns_sql(dialect_of(inspector), q);
     let namespaces: Vec<&str> =
         q.namespace.iter().map(String::as_str).chain(q.except.iter().map(String::as_str)).collect();
     match inspector {
@@ -242,4 +242,12 @@ async fn retention_rules_read_an_index_not_every_turn_of_a_status() {
     let index = if let Inspector::Postgres(_) = inspector { "turns_expiry" } else { "turns_updated" };
     assert!(plan.iter().any(|step| step.contains(index)), "a rule across namespaces reads {index}: {plan:#?}");
     assert!(!scans_the_namespace(&plan), "and not the table: {plan:#?}");
+}
+
+/// The dialect of the store the inspector reads.
+fn dialect_of(inspector: &Inspector) -> Dialect {
+    match inspector {
+        Inspector::Sqlite(_) => Dialect::Sqlite,
+        Inspector::Postgres(_) => Dialect::Postgres,
+    }
 }
