@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/stepwell/v1/checkpoint.proto",
         "proto/stepwell/v1/idempotency.proto",
         "proto/stepwell/v1/records.proto",
+        "proto/stepwell/v1/waits.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
