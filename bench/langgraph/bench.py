@@ -48,7 +48,6 @@ import os
 import platform
 import random
 import signal
-import socket
 import statistics
 import string
 import subprocess
@@ -56,9 +55,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Annotated, Any, Callable, Dict, List, Optional, TypedDict
 
 import psycopg
@@ -68,6 +64,11 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import END, START, StateGraph
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import (  # noqa: E402 (the shared harness is found through the path set above)
+    Sidecar, cpu_seconds, database_url, log, loadavg, machine_busy, proc_stat, tree_cpu_seconds,
+)
 
 SYSTEMS = {
     "postgres-saver": "PostgresSaver",
@@ -95,139 +96,6 @@ MODES = {
     "full": {"warm": 1.5, "window": 7.0, "rounds": 3},
 }
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def log(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------
-# Processes and CPU
-# ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def proc_stat(pid: int) -> Optional[List[str]]:
-    """The fields of /proc/PID/stat after the command name (field 3 first)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-
-
-def cpu_seconds(pid: int, children: bool = False) -> float:
-    f = proc_stat(pid)
-    if f is None:
-        return 0.0
-    ticks = int(f[11]) + int(f[12])  # utime, stime
-    if children:
-        ticks += int(f[13]) + int(f[14])  # cutime, cstime: reaped children
-    return ticks / CLK_TCK
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU of a server and its children: the root's own and reaped children's
-    time, plus every live child's (Postgres's backends are the postmaster's
-    children; a backend that exits moves its time into the postmaster's
-    cutime)."""
-    total = cpu_seconds(root, children=True)
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            f = proc_stat(int(name))
-            if f is not None and int(f[1]) == root:
-                total += cpu_seconds(int(name))
-    return total
-
-
-def machine_busy() -> tuple:
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    idle = v[3] + v[4]
-    return sum(v) - idle, sum(v)
-
-
-def loadavg() -> str:
-    with open("/proc/loadavg") as f:
-        return " ".join(f.read().split()[:3])
-
-
-class Sidecar:
-    """A stepwell sidecar process on a free loopback port, with its admin
-    listener (/metrics, /readyz) on another."""
-
-    def __init__(self, binary: str, database_url: str, name: str, logdir: str):
-        self.name = name
-        self.port = free_port()
-        self.admin = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.log_path = os.path.join(logdir, f"{name}.log")
-        self._log = open(self.log_path, "wb")
-        env = dict(os.environ, STEPWELL_LOG=os.environ.get("STEPWELL_LOG", "warn"))
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", self.address, "--database-url", database_url,
-             "--admin-listen", f"127.0.0.1:{self.admin}"],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sidecar {self.name} exited with {self.proc.returncode}: {self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/readyz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"sidecar {self.name} not ready after {timeout} s: {self.log_tail()}")
-
-    def log_tail(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-2000:].decode(errors="replace")
-        except OSError:
-            return ""
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def metrics(self) -> Dict[str, float]:
-        """The counters, sums and counts of /metrics (no histogram buckets)."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=2) as r:
-                text = r.read().decode()
-        except (urllib.error.URLError, OSError):
-            return {}
-        out = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            key, _, value = line.rpartition(" ")
-            name = key.split("{", 1)[0]
-            if name.endswith(("_sum", "_count", "_total")):
-                try:
-                    out[key] = float(value)
-                except ValueError:
-                    pass
-        return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 def metric_summary(before: Dict[str, float], after: Dict[str, float], ops: int) -> Dict[str, Any]:
@@ -256,11 +124,6 @@ def metric_summary(before: Dict[str, float], after: Dict[str, float], ops: int) 
 # ---------------------------------------------------------------------------
 # Savers
 # ---------------------------------------------------------------------------
-
-
-def database_url(base: str, name: str) -> str:
-    u = urllib.parse.urlsplit(base)
-    return urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + name, u.query, u.fragment))
 
 
 async def open_stepwell_saver(stack: contextlib.AsyncExitStack, address: str, namespace: str) -> Any:
