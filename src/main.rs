@@ -2,7 +2,7 @@
 //! `serve` until SIGTERM or SIGINT; or, as `stepwell healthcheck`, asks a
 //! running sidecar whether it serves (exit 0) or not (exit 1); or, as
 //! `stepwell auth new-token`, prints a fresh token and its auth-file lines;
-//! or runs an operator command (`turns`, `keys`, `records`: `cli`; `migrate`,
+//! or runs an operator command (`turns`, `keys`, `records`, `waits`: `cli`; `migrate`,
 //! `export`, `import`: `moving`; `proto`: `contract`).
 //! Configuration errors, a bad auth file among them, exit with code 64; a
 //! task the sidecar cannot serve without (a writer, the sweeper, the health
@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         Command::Turns(turns) => cli::turns(&turns),
         Command::Keys(keys) => cli::keys(&keys),
         Command::Records(records) => cli::records(&records),
+        Command::Waits(waits) => cli::waits(&waits),
         Command::Migrate(args) => moving::migrate(&args),
         Command::Export(args) => moving::export(&args),
         Command::Import(args) => moving::import(&args),

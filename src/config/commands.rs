@@ -1,4 +1,4 @@
-//! The arguments of the operator commands: `turns`, `keys` and `records`,
+//! The arguments of the operator commands: `turns`, `keys`, `records` and `waits`,
 //! which reach a running sidecar (`Remote`: where, as whom, over what TLS),
 //! `healthcheck`, which asks one whether it serves, and `auth` and `proto`,
 //! which run alone. The client side's TLS flags are checked together here,
@@ -170,6 +170,72 @@ pub struct RecordsRm {
     /// The turns whose records to delete.
     #[arg(required = true, value_name = "TURN")]
     pub turns: Vec<String>,
+}
+
+/// What `stepwell waits` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum WaitsCommand {
+    /// List the waits of the namespace, or of one turn, by turn and name.
+    Ls(WaitsLs),
+    /// Show one wait, by turn and name or by handle.
+    Show(WaitArgs),
+    /// Resolve a pending wait with a payload (needs the write role); a
+    /// wait that does not exist yet is created resolved.
+    Signal(WaitSignal),
+    /// Cancel a pending wait (needs the write role).
+    Cancel(WaitArgs),
+}
+
+/// Flags of `stepwell waits ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct WaitsLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The turn's id [default: every turn of the namespace].
+    pub turn: Option<String>,
+    /// Only waits in this status.
+    #[arg(long, value_enum)]
+    pub status: Option<WaitStatusArg>,
+    /// Most waits to list.
+    #[arg(long, default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+}
+
+/// A wait's status, as `--status` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WaitStatusArg {
+    Pending,
+    Resolved,
+    Cancelled,
+    Expired,
+}
+
+/// One wait of a running sidecar: TURN NAME, or --handle.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct WaitArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The wait's turn (with NAME), unless --handle is given.
+    #[arg(required_unless_present = "handle", conflicts_with = "handle", requires = "name")]
+    pub turn: Option<String>,
+    /// The wait's name within its turn.
+    pub name: Option<String>,
+    /// The wait's handle, in place of TURN NAME.
+    #[arg(long)]
+    pub handle: Option<String>,
+}
+
+/// Flags of `stepwell waits signal`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct WaitSignal {
+    #[command(flatten)]
+    pub wait: WaitArgs,
+    /// The payload, as UTF-8 text (e.g. a JSON document) [default: empty].
+    #[arg(long, default_value = "")]
+    pub payload: String,
+    /// The payload's content type, such as application/json.
+    #[arg(long, default_value = "")]
+    pub content_type: String,
 }
 
 /// What `stepwell keys` does.

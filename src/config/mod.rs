@@ -32,7 +32,7 @@ pub mod sections;
 pub mod serve;
 pub mod values;
 
-use commands::{AuthCommand, Healthcheck, KeysCommand, ProtoArgs, RecordsCommand, TurnsCommand};
+use commands::{AuthCommand, Healthcheck, KeysCommand, ProtoArgs, RecordsCommand, TurnsCommand, WaitsCommand};
 use env::{Env, with_env};
 use moving::{ExportArgs, ImportArgs, MigrateArgs};
 use serve::ServeArgs;
@@ -73,6 +73,10 @@ pub enum Command {
     /// List and delete the records (RecordService) of a running sidecar.
     #[command(subcommand)]
     Records(RecordsCommand),
+    /// List, show, signal and cancel the waits (WaitService) of a running
+    /// sidecar.
+    #[command(subcommand)]
+    Waits(WaitsCommand),
     /// Copy every checkpoint, turn and idempotency key from one store to
     /// another (SQLite to Postgres or back), with the sidecars stopped.
     Migrate(MigrateArgs),

@@ -1,7 +1,8 @@
 //! The operator commands that act on a running sidecar over gRPC, so that
 //! its authentication, roles and namespaces apply to them as to any caller:
 //! `stepwell turns ls|show|rm` (`turns`), `stepwell keys get|release`
-//! (`keys`) and `stepwell records ls|rm` (`records`). This module holds what they share: dialling the target (the
+//! (`keys`), `stepwell records ls|rm` (`records`) and `stepwell waits
+//! ls|show|signal|cancel` (`waits`). This module holds what they share: dialling the target (the
 //! same code as `stepwell healthcheck`, `probe::connect`), the bearer token
 //! and namespace of every request, the `--timeout-ms` bound on each call, the
 //! output (an aligned table, `key: value` lines for one record, or NDJSON
@@ -15,7 +16,7 @@
 //! |------|---------|
 //! | 0    | done |
 //! | 1    | the sidecar could not be reached, did not answer in time, or failed otherwise (UNAVAILABLE, INTERNAL, …) |
-//! | 2    | not found: a turn without checkpoints, an unknown key (NOT_FOUND) |
+//! | 2    | not found: a turn without checkpoints, an unknown key or wait (NOT_FOUND) |
 //! | 3    | refused: UNAUTHENTICATED or PERMISSION_DENIED |
 //! | 4    | a conflict: FAILED_PRECONDITION, ABORTED or ALREADY_EXISTS (LEASE_LOST, NOT_ACQUIRED, …) |
 //! | 64   | bad flags, found by stepwell or by the sidecar (INVALID_ARGUMENT) |
@@ -23,6 +24,7 @@
 mod keys;
 mod records;
 mod turns;
+mod waits;
 
 use std::future::Future;
 use std::io::Write;
@@ -37,7 +39,8 @@ use tonic_types::StatusExt;
 use crate::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use crate::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use crate::api::pb::record_service_client::RecordServiceClient;
-use crate::config::commands::{KeysCommand, RecordsCommand, Remote, TurnsCommand};
+use crate::api::pb::wait_service_client::WaitServiceClient;
+use crate::config::commands::{KeysCommand, RecordsCommand, Remote, TurnsCommand, WaitsCommand};
 use crate::ops::probe::{self, ClientTls};
 
 /// Exit code: the sidecar could not be reached or failed.
@@ -75,6 +78,20 @@ pub fn records(command: &RecordsCommand) -> ExitCode {
     match command {
         RecordsCommand::Ls(args) => run("stepwell records ls", &args.remote, async |s| records::ls(s, args).await),
         RecordsCommand::Rm(args) => run("stepwell records rm", &args.remote, async |s| records::rm(s, args).await),
+    }
+}
+
+/// Runs `stepwell waits …`.
+pub fn waits(command: &WaitsCommand) -> ExitCode {
+    match command {
+        WaitsCommand::Ls(args) => run("stepwell waits ls", &args.remote, async |s| waits::ls(s, args).await),
+        WaitsCommand::Show(args) => run("stepwell waits show", &args.remote, async |s| waits::show(s, args).await),
+        WaitsCommand::Signal(args) => {
+            run("stepwell waits signal", &args.wait.remote, async |s| waits::signal(s, args).await)
+        }
+        WaitsCommand::Cancel(args) => {
+            run("stepwell waits cancel", &args.remote, async |s| waits::cancel(s, args).await)
+        }
     }
 }
 
@@ -247,6 +264,10 @@ impl Session {
 
     fn records(&self) -> RecordServiceClient<Channel> {
         RecordServiceClient::new(self.channel.clone())
+    }
+
+    fn waits(&self) -> WaitServiceClient<Channel> {
+        WaitServiceClient::new(self.channel.clone())
     }
 
     /// The namespace the command acts in ("" is the default one).
