@@ -396,12 +396,16 @@ class Workers:
                 w.kill()
 
 
-STEP_KINDS = ("call", "adapter", "sidecar", "worker", "signal", "effects")
+STEP_KINDS = ("call", "adapter", "sidecar", "signal", "effects")
 
 
 def step_kind(step: Dict[str, Any]) -> str:
+    """The step's kind; an adapter step names a worker too (its adapter),
+    so a worker step is one that names a worker and is of no other kind."""
     kinds = [k for k in STEP_KINDS if k in step]
-    assert len(kinds) == 1, f"a step has exactly one of {', '.join(STEP_KINDS)}: {step}"
+    if not kinds and "worker" in step:
+        return "worker"
+    assert len(kinds) == 1, f"a step has exactly one of {', '.join(STEP_KINDS)}, or is a worker step: {step}"
     return kinds[0]
 
 
