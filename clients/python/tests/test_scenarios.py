@@ -1,21 +1,31 @@
 """Runs every language-neutral scenario of clients/scenarios, per
 clients/scenarios/README.md: `call` steps through the client's one-to-one layer
 (the raw stubs, no retries), adapter steps through stepwell.CheckpointStore,
-sidecar steps against a sidecar of the scenario's own that they kill and start.
+sidecar steps against a sidecar of the scenario's own that they kill and start,
+worker steps through tests/scenario_worker.py as child processes, and
+`signal` steps through the peer worker of another language whose command
+line is in STEPWELL_SCENARIO_PEER (a scenario with one fails without it).
 
 The TLS/auth pass of clients/python/test runs this file too: a scenario with
 sidecar steps then gets its own sidecar with that pass's TLS and auth, so it
-runs in both passes."""
+runs in both passes. A scenario with worker or signal steps gets a plaintext
+sidecar of its own in both passes, because a worker's command line names only
+the sidecar's address."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import grpc
 import pytest
@@ -26,6 +36,7 @@ from stepwell import CheckpointStore, Client, StepwellError
 from stepwell.errors import from_rpc_error
 from stepwell.v1 import checkpoint_pb2 as cp
 from stepwell.v1 import idempotency_pb2 as ip
+from stepwell.v1 import waits_pb2 as wp
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[2] / "scenarios").glob("*.json"))
 
@@ -39,7 +50,15 @@ CALLS = {
     "Release": ("idempotency_stub", ip.ReleaseRequest),
     "Extend": ("idempotency_stub", ip.ExtendRequest),
     "Get": ("idempotency_stub", ip.GetRequest),
+    "CreateWait": ("wait_stub", wp.CreateWaitRequest),
+    "Signal": ("wait_stub", wp.SignalRequest),
+    "Await": ("wait_stub", wp.AwaitRequest),
+    "GetWait": ("wait_stub", wp.GetWaitRequest),
+    "ListWaits": ("wait_stub", wp.ListWaitsRequest),
+    "CancelWait": ("wait_stub", wp.CancelWaitRequest),
 }
+WORKER = Path(__file__).resolve().parent / "scenario_worker.py"
+PEER_ENV = "STEPWELL_SCENARIO_PEER"
 
 
 def substitute(value: Any, saved: Dict[str, Any]) -> Any:
@@ -64,6 +83,8 @@ def build_request(call: str, request: Dict[str, Any], ns: str, saved: Dict[str, 
     for f in ("result", "fingerprint"):
         if f in req:
             raw[f] = str(req.pop(f)).encode("utf-8")
+    if call == "Signal" and "payload" in req:
+        raw["payload"] = str(req.pop("payload")).encode("utf-8")
     msg = json_format.ParseDict(req, CALLS[call][1]())
     for f, b in raw.items():
         setattr(msg, f, b)
@@ -85,6 +106,10 @@ def response_to_json(resp: Any) -> Dict[str, Any]:
     for f in ("result", "fingerprint"):
         if isinstance(resp, (ip.BeginResponse, ip.GetResponse)) and f in d:
             d[f] = base64.b64decode(d[f]).decode("utf-8")
+    # A wait's payload, as a result, is compared as a UTF-8 string.
+    for w in [d["wait"]] if "wait" in d else d.get("waits", []):
+        if "payload" in w:
+            w["payload"] = base64.b64decode(w["payload"]).decode("utf-8")
     return d
 
 
@@ -259,10 +284,144 @@ def run_call_step(client: Client, step: Dict[str, Any], ns: str, saved: Dict[str
         saved[name] = resp_json.get(fieldname)
 
 
+class WorkerProcess:
+    """A scenario worker program running as a child process: the lines it
+    prints, kept by a thread of their own, and its exit."""
+
+    def __init__(self, argv: List[str], log: Path) -> None:
+        self.lines: List[str] = []
+        self.log = log
+        self._seen = threading.Condition()
+        self._eof = False
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._seen:
+                self.lines.append(line.rstrip("\n"))
+                self._seen.notify_all()
+        with self._seen:
+            self._eof = True
+            self._seen.notify_all()
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_line(self, line: str, limit: float, where: str) -> None:
+        """Returns once the worker printed ``line``; fails if it exits (its
+        output ends) first or ``limit`` seconds pass."""
+        with self._seen:
+            self._seen.wait_for(lambda: line in self.lines or self._eof, limit)
+            if line in self.lines:
+                return
+            state = "exited" if self._eof else "still running"
+        pytest.fail(f"{where}: the worker did not print {line!r} ({state}); it printed {self.lines}, "
+                    f"its stderr: {self.stderr()}")
+
+    def wait_exit(self, limit: float, where: str) -> int:
+        try:
+            code = self.proc.wait(limit)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{where}: the worker did not exit within {limit}s; it printed {self.lines}")
+        self._reader.join(limit)
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would, and wait for the process to be gone."""
+        self.proc.kill()
+        self.proc.wait()
+        self._reader.join()
+
+
+class Workers:
+    """The worker processes of one scenario run, on its sidecar and namespace,
+    sharing its effects file."""
+
+    def __init__(self, target: str, ns: str, folder: Path) -> None:
+        self.target, self.ns, self.folder = target, ns, folder
+        self.effects = folder / "effects"
+        self.running: Dict[str, WorkerProcess] = {}
+
+    def start(self, step: Dict[str, Any]) -> None:
+        argv = [sys.executable, str(WORKER), step["start"], "--target", self.target, "--namespace", self.ns,
+                "--run", step["run"], "--effects", str(self.effects)]
+        if "seconds" in step:
+            argv += ["--seconds", str(step["seconds"])]
+        log = self.folder / f"worker-{step['worker']}-{uuid.uuid4().hex[:6]}.log"
+        self.running[step["worker"]] = WorkerProcess(argv, log)
+
+    def step(self, step: Dict[str, Any], where: str) -> None:
+        if "start" in step:
+            self.start(step)
+            return
+        w = self.running.get(step["worker"])
+        assert w is not None, f"{where}: worker {step['worker']!r} was never started"
+        limit = step.get("timeoutMs", 60000) / 1000
+        if step.get("kill"):
+            w.kill()
+        elif "exit" in step:
+            code = w.wait_exit(limit, where)
+            assert code == step["exit"], f"{where}: exit {code}, printed {w.lines}, stderr: {w.stderr()}"
+            if "line" in step:
+                assert step["line"] in w.lines, f"{where}: printed {w.lines}, not {step['line']!r}"
+        elif "line" in step:
+            w.wait_line(step["line"], limit, where)
+        else:
+            pytest.fail(f"{where}: unknown worker step {step}")
+
+    def signal(self, step: Dict[str, Any], where: str) -> None:
+        """Signals through the peer, the worker program of another language."""
+        prefix = os.environ.get(PEER_ENV, "")
+        if not prefix.strip():
+            pytest.fail(f"{where}: {PEER_ENV} is not set: it names the peer worker that signals")
+        sig = step["signal"]
+        argv = shlex.split(prefix) + ["signal", "--target", self.target, "--namespace", self.ns,
+                                      "--run", sig["run"], "--name", sig["name"], "--payload", sig["payload"]]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=step.get("timeoutMs", 120000) / 1000)
+        assert done.returncode == 0, f"{where}: the peer exited {done.returncode}: {done.stdout}{done.stderr}"
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        assert lines and lines[-1] == step["expect"], f"{where}: the peer printed {lines}, not {step['expect']!r}"
+
+    def check_effects(self, want: int, where: str) -> None:
+        got = self.effects.read_text().splitlines() if self.effects.exists() else []
+        assert len(got) == want, f"{where}: the effect ran {len(got)} times, not {want}: {got}"
+
+    def stop(self) -> None:
+        for w in self.running.values():
+            if w.proc.poll() is None:
+                w.kill()
+
+
+STEP_KINDS = ("call", "adapter", "sidecar", "signal", "effects")
+
+
 def step_kind(step: Dict[str, Any]) -> str:
-    kinds = [k for k in ("call", "adapter", "sidecar") if k in step]
-    assert len(kinds) == 1, f"a step has exactly one of call, adapter, sidecar: {step}"
+    """The step's kind; an adapter step names a worker too (its adapter),
+    so a worker step is one that names a worker and is of no other kind."""
+    kinds = [k for k in STEP_KINDS if k in step]
+    if not kinds and "worker" in step:
+        return "worker"
+    assert len(kinds) == 1, f"a step has exactly one of {', '.join(STEP_KINDS)}, or is a worker step: {step}"
     return kinds[0]
+
+
+def scenario_sidecar(
+    stack: ExitStack, steps: List[Dict[str, Any]], request: pytest.FixtureRequest, tmp_path: Path
+) -> Tuple[Optional[Sidecar], str, Dict[str, Any]]:
+    """The sidecar a scenario runs on: the session's, unless it has steps
+    that need one of its own (see the module's docstring)."""
+    kinds = {step_kind(step) for step in steps}
+    if not kinds & {"sidecar", "worker", "signal"}:
+        return None, request.getfixturevalue("target"), request.getfixturevalue("connect")
+    # A fresh SQLite file in a temporary folder, a free loopback port.
+    security = None if kinds & {"worker", "signal"} else security_from_env()
+    own = Sidecar(f"127.0.0.1:{free_port()}", tmp_path, security)
+    stack.callback(own.stop)
+    return own, own.target, own.connect
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
@@ -271,29 +430,32 @@ def test_scenario(path: Path, request: pytest.FixtureRequest, tmp_path: Path) ->
     ns = f"sc-{scenario['name'].replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     saved: Dict[str, Any] = {}
     workers: Dict[str, Worker] = {}
+    steps = scenario["steps"]
+    if any(step_kind(step) == "signal" for step in steps) and not os.environ.get(PEER_ENV, "").strip():
+        pytest.fail(f"{path.name} signals through a peer worker: set {PEER_ENV} to its command line")
     with ExitStack() as stack:
-        own: Optional[Sidecar] = None
-        if any(step_kind(step) == "sidecar" for step in scenario["steps"]):
-            # A sidecar of the scenario's own: a fresh SQLite file in a
-            # temporary folder, a free loopback port, this pass's security.
-            own = Sidecar(f"127.0.0.1:{free_port()}", tmp_path, security_from_env())
-            stack.callback(own.stop)
-            target, connect = own.target, own.connect
-        else:
-            target, connect = request.getfixturevalue("target"), request.getfixturevalue("connect")
+        own, target, connect = scenario_sidecar(stack, steps, request, tmp_path)
+        processes = Workers(target, ns, tmp_path)
+        stack.callback(processes.stop)
         # Made once and never remade, whatever happens to the sidecar. Its
         # retry policy is the default one, which the adapters use as they do
         # for their users; `call` steps use the raw stubs, which never retry.
         client = stack.enter_context(Client(target, namespace=ns, **connect))
-        for i, step in enumerate(scenario["steps"]):
+        for i, step in enumerate(steps):
             kind = step_kind(step)
             where = f"{path.name} step {i} ({kind} {step[kind]})"
             if kind == "call":
                 run_call_step(client, step, ns, saved, where)
             elif kind == "adapter":
                 run_adapter_step(workers, client, step, where)
-            else:
+            elif kind == "sidecar":
                 run_sidecar_step(own, step, where)
+            elif kind == "worker":
+                processes.step(step, where)
+            elif kind == "signal":
+                processes.signal(step, where)
+            else:
+                processes.check_effects(step["effects"], where)
 
 
 def test_matcher_rejects_mismatches() -> None:

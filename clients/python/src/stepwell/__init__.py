@@ -29,6 +29,12 @@ from .errors import (
     ThreadBusy,
     Unauthenticated,
     Unavailable,
+    WaitCancelled,
+    WaitError,
+    WaitExpired,
+    WaitNotFound,
+    WaitSettled,
+    WaitTimeout,
     WorkflowVersionMismatch,
 )
 
@@ -60,6 +66,12 @@ __all__ = [
     "ThreadBusy",
     "Unauthenticated",
     "Unavailable",
+    "WaitCancelled",
+    "WaitError",
+    "WaitExpired",
+    "WaitNotFound",
+    "WaitSettled",
+    "WaitTimeout",
     "WorkflowVersionMismatch",
 ]
 __version__ = "1.3.0"

@@ -46,9 +46,23 @@ import grpc
 
 from . import _common as c
 from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike
-from .errors import LeaseLost, NotAcquired, OnceTimeout, OperationFailed, StepwellError, from_rpc_error
+from .errors import (
+    LeaseLost,
+    NotAcquired,
+    OnceTimeout,
+    OperationFailed,
+    StepwellError,
+    WaitCancelled,
+    WaitError,
+    WaitExpired,
+    WaitSettled,
+    WaitTimeout,
+    from_rpc_error,
+)
 from .v1 import checkpoint_pb2 as cp
 from .v1 import idempotency_pb2 as ip
+from .v1 import records_pb2 as rp
+from .v1 import waits_pb2 as wp
 
 T = TypeVar("T")
 
@@ -116,6 +130,7 @@ class Conf(Protocol):
     metadata: List[Tuple[str, str]]
     checkpoint_stub: Any
     idempotency_stub: Any
+    wait_stub: Any
 
 
 # -- the retry loop ----------------------------------------------------------
@@ -358,6 +373,260 @@ def get(cl: Conf, key: str, timeout: Optional[float]) -> Op[ip.GetResponse]:
     req = ip.GetRequest(namespace=cl.namespace, key=key)
     resp: ip.GetResponse = yield Call(cl.idempotency_stub.Get, req, timeout)
     return resp
+
+
+# -- WaitService -------------------------------------------------------------
+
+_WAIT_STATUS = {
+    None: wp.WAIT_STATUS_UNSPECIFIED,
+    "any": wp.WAIT_STATUS_UNSPECIFIED,
+    "pending": wp.WAIT_STATUS_PENDING,
+    "resolved": wp.WAIT_STATUS_RESOLVED,
+    "cancelled": wp.WAIT_STATUS_CANCELLED,
+    "expired": wp.WAIT_STATUS_EXPIRED,
+}
+
+# The longest single Await of wait_for_signal and sleep_until: the
+# sidecar's default, well inside its --await-timeout-max-ms, so a wait of
+# any length is a chain of bounded calls that each see a restarted sidecar.
+AWAIT_POLL_MAX = 60.0
+# The shortest: a Duration of zero could read as "unset" (the default 60 s).
+_AWAIT_POLL_MIN = 0.001
+
+
+def wait_status(status: Any) -> wp.WaitStatus.ValueType:
+    """The WaitStatus of "pending", "resolved", "cancelled", "expired", "any" (or None), or of a WaitStatus value."""
+    if isinstance(status, int):
+        return wp.WaitStatus.ValueType(status)
+    return _WAIT_STATUS[status.lower() if isinstance(status, str) else status]
+
+
+def _wait_ns(cl: Conf, namespace: Optional[str], handle: str = "") -> str:
+    """The namespace of a request: the caller's, else "" for a handle (which
+    names its namespace itself), else the client's."""
+    if namespace is not None:
+        return namespace
+    return "" if handle else cl.namespace
+
+
+def create_wait(
+    cl: Conf,
+    turn_id: str,
+    name: str = "",
+    *,
+    metadata: Any = None,
+    expire_at: TimestampLike = None,
+    resolve_at: TimestampLike = None,
+    namespace: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Op[wp.CreateWaitResponse]:
+    req = wp.CreateWaitRequest(
+        namespace=_wait_ns(cl, namespace),
+        turn_id=turn_id,
+        name=name,
+        metadata=b"" if metadata is None else c.to_state_bytes(metadata),
+    )
+    # None leaves a time unset here (to_timestamp would read it as now).
+    if expire_at is not None:
+        req.expire_at.CopyFrom(c.to_timestamp(expire_at))
+    if resolve_at is not None:
+        req.resolve_at.CopyFrom(c.to_timestamp(resolve_at))
+    resp: wp.CreateWaitResponse = yield Call(cl.wait_stub.CreateWait, req, timeout)
+    return resp
+
+
+def _fill_payload(cl: Conf, err: WaitSettled) -> Op[None]:
+    """Reads the winner's payload that did not fit the error's trailers."""
+    if not err.payload_omitted or err.wait is None:
+        return
+    w = err.wait
+    req = wp.GetWaitRequest(namespace=w.namespace, turn_id=w.turn_id, name=w.name)
+    try:
+        resp = yield Call(cl.wait_stub.GetWait, req, None)
+    except StepwellError:
+        return  # the error as it came is still the truth, less the payload
+    err.wait, err.payload_omitted = resp.wait, False
+
+
+def signal_wait(
+    cl: Conf,
+    turn_id: str = "",
+    name: str = "",
+    payload: Any = b"",
+    *,
+    handle: str = "",
+    content_type: str = "",
+    fence: Optional[rp.Fence] = None,
+    namespace: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Op[wp.SignalResponse]:
+    req = wp.SignalRequest(
+        namespace=_wait_ns(cl, namespace, handle),
+        turn_id=turn_id,
+        name=name,
+        handle=handle,
+        payload=c.to_bytes(payload),
+        content_type=content_type,
+    )
+    if fence is not None:
+        req.fence.CopyFrom(fence)
+    try:
+        resp: wp.SignalResponse = yield Call(cl.wait_stub.Signal, req, timeout)
+    except WaitSettled as err:
+        yield from _fill_payload(cl, err)
+        raise
+    return resp
+
+
+def await_wait(
+    cl: Conf,
+    turn_id: str = "",
+    name: str = "",
+    *,
+    handle: str = "",
+    await_timeout: DurationLike = None,
+    namespace: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Op[wp.AwaitResponse]:
+    """Await: the call's deadline (``timeout``) defaults to the sidecar's wait
+    (``await_timeout``, default 60 s) plus the client's timeout, so that a
+    pending answer comes back rather than DEADLINE_EXCEEDED."""
+    req = wp.AwaitRequest(namespace=_wait_ns(cl, namespace, handle), turn_id=turn_id, name=name, handle=handle)
+    d = c.to_duration(await_timeout)
+    if d is not None:
+        req.timeout.CopyFrom(d)
+    if timeout is None:
+        timeout = (d.ToNanoseconds() / 1e9 if d is not None else AWAIT_POLL_MAX) + cl.timeout
+    resp: wp.AwaitResponse = yield Call(cl.wait_stub.Await, req, timeout)
+    return resp
+
+
+def get_wait(
+    cl: Conf,
+    turn_id: str = "",
+    name: str = "",
+    *,
+    handle: str = "",
+    namespace: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Op[wp.GetWaitResponse]:
+    req = wp.GetWaitRequest(namespace=_wait_ns(cl, namespace, handle), turn_id=turn_id, name=name, handle=handle)
+    resp: wp.GetWaitResponse = yield Call(cl.wait_stub.GetWait, req, timeout)
+    return resp
+
+
+def list_waits(
+    cl: Conf,
+    *,
+    turn_id: str = "",
+    status: Any = None,
+    resolve_before: TimestampLike = None,
+    page_size: int = 0,
+    page_token: str = "",
+    namespace: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Op[wp.ListWaitsResponse]:
+    req = wp.ListWaitsRequest(
+        namespace=_wait_ns(cl, namespace),
+        turn_id=turn_id,
+        status=wait_status(status),
+        page_size=page_size,
+        page_token=page_token,
+    )
+    if resolve_before is not None:
+        req.resolve_before.CopyFrom(c.to_timestamp(resolve_before))
+    resp: wp.ListWaitsResponse = yield Call(cl.wait_stub.ListWaits, req, timeout)
+    return resp
+
+
+def wait_pages(cl: Conf, kwargs: Dict[str, Any]) -> Pages[wp.Wait]:
+    """The pages of ``list_waits(**kwargs)`` (a ``page_token`` in kwargs is ignored)."""
+    kwargs.pop("page_token", None)
+    return Pages(lambda token: list_waits(cl, page_token=token, **kwargs), lambda page: page.waits)
+
+
+def cancel_wait(
+    cl: Conf,
+    turn_id: str = "",
+    name: str = "",
+    *,
+    handle: str = "",
+    namespace: Optional[str] = None,
+    timeout: Optional[float] = None,
+) -> Op[wp.CancelWaitResponse]:
+    req = wp.CancelWaitRequest(namespace=_wait_ns(cl, namespace, handle), turn_id=turn_id, name=name, handle=handle)
+    try:
+        resp: wp.CancelWaitResponse = yield Call(cl.wait_stub.CancelWait, req, timeout)
+    except WaitSettled as err:
+        yield from _fill_payload(cl, err)
+        raise
+    return resp
+
+
+# -- signal, wait_for_signal, sleep_until ------------------------------------
+
+
+def signal(cl: Conf, turn_id: str, name: str, payload: Any, namespace: Optional[str]) -> Op[bool]:
+    resp = yield from signal_wait(cl, turn_id, name, payload, namespace=namespace)
+    return bool(resp.settled)
+
+
+def wait_for_signal(
+    cl: Conf, turn_id: str, name: str, timeout: Optional[float], namespace: Optional[str]
+) -> Op[bytes]:
+    """CreateWait (which finds the wait if it exists, settled or not), then
+    Await until it is settled or ``timeout`` seconds have passed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    created = yield from create_wait(cl, turn_id, name, namespace=namespace)
+    w = yield from _until_settled(cl, created.wait, _wait_ns(cl, namespace), deadline, timeout)
+    return bytes(w.payload)
+
+
+def sleep_until(cl: Conf, turn_id: str, name: str, when: TimestampLike, namespace: Optional[str]) -> Op[None]:
+    """CreateWait with the timer at ``when`` (a wait that exists keeps its
+    own timer), then Await until it is settled; a pending wait whose timer
+    is already due needs no Await: its time has come, and the store resolves
+    it within about a second."""
+    if when is None:
+        raise ValueError("sleep_until needs a time to wake at")
+    created = yield from create_wait(cl, turn_id, name, resolve_at=when, namespace=namespace)
+    w = created.wait
+    if w.status == wp.WAIT_STATUS_PENDING and w.HasField("resolve_at") and c.seconds_until(w.resolve_at) <= 0:
+        return
+    yield from _until_settled(cl, w, _wait_ns(cl, namespace), None, None)
+
+
+def _until_settled(
+    cl: Conf, w: wp.Wait, namespace: str, deadline: Optional[float], timeout: Optional[float]
+) -> Op[wp.Wait]:
+    """Awaits ``w`` in bounded long polls, each retried as every call is;
+    returns it RESOLVED or raises WaitExpired, WaitCancelled, or WaitTimeout
+    at ``deadline`` (a time.monotonic(); None waits for ever)."""
+    while w.status == wp.WAIT_STATUS_PENDING:
+        remaining = AWAIT_POLL_MAX if deadline is None else deadline - time.monotonic()
+        if remaining <= 0:
+            raise _wait_error(
+                WaitTimeout, grpc.StatusCode.DEADLINE_EXCEEDED, w, f"still pending after {timeout}s"
+            )
+        poll = max(min(remaining, AWAIT_POLL_MAX), _AWAIT_POLL_MIN)
+        resp = yield from await_wait(cl, w.turn_id, w.name, await_timeout=poll, namespace=namespace)
+        w = resp.wait
+    if w.status == wp.WAIT_STATUS_EXPIRED:
+        raise _wait_error(WaitExpired, grpc.StatusCode.FAILED_PRECONDITION, w, "expired")
+    if w.status == wp.WAIT_STATUS_CANCELLED:
+        raise _wait_error(WaitCancelled, grpc.StatusCode.FAILED_PRECONDITION, w, "was cancelled")
+    return w
+
+
+def _wait_error(cls: type, code: grpc.StatusCode, w: wp.Wait, what: str) -> WaitError:
+    """A WaitTimeout, WaitExpired or WaitCancelled: its reason is the wait's
+    status (as once()'s errors carry the key's), ``.wait`` the wait."""
+    reason = wp.WaitStatus.Name(w.status)[len("WAIT_STATUS_"):]
+    err: WaitError = cls(
+        code, f"wait {w.name!r} of turn {w.turn_id!r} {what}", reason, metadata={"turn_id": w.turn_id, "name": w.name}
+    )
+    err.wait = w
+    return err
 
 
 # -- once --------------------------------------------------------------------

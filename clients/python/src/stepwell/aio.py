@@ -31,7 +31,10 @@ from .v1 import checkpoint_pb2 as cp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2 as ip
 from .v1 import idempotency_pb2_grpc as ip_grpc
+from .v1 import records_pb2 as rp
 from .v1 import records_pb2_grpc as rec_grpc
+from .v1 import waits_pb2 as wp
+from .v1 import waits_pb2_grpc as wp_grpc
 
 T = TypeVar("T")
 
@@ -78,6 +81,7 @@ class AsyncClient:
         self.checkpoint_stub = cp_grpc.CheckpointServiceStub(self._channel)
         self.idempotency_stub = ip_grpc.IdempotencyServiceStub(self._channel)
         self.record_stub = rec_grpc.RecordServiceStub(self._channel)
+        self.wait_stub = wp_grpc.WaitServiceStub(self._channel)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -294,6 +298,172 @@ class AsyncClient:
     async def get(self, key: str, *, timeout: Optional[float] = None) -> ip.GetResponse:
         """The key's record (KeyNotFound when there is none)."""
         return await self._run(_core.get(self, key, timeout))
+
+    # -- WaitService ------------------------------------------------------
+
+    async def create_wait(
+        self,
+        turn_id: str,
+        name: str = "",
+        *,
+        metadata: Any = None,
+        expire_at: TimestampLike = None,
+        resolve_at: TimestampLike = None,
+        namespace: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> wp.CreateWaitResponse:
+        """CreateWait: a PENDING wait, or the one that exists (the first
+        creation stands). ``name=""`` lets the sidecar name it; pass the
+        returned ``wait.handle`` to whoever must settle it. ``metadata`` is a
+        JSON object (or raw JSON bytes); ``resolve_at`` is a durable timer."""
+        return await self._run(
+            _core.create_wait(
+                self,
+                turn_id,
+                name,
+                metadata=metadata,
+                expire_at=expire_at,
+                resolve_at=resolve_at,
+                namespace=namespace,
+                timeout=timeout,
+            )
+        )
+
+    async def signal_wait(
+        self,
+        turn_id: str = "",
+        name: str = "",
+        payload: Union[bytes, str] = b"",
+        *,
+        handle: str = "",
+        content_type: str = "",
+        fence: Optional[rp.Fence] = None,
+        namespace: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> wp.SignalResponse:
+        """Signal, by (turn_id, name) or by ``handle``: the settled wait and
+        whether this call settled it. A wait settled otherwise raises
+        :class:`WaitSettled` with the winner as ``.wait``."""
+        return await self._run(
+            _core.signal_wait(
+                self,
+                turn_id,
+                name,
+                payload,
+                handle=handle,
+                content_type=content_type,
+                fence=fence,
+                namespace=namespace,
+                timeout=timeout,
+            )
+        )
+
+    async def await_wait(
+        self,
+        turn_id: str = "",
+        name: str = "",
+        *,
+        handle: str = "",
+        await_timeout: DurationLike = None,
+        namespace: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> wp.AwaitResponse:
+        """One Await: the wait once settled, or still pending after
+        ``await_timeout`` (the sidecar's default 60 s when None)."""
+        return await self._run(
+            _core.await_wait(
+                self, turn_id, name, handle=handle, await_timeout=await_timeout, namespace=namespace, timeout=timeout
+            )
+        )
+
+    async def get_wait(
+        self,
+        turn_id: str = "",
+        name: str = "",
+        *,
+        handle: str = "",
+        namespace: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> wp.GetWaitResponse:
+        """GetWait (:class:`WaitNotFound` when there is none)."""
+        return await self._run(_core.get_wait(self, turn_id, name, handle=handle, namespace=namespace, timeout=timeout))
+
+    async def list_waits(
+        self,
+        *,
+        turn_id: str = "",
+        status: Any = None,
+        resolve_before: TimestampLike = None,
+        page_size: int = 0,
+        page_token: str = "",
+        namespace: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> wp.ListWaitsResponse:
+        """One page of waits. ``status``: "pending", "resolved", "cancelled", "expired", "any" or a WaitStatus."""
+        return await self._run(
+            _core.list_waits(
+                self,
+                turn_id=turn_id,
+                status=status,
+                resolve_before=resolve_before,
+                page_size=page_size,
+                page_token=page_token,
+                namespace=namespace,
+                timeout=timeout,
+            )
+        )
+
+    async def iter_waits(self, **kwargs: Any) -> AsyncIterator[wp.Wait]:
+        """Every wait matching the filters of :meth:`list_waits`, across pages."""
+        pages = _core.wait_pages(self, kwargs)
+        while not pages.done:
+            for w in await self._run(pages.next()):
+                yield w
+
+    async def cancel_wait(
+        self,
+        turn_id: str = "",
+        name: str = "",
+        *,
+        handle: str = "",
+        namespace: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> wp.CancelWaitResponse:
+        """CancelWait: the wait, CANCELLED; a wait settled otherwise raises :class:`WaitSettled`."""
+        return await self._run(_core.cancel_wait(self, turn_id, name, handle=handle, namespace=namespace, timeout=timeout))
+
+    # -- pausing a run ----------------------------------------------------
+
+    async def signal(
+        self, turn_id: str, name: str, payload: Union[bytes, str] = b"", *, namespace: Optional[str] = None
+    ) -> bool:
+        """Resolves the wait ``name`` of ``turn_id`` with ``payload`` (a str is
+        sent as UTF-8). True if this call settled it, False if it repeated the
+        winning signal; :class:`WaitSettled` (with the winner as ``.wait``)
+        when another payload won or the wait was cancelled or expired. A
+        wait that does not exist yet is created resolved, so a signal sent
+        before its run waits is kept."""
+        return await self._run(_core.signal(self, turn_id, name, payload, namespace))
+
+    async def wait_for_signal(
+        self, turn_id: str, name: str, *, timeout: Optional[float] = None, namespace: Optional[str] = None
+    ) -> bytes:
+        """Creates the wait if it does not exist, waits until it is settled,
+        and returns the payload it was resolved with. Raises
+        :class:`WaitExpired` or :class:`WaitCancelled`, or :class:`WaitTimeout`
+        (the wait still pending) after ``timeout`` seconds (None: no limit).
+        Waits in Awaits of at most a minute, each retried as every call is,
+        so a sidecar restarted meanwhile is ridden over."""
+        return await self._run(_core.wait_for_signal(self, turn_id, name, timeout, namespace))
+
+    async def sleep_until(self, turn_id: str, name: str, when: TimestampLike, *, namespace: Optional[str] = None) -> None:
+        """A durable sleep: the wait ``name`` of ``turn_id`` with a timer at
+        ``when`` (a datetime, naive meaning UTC, or ns since the epoch, or a
+        Timestamp), then waits until it is settled. The first creation of a
+        wait stands, so a run that resumes keeps its first time: after it,
+        this returns at once; before it, it waits only the rest. A signal of
+        the wait wakes it early; :class:`WaitCancelled` if it is cancelled."""
+        return await self._run(_core.sleep_until(self, turn_id, name, when, namespace))
 
     # -- once -------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple, Type
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
+from .v1 import waits_pb2
+
 DOMAIN = "stepwell.dev"
 _DETAILS_KEY = "grpc-status-details-bin"
 
@@ -153,6 +155,44 @@ class OnceTimeout(StepwellError):
     """Raised by ``once()`` when another holder kept the key past ``wait_timeout``."""
 
 
+class WaitError(StepwellError):
+    """A wait that cannot give what was asked of it; ``.wait`` is the wait
+    as the sidecar last reported it (None when it sent none)."""
+
+    wait: Optional[waits_pb2.Wait] = None
+
+
+class WaitSettled(WaitError):
+    """ALREADY_EXISTS / WAIT_SETTLED: a Signal (or CancelWait) of a wait that
+    another call settled otherwise. ``.wait`` is the settled wait, the
+    winner's payload included (the client reads it with GetWait when it was
+    too large for the error's trailers, and then ``payload_omitted`` stays
+    True only if that read failed)."""
+
+    payload_omitted: bool = False
+
+
+class WaitNotFound(StepwellError):
+    """NOT_FOUND / WAIT_NOT_FOUND: Await, GetWait of an unknown wait (or one
+    deleted with its turn)."""
+
+
+class WaitExpired(WaitError):
+    """Raised by ``wait_for_signal()`` and ``sleep_until()`` when the wait was
+    settled EXPIRED at its ``expire_at``: no signal will ever resolve it."""
+
+
+class WaitCancelled(WaitError):
+    """Raised by ``wait_for_signal()`` and ``sleep_until()`` when the wait was
+    settled CANCELLED (CancelWait)."""
+
+
+class WaitTimeout(WaitError):
+    """Raised by ``wait_for_signal()`` when its ``timeout`` passed with the
+    wait still pending; the wait stays pending, so a later call (in this
+    process or another) can wait for it again."""
+
+
 _BY_REASON: Dict[str, Type[StepwellError]] = {
     "CHECKPOINT_CONFLICT": CheckpointConflict,
     "WORKFLOW_VERSION_MISMATCH": WorkflowVersionMismatch,
@@ -166,6 +206,8 @@ _BY_REASON: Dict[str, Type[StepwellError]] = {
     "STORE_FULL": StoreFull,
     "UNAUTHENTICATED": Unauthenticated,
     "PERMISSION_DENIED": PermissionDenied,
+    "WAIT_SETTLED": WaitSettled,
+    "WAIT_NOT_FOUND": WaitNotFound,
 }
 
 _BY_CODE: Dict[grpc.StatusCode, Type[StepwellError]] = {
@@ -198,6 +240,7 @@ def from_rpc_error(err: grpc.RpcError) -> StepwellError:
     reason, field = "", ""
     metadata: Dict[str, str] = {}
     violations: List[Tuple[str, str]] = []
+    settled: Optional[waits_pb2.WaitSettled] = None
     raw = _details(trailing)
     if raw:
         status = status_pb2.Status()
@@ -217,12 +260,19 @@ def from_rpc_error(err: grpc.RpcError) -> StepwellError:
                 any_.Unpack(bad)
                 for v in bad.field_violations:
                     violations.append((v.field, v.description))
+            elif any_.Is(waits_pb2.WaitSettled.DESCRIPTOR):
+                settled = waits_pb2.WaitSettled()
+                any_.Unpack(settled)
         if violations:
             field = violations[0][0]
     if not reason and _connection_lost(code, message or ""):
         code, message = grpc.StatusCode.UNAVAILABLE, f"connection to the sidecar lost: {message}"
     cls = _BY_REASON.get(reason) or _BY_CODE.get(code) or StepwellError
     exc = cls(code, message or "", reason, field, metadata, violations)
+    if settled is not None and isinstance(exc, WaitSettled):
+        exc.wait = settled.wait
+        # The operation that called fills in the payload the trailers left out.
+        exc.payload_omitted = settled.payload_omitted
     return exc
 
 
