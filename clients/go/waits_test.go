@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	stepwell "stepwell.dev/client"
@@ -308,11 +310,26 @@ func TestWaitMethods(t *testing.T) {
 
 // A sidecar killed and started again under a waiting run: the waiter
 // retries UNAVAILABLE until it is back, and is woken by a signal sent after.
+// The client makes one attempt a call, so that only WaitForSignal's own
+// retries carry the waiter across the restart, however long it takes.
 func TestWaitAcrossSidecarRestart(t *testing.T) {
 	s := newOwnSidecar(t)
-	c := dialTo(t, s.target, stepwell.WithNamespace(freshNS(t, "waits")))
+	awaiting := make(chan struct{})
+	var once sync.Once
+	seeAwait := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/Await") {
+			once.Do(func() { close(awaiting) })
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	c := dialTo(t, s.target, stepwell.WithNamespace(freshNS(t, "waits")), stepwell.WithRetry(1, 20*time.Millisecond),
+		stepwell.WithDialOptions(grpc.WithChainUnaryInterceptor(seeAwait)))
 	waiter := inBackground(func() ([]byte, error) { return c.WaitForSignal(ctx, "run-1", "approve") })
-	untilWaitExists(t, c, "run-1", "approve")
+	select {
+	case <-awaiting:
+	case <-time.After(60 * time.Second):
+		t.Fatal("WaitForSignal made no Await within 60s")
+	}
 	s.Stop()
 	s.Start()
 	deadline := time.Now().Add(60 * time.Second)
