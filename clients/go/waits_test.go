@@ -184,7 +184,7 @@ func TestWaitTimeout(t *testing.T) {
 	defer cancel()
 	_, err := c.WaitForSignal(short, "run-1", "approve")
 	we := waitError(t, err, stepwell.ErrWaitTimeout)
-	if !errors.Is(err, context.DeadlineExceeded) || we.Wait.GetStatus() != pb.WaitStatus_WAIT_STATUS_PENDING {
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, stepwell.ErrDeadlineExceeded) || we.Wait.GetStatus() != pb.WaitStatus_WAIT_STATUS_PENDING {
 		t.Fatalf("timeout: %v, wait %v", err, we.Wait)
 	}
 	if w := getWait(t, c, "run-1", "approve"); w.GetStatus() != pb.WaitStatus_WAIT_STATUS_PENDING {
