@@ -347,3 +347,40 @@ func TestWaitAcrossSidecarRestart(t *testing.T) {
 		t.Fatalf("WaitForSignal across the restart: %q %v", o.payload, o.err)
 	}
 }
+
+// The wait methods fill the client's namespace in on a copy, as every
+// method of Client does (see TestRequestsAreNotModified).
+func TestWaitRequestsAreNotModified(t *testing.T) {
+	ns := freshNS(t, "copy")
+	c := dial(t, stepwell.WithNamespace(ns))
+	unchanged(t, "CreateWait", &pb.CreateWaitRequest{TurnId: "t", Name: "a"}, func(r *pb.CreateWaitRequest) error {
+		resp, err := c.CreateWait(ctx, r)
+		if err == nil && resp.GetWait().GetNamespace() != ns {
+			t.Fatalf("CreateWait made the wait in namespace %q, want the client's %q", resp.GetWait().GetNamespace(), ns)
+		}
+		return err
+	})
+	unchanged(t, "SignalWait", &pb.SignalRequest{TurnId: "t", Name: "a", Payload: []byte("x")}, func(r *pb.SignalRequest) error {
+		_, err := c.SignalWait(ctx, r)
+		return err
+	})
+	unchanged(t, "Await", &pb.AwaitRequest{TurnId: "t", Name: "a"}, func(r *pb.AwaitRequest) error {
+		_, err := c.Await(ctx, r)
+		return err
+	})
+	unchanged(t, "GetWait", &pb.GetWaitRequest{TurnId: "t", Name: "a"}, func(r *pb.GetWaitRequest) error {
+		_, err := c.GetWait(ctx, r)
+		return err
+	})
+	unchanged(t, "ListWaits", &pb.ListWaitsRequest{TurnId: "t"}, func(r *pb.ListWaitsRequest) error {
+		resp, err := c.ListWaits(ctx, r)
+		if err == nil && len(resp.GetWaits()) != 1 {
+			t.Fatalf("ListWaits in the client's namespace: %v", resp)
+		}
+		return err
+	})
+	unchanged(t, "CancelWait", &pb.CancelWaitRequest{TurnId: "t", Name: "b"}, func(r *pb.CancelWaitRequest) error {
+		_, err := c.CancelWait(ctx, r)
+		return err
+	})
+}
