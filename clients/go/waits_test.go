@@ -212,7 +212,8 @@ func TestWaitSleepUntilPast(t *testing.T) {
 
 func TestWaitSleepUntilTimer(t *testing.T) {
 	c := dial(t, stepwell.WithNamespace(freshNS(t, "waits")))
-	when := time.Now().Add(time.Second)
+	// Microseconds, which every store keeps exactly.
+	when := time.Now().Add(time.Second).Truncate(time.Microsecond)
 	if err := c.SleepUntil(ctx, "run-1", "nap", when); err != nil {
 		t.Fatalf("SleepUntil: %v", err)
 	}
