@@ -1,7 +1,9 @@
 // Package stepwell is the Go client of the stepwell durable-execution
-// sidecar: a gRPC client for CheckpointService and IdempotencyService, Once
-// (run a side effect at most once per key), and StoreCheckpoint, an
-// implementation of the flow engine's Checkpoint interface.
+// sidecar: a gRPC client for CheckpointService, IdempotencyService and
+// WaitService, Once (run a side effect at most once per key), waits (Signal,
+// WaitForSignal, SleepUntil: pause a run for a person or a clock), and
+// StoreCheckpoint, an implementation of the flow engine's Checkpoint
+// interface.
 package stepwell
 
 import (
@@ -65,10 +67,11 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // Client is a stepwell client. It is safe for concurrent use.
 type Client struct {
-	conn *grpc.ClientConn
-	cp   pb.CheckpointServiceClient
-	idem pb.IdempotencyServiceClient
-	opts options
+	conn  *grpc.ClientConn
+	cp    pb.CheckpointServiceClient
+	idem  pb.IdempotencyServiceClient
+	waits pb.WaitServiceClient
+	opts  options
 }
 
 // Dial connects to a sidecar at "host:port" or "unix:/path/to.sock". Over a
@@ -112,7 +115,10 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{conn: conn, cp: pb.NewCheckpointServiceClient(conn), idem: pb.NewIdempotencyServiceClient(conn), opts: o}, nil
+	return &Client{
+		conn: conn, cp: pb.NewCheckpointServiceClient(conn), idem: pb.NewIdempotencyServiceClient(conn),
+		waits: pb.NewWaitServiceClient(conn), opts: o,
+	}, nil
 }
 
 // String names the client by its target; it never shows credentials.
@@ -136,6 +142,9 @@ func (c *Client) CheckpointService() pb.CheckpointServiceClient { return c.cp }
 
 // IdempotencyService returns the generated stub (see CheckpointService).
 func (c *Client) IdempotencyService() pb.IdempotencyServiceClient { return c.idem }
+
+// WaitService returns the generated stub (see CheckpointService).
+func (c *Client) WaitService() pb.WaitServiceClient { return c.waits }
 
 // retryable reports whether a failed call is worth resending unchanged:
 // UNAVAILABLE always; RESOURCE_EXHAUSTED when its reason is OVERLOADED or
@@ -189,7 +198,8 @@ func invoke[Req any, Resp any](ctx context.Context, c *Client, req Req, f func(c
 	}
 }
 
-// withNamespace returns req with an empty namespace set to the client's. The
+// withNamespace returns req with an empty namespace set to the client's
+// (unless it names a wait by handle). The
 // caller's message is never written to: when a namespace has to be filled in,
 // it goes into a copy, so a request can be reused, shared between goroutines
 // or sent through two clients without one call changing what the next sends.
@@ -200,6 +210,11 @@ func withNamespace[M proto.Message](c *Client, req M) M {
 	m := req.ProtoReflect()
 	field := m.Descriptor().Fields().ByName("namespace")
 	if m.IsValid() && m.Get(field).String() != "" {
+		return req
+	}
+	// A wait's handle names its namespace too: a request by handle keeps
+	// the namespace it was given, empty or not.
+	if handle := m.Descriptor().Fields().ByName("handle"); handle != nil && m.IsValid() && m.Get(handle).String() != "" {
 		return req
 	}
 	var out protoreflect.Message

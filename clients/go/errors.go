@@ -13,6 +13,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	pb "stepwell.dev/client/gen/stepwell/v1"
 )
 
 // Domain is the google.rpc.ErrorInfo domain of the sidecar's errors.
@@ -147,10 +149,63 @@ var (
 	// grant of the needed role for the request's namespace. Never retried.
 	ErrPermissionDenied error = &sentinel{code: codes.PermissionDenied, text: "permission denied"}
 	ErrDeadlineExceeded error = &sentinel{code: codes.DeadlineExceeded, text: "deadline exceeded"}
+
+	// ErrWaitSettled: ALREADY_EXISTS / WAIT_SETTLED, a Signal or CancelWait
+	// of a wait that another call settled otherwise. The error is a
+	// *WaitError whose Wait is the winner.
+	ErrWaitSettled error = &sentinel{reason: "WAIT_SETTLED", text: "wait already settled"}
+	// ErrWaitNotFound: NOT_FOUND / WAIT_NOT_FOUND, an Await, GetWait of a
+	// wait that does not exist (or was deleted with its turn).
+	ErrWaitNotFound error = &sentinel{reason: "WAIT_NOT_FOUND", text: "wait not found"}
+	// ErrWaitExpired: WaitForSignal or SleepUntil found the wait EXPIRED
+	// (its expire_at passed before anything settled it); a *WaitError.
+	ErrWaitExpired error = &sentinel{reason: "WAIT_EXPIRED", text: "wait expired"}
+	// ErrWaitCancelled: WaitForSignal or SleepUntil found the wait CANCELLED
+	// (by CancelWait); a *WaitError.
+	ErrWaitCancelled error = &sentinel{reason: "WAIT_CANCELLED", text: "wait cancelled"}
+	// ErrWaitTimeout: the context of WaitForSignal or SleepUntil reached its
+	// deadline with the wait still PENDING; a *WaitError, which also matches
+	// context.DeadlineExceeded. The wait stays as it was: asking again
+	// later finds it.
+	ErrWaitTimeout error = &sentinel{reason: "WAIT_TIMEOUT", text: "wait timed out"}
 )
 
+// WaitError is a wait that did not give the call what it wanted: settled by
+// another call (ErrWaitSettled), EXPIRED or CANCELLED (ErrWaitExpired,
+// ErrWaitCancelled), or still PENDING when the caller's deadline came
+// (ErrWaitTimeout). Match the kind with errors.Is; errors.As also finds the
+// *Error with its Code and Reason.
+type WaitError struct {
+	// Wait is the wait: for ErrWaitSettled the winner, its payload
+	// included; otherwise the wait as last read (PENDING for
+	// ErrWaitTimeout). Nil only when the sidecar sent no WaitSettled detail.
+	Wait *pb.Wait
+	// PayloadOmitted: the sidecar left the winner's payload out of the
+	// error (too large for its trailers) and reading it with GetWait failed
+	// as well, so Wait.Payload is empty.
+	PayloadOmitted bool
+	err            *Error
+	cause          error // the context's error, for ErrWaitTimeout
+}
+
+func (e *WaitError) Error() string { return e.err.Error() }
+
+// Unwrap returns the *Error (code and reason) and, for ErrWaitTimeout, the
+// context's error.
+func (e *WaitError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{e.err, e.cause}
+	}
+	return []error{e.err}
+}
+
+// GRPCStatus lets status.FromError / status.Code see the code.
+func (e *WaitError) GRPCStatus() *status.Status { return e.err.GRPCStatus() }
+
 // FromError converts a gRPC error into an *Error, decoding ErrorInfo and
-// BadRequest details. nil stays nil; an *Error is returned as is.
+// BadRequest details; a WAIT_SETTLED becomes a *WaitError, whose Wait is
+// the winner the stepwell.v1.WaitSettled detail carries. nil stays nil; an
+// *Error (or an error wrapping one) is returned as is.
 func FromError(err error) error {
 	if err == nil {
 		return nil
@@ -167,8 +222,11 @@ func FromError(err error) error {
 	if errors.Is(err, contextCanceled) || errors.Is(err, contextDeadline) {
 		e.cause = err
 	}
+	var settled *pb.WaitSettled
 	for _, d := range st.Details() {
 		switch d := d.(type) {
+		case *pb.WaitSettled:
+			settled = d
 		case *errdetails.ErrorInfo:
 			if e.Reason == "" {
 				e.Reason = d.GetReason()
@@ -184,6 +242,9 @@ func FromError(err error) error {
 	}
 	if len(e.Violations) > 0 {
 		e.Field = e.Violations[0].Field
+	}
+	if e.Reason == "WAIT_SETTLED" {
+		return &WaitError{Wait: settled.GetWait(), PayloadOmitted: settled.GetPayloadOmitted(), err: e}
 	}
 	return e
 }

@@ -36,8 +36,9 @@ type scenario struct {
 	Steps         []scenarioStep `json:"steps"`
 }
 
-// scenarioStep is one step: an RPC (call), an adapter step (adapter) or a
-// sidecar step (sidecar); see clients/scenarios/README.md.
+// scenarioStep is one step: an RPC (call), an adapter step (adapter), a
+// sidecar step (sidecar), a worker step (worker), a signal through the peer
+// (signal) or a count of effects (effects); see clients/scenarios/README.md.
 type scenarioStep struct {
 	Call        string          `json:"call"`
 	Request     map[string]any  `json:"request"`
@@ -60,6 +61,16 @@ type scenarioStep struct {
 	State   json.RawMessage `json:"state"`
 
 	Sidecar string `json:"sidecar"`
+
+	// Worker steps (with Worker and no Adapter), the peer's signal step
+	// and the effects step; see scenario_workers_test.go.
+	Start   string          `json:"start"`
+	Seconds float64         `json:"seconds"`
+	Line    string          `json:"line"`
+	Kill    bool            `json:"kill"`
+	Exit    *int            `json:"exit"`
+	Signal  *scenarioSignal `json:"signal"`
+	Effects *int            `json:"effects"`
 }
 
 // rpc maps a call name onto its request type and the raw stub method (the
@@ -107,6 +118,26 @@ func rpc(c *stepwell.Client, call string) (proto.Message, func(context.Context, 
 	case "Get":
 		return wrap(&pb.GetRequest{}, func(ctx context.Context, r *pb.GetRequest) (*pb.GetResponse, error) { return id.Get(ctx, r) })
 	}
+	return waitRPC(c, call, wrap)
+}
+
+// waitRPC is rpc for the calls of WaitService.
+func waitRPC(c *stepwell.Client, call string, wrap func(proto.Message, any) (proto.Message, func(context.Context, proto.Message) (proto.Message, error))) (proto.Message, func(context.Context, proto.Message) (proto.Message, error)) {
+	w := c.WaitService()
+	switch call {
+	case "CreateWait":
+		return wrap(&pb.CreateWaitRequest{}, w.CreateWait)
+	case "Signal":
+		return wrap(&pb.SignalRequest{}, w.Signal)
+	case "Await":
+		return wrap(&pb.AwaitRequest{}, w.Await)
+	case "GetWait":
+		return wrap(&pb.GetWaitRequest{}, w.GetWait)
+	case "ListWaits":
+		return wrap(&pb.ListWaitsRequest{}, w.ListWaits)
+	case "CancelWait":
+		return wrap(&pb.CancelWaitRequest{}, w.CancelWait)
+	}
 	return nil, nil
 }
 
@@ -137,7 +168,8 @@ func substitute(v any, saved map[string]any) any {
 }
 
 // buildRequest turns a scenario request into the protobuf JSON mapping:
-// state is serialized JSON bytes, result and fingerprint UTF-8 strings.
+// state is serialized JSON bytes, result, fingerprint and payload UTF-8
+// strings.
 func buildRequest(t *testing.T, call string, req map[string]any, ns string, saved map[string]any, msg proto.Message) {
 	t.Helper()
 	r := substitute(req, saved).(map[string]any)
@@ -150,7 +182,7 @@ func buildRequest(t *testing.T, call string, req map[string]any, ns string, save
 		b, _ := json.Marshal(s)
 		r["state"] = base64.StdEncoding.EncodeToString(b)
 	}
-	for _, f := range []string{"result", "fingerprint"} {
+	for _, f := range []string{"result", "fingerprint", "payload"} {
 		if s, ok := r[f].(string); ok {
 			r[f] = base64.StdEncoding.EncodeToString([]byte(s))
 		}
@@ -162,7 +194,7 @@ func buildRequest(t *testing.T, call string, req map[string]any, ns string, save
 }
 
 // responseJSON renders a response in the JSON mapping with defaults, then
-// converts state (parsed JSON) and result (UTF-8 string).
+// converts state (parsed JSON), result and payload (UTF-8 strings).
 func responseJSON(t *testing.T, m proto.Message) map[string]any {
 	t.Helper()
 	raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
@@ -193,7 +225,7 @@ func convert(v any) any {
 						}
 					}
 				}
-			case "result", "fingerprint":
+			case "result", "fingerprint", "payload":
 				if s, ok := e.(string); ok {
 					if b, err := base64.StdEncoding.DecodeString(s); err == nil {
 						x[k] = string(b)
@@ -310,6 +342,8 @@ func TestScenarios(t *testing.T) {
 				ns:      fmt.Sprintf("sc-%s-%08x", strings.ReplaceAll(sc.Name, "_", "-"), rand.Uint32()),
 				saved:   map[string]any{},
 				workers: map[string]*worker{},
+				procs:   map[string]*workerProc{},
+				effects: filepath.Join(t.TempDir(), "effects"),
 			}
 			for _, st := range sc.Steps {
 				if st.Sidecar != "" {
@@ -336,6 +370,8 @@ type scenarioRun struct {
 	saved   map[string]any
 	workers map[string]*worker
 	sidecar *ownSidecar // nil unless the scenario has sidecar steps
+	procs   map[string]*workerProc
+	effects string // the effects file the run's worker processes share
 }
 
 // worker is one adapter of an adapter step's worker, with its own clock.
@@ -348,15 +384,22 @@ func (r *scenarioRun) step(i int, st scenarioStep) {
 	t := r.t
 	t.Helper()
 	kinds := 0
-	for _, k := range []string{st.Call, st.Adapter, st.Sidecar} {
-		if k != "" {
+	for _, k := range []bool{st.Call != "", st.Adapter != "", st.Sidecar != "",
+		st.Worker != "" && st.Adapter == "", st.Signal != nil, st.Effects != nil} {
+		if k {
 			kinds++
 		}
 	}
 	if kinds != 1 {
-		t.Fatalf("step %d: give exactly one of call, adapter, sidecar", i)
+		t.Fatalf("step %d: give exactly one of call, adapter, sidecar, worker, signal, effects", i)
 	}
 	switch {
+	case st.Worker != "" && st.Adapter == "":
+		r.workerStep(i, st)
+	case st.Signal != nil:
+		r.peerSignal(i, st)
+	case st.Effects != nil:
+		r.checkEffects(i, *st.Effects)
 	case st.Sidecar != "":
 		switch st.Sidecar {
 		case "stop":
