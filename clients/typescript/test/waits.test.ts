@@ -5,7 +5,9 @@
 // state rather than on how long anything took.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import type { Interceptor } from "@connectrpc/connect";
 import {
+  Overloaded,
   StepwellClient,
   WaitCancelled,
   WaitExpired,
@@ -13,6 +15,7 @@ import {
   WaitSettled,
   WaitStatus,
   WaitTimeout,
+  WaitsPerTurnExceeded,
   timestampToIso,
   toStepwellError,
   type Wait,
@@ -257,5 +260,50 @@ describe("WaitService methods", () => {
     const names: string[] = [];
     for await (const w of client.allWaits({ turnId: t, pageSize: 1 })) names.push(w.name);
     assert.deepEqual(names, ["a", "b", "c"]);
+  });
+});
+
+describe("the sidecar's wait limits", () => {
+  it("a turn over --waits-per-turn-max is WaitsPerTurnExceeded; an Await over --awaits-max is retried until a slot frees", LONG, async () => {
+    const own = await startSidecar({ extraArgs: ["--waits-per-turn-max", "1", "--awaits-max", "1"] });
+    const c = new StepwellClient({ target: own.target, namespace: freshNamespace("ts-waits-limits"), ...own.connect });
+    // Many attempts, so the second waiter keeps asking for as long as the first holds the only Await slot;
+    // its interceptor counts the refusals it saw.
+    let refused = 0;
+    const counter: Interceptor = (next) => async (req) => {
+      try {
+        return await next(req);
+      } catch (err) {
+        if (toStepwellError(err).reason === "AWAITS") refused++;
+        throw err;
+      }
+    };
+    const patient = new StepwellClient({ target: own.target, namespace: c.namespace, maxAttempts: 1000, maxBackoffMs: 100, interceptors: [counter], ...own.connect });
+    try {
+      await c.createWait("t1", { name: "a" });
+      await assert.rejects(c.createWait("t1", { name: "b" }), (e: unknown) => e instanceof WaitsPerTurnExceeded && e.reason === "WAITS_PER_TURN");
+      const first = handled(c.waitForSignal("t1", "a"));
+      await c.createWait("t2", { name: "a" });
+      // The first waiter holds the slot once a lone Await of another wait is refused for it.
+      await until("the first waiter holds the Await slot", async () => {
+        try {
+          await c.awaitWait({ turnId: "t2", name: "a" }, { waitMs: 1, maxAttempts: 1 });
+          return undefined;
+        } catch (err) {
+          if (err instanceof Overloaded && err.reason === "AWAITS") return true;
+          throw err;
+        }
+      });
+      const second = handled(patient.waitForSignal("t2", "a"));
+      await until("the second waiter refused for want of a slot", async () => (refused > 0 ? true : undefined));
+      assert.equal(await c.signal("t1", "a", "one"), true);
+      assert.equal(text(await first), "one");
+      assert.equal(await c.signal("t2", "a", "two"), true);
+      assert.equal(text(await second), "two");
+    } finally {
+      c.close();
+      patient.close();
+      await own.stop();
+    }
   });
 });
