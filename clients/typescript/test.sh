@@ -4,6 +4,11 @@
 # ${CARGO_TARGET_DIR:-/root/.cache/stepwell/target}/debug/stepwell.
 # Works from any directory.
 #
+# The worker scenarios (wait_*) signal through a peer, another language's
+# scenario worker: STEPWELL_SCENARIO_PEER, by default the Go client's,
+# built here with go build. They run on a plaintext sidecar of their own in
+# both passes: a worker is given a target and nothing else.
+#
 # Two passes: every test against a plaintext sidecar, then the shared
 # scenarios, test/secure-checks.ts and test/connection-lost.test.ts against a sidecar serving TLS with
 # client certificates and bearer-token auth, from a throwaway CA,
@@ -32,12 +37,21 @@ fi
 rm -rf dist
 npx --no-install tsc -p .
 
+peer_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-peer-XXXXXX")"
+security_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-tls-XXXXXX")"
+install_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-install-XXXXXX")"
+trap 'rm -rf "$peer_dir" "$security_dir" "$install_dir"' EXIT
+# The worker scenarios signal through another language's scenario worker
+# (clients/scenarios/README.md): the Go client's, built here. An
+# STEPWELL_SCENARIO_PEER already set is used as it is.
+if [ -z "${STEPWELL_SCENARIO_PEER:-}" ]; then
+  (cd ../go && go build -o "$peer_dir/scenarioworker" ./examples/scenarioworker)
+  export STEPWELL_SCENARIO_PEER="$peer_dir/scenarioworker"
+fi
+
 echo "== pass 1: plaintext sidecar"
 node --test dist/test/*.test.js
 
-security_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-tls-XXXXXX")"
-install_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-install-XXXXXX")"
-trap 'rm -rf "$security_dir" "$install_dir"' EXIT
 ../../scripts/make-test-pki "$security_dir" spiffe://stepwell.test/typescript-client
 echo "== pass 2: TLS with client certificates and token auth"
 STEPWELL_TEST_SECURITY_DIR="$security_dir" node --test dist/test/scenarios.test.js dist/test/secure-checks.js dist/test/connection-lost.test.js

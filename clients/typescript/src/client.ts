@@ -1,6 +1,7 @@
 // StepwellClient: every RPC of stepwell.v1, with per-call deadlines, retries
 // on UNAVAILABLE / OVERLOADED that resend the same request, errors as
-// StepwellError, and once() for exactly-once side effects.
+// StepwellError, once() for exactly-once side effects, and signal(),
+// waitForSignal() and sleepUntil() to pause a run for a person or a clock.
 import { readFileSync } from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
@@ -37,13 +38,45 @@ import {
   type ReleaseResponse,
 } from "./gen/stepwell/v1/idempotency_pb.js";
 import {
+  AwaitRequestSchema,
+  CancelWaitRequestSchema,
+  CreateWaitRequestSchema,
+  GetWaitRequestSchema,
+  ListWaitsRequestSchema,
+  SignalRequestSchema,
+  WaitService,
+  WaitStatus,
+  type AwaitResponse,
+  type CancelWaitResponse,
+  type CreateWaitResponse,
+  type GetWaitResponse,
+  type ListWaitsResponse,
+  type SignalResponse,
+  type Wait,
+} from "./gen/stepwell/v1/waits_pb.js";
+import {
   LeaseLost,
   OperationFailed,
   StepwellError,
+  WaitSettled,
   isConnectionLoss,
   isRetryable,
   toStepwellError,
 } from "./errors.js";
+import {
+  AWAIT_SLICE_MS,
+  fenceMessage,
+  refFields,
+  timeoutError,
+  unresolvedError,
+  type AwaitWaitOptions,
+  type CreateWaitOptions,
+  type ListWaitsInput,
+  type SignalWaitOptions,
+  type WaitForOptions,
+  type WaitForSignalOptions,
+  type WaitRef,
+} from "./waits.js";
 import { msToDuration, toTimestamp, type TimeLike } from "./time.js";
 import { traceContextAvailable, traceContextInterceptor } from "./tracing.js";
 
@@ -204,6 +237,12 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     };
     signal?.addEventListener("abort", onAbort, { once: true });
   });
+}
+
+/** A wait's metadata as sent: bytes as they are, any other value as its UTF-8 JSON, nothing as empty. */
+function metadataBytes(v: unknown): Uint8Array {
+  if (v === undefined) return new Uint8Array(0);
+  return v instanceof Uint8Array ? v : jsonBytes(v);
 }
 
 function turnStatus(s: TurnStatus | TurnStatusName | undefined): TurnStatus {
@@ -368,6 +407,7 @@ export class StepwellClient {
   readonly raw: {
     checkpoints: Client<typeof CheckpointService>;
     idempotency: Client<typeof IdempotencyService>;
+    waits: Client<typeof WaitService>;
   };
   readonly namespace: string;
   private readonly timeoutMs: number;
@@ -389,6 +429,7 @@ export class StepwellClient {
     this.raw = {
       checkpoints: createClient(CheckpointService, transport),
       idempotency: createClient(IdempotencyService, transport),
+      waits: createClient(WaitService, transport),
     };
     this.namespace = o.namespace ?? "";
     this.timeoutMs = o.timeoutMs ?? 10_000;
@@ -506,6 +547,174 @@ export class StepwellClient {
   deleteTurn(turnId: string, opts?: CallOptions): Promise<DeleteTurnResponse> {
     const req = create(DeleteTurnRequestSchema, { namespace: this.ns(opts), turnId });
     return this.call(opts, (o) => this.raw.checkpoints.deleteTurn(req, o));
+  }
+
+  // ---- WaitService ----
+
+  /**
+   * Creates a PENDING wait of a turn, or returns the one that exists
+   * (`created` false): the first creation stands, whatever a repeat asks, so
+   * a replayed run finds the wait and the timer it made before.
+   */
+  createWait(turnId: string, opts: CreateWaitOptions = {}): Promise<CreateWaitResponse> {
+    const req = create(CreateWaitRequestSchema, {
+      namespace: this.ns(opts),
+      turnId,
+      name: opts.name ?? "",
+      metadata: metadataBytes(opts.metadata),
+      expireAt: opts.expireAt === undefined ? undefined : toTimestamp(opts.expireAt),
+      resolveAt: opts.resolveAt === undefined ? undefined : toTimestamp(opts.resolveAt),
+    });
+    return this.call(opts, (o) => this.raw.waits.createWait(req, o));
+  }
+
+  /**
+   * Resolves a wait with a payload (the Signal RPC). `settled` is true when
+   * this call settled it, false when it repeated the winning signal; a
+   * different signal of a settled wait throws WaitSettled with the winner.
+   * A wait nobody created yet is created resolved.
+   */
+  signalWait(ref: WaitRef, opts: SignalWaitOptions = {}): Promise<SignalResponse> {
+    const req = create(SignalRequestSchema, {
+      namespace: this.ns(opts),
+      ...refFields(ref),
+      payload: toBytes(opts.payload),
+      contentType: opts.contentType ?? "",
+      fence: fenceMessage(opts.fence),
+    });
+    return this.withWinner(opts, this.call(opts, (o) => this.raw.waits.signal(req, o)));
+  }
+
+  /**
+   * One long-poll (the Await RPC): the wait once it is settled, or still
+   * PENDING after `waitMs`. Unknown wait: WaitNotFound.
+   */
+  awaitWait(ref: WaitRef, opts: AwaitWaitOptions = {}): Promise<AwaitResponse> {
+    const req = create(AwaitRequestSchema, {
+      namespace: this.ns(opts),
+      ...refFields(ref),
+      timeout: opts.waitMs === undefined ? undefined : msToDuration(Math.max(1, Math.ceil(opts.waitMs))),
+    });
+    // The call outlives the long-poll by the client's own deadline, so a pending answer is never cut off.
+    const timeoutMs = opts.timeoutMs ?? (opts.waitMs ?? AWAIT_SLICE_MS) + this.timeoutMs;
+    return this.call({ ...opts, timeoutMs }, (o) => this.raw.waits.await(req, o));
+  }
+
+  /** Reads a wait. Unknown wait: WaitNotFound. */
+  getWait(ref: WaitRef, opts?: CallOptions): Promise<GetWaitResponse> {
+    const req = create(GetWaitRequestSchema, { namespace: this.ns(opts), ...refFields(ref) });
+    return this.call(opts, (o) => this.raw.waits.getWait(req, o));
+  }
+
+  /** One page of a namespace's waits, ordered by (turnId, name). */
+  listWaits(input: ListWaitsInput = {}): Promise<ListWaitsResponse> {
+    const req = create(ListWaitsRequestSchema, {
+      namespace: this.ns(input),
+      turnId: input.turnId ?? "",
+      status: input.status ?? WaitStatus.UNSPECIFIED,
+      resolveBefore: input.resolveBefore === undefined ? undefined : toTimestamp(input.resolveBefore),
+      pageSize: input.pageSize ?? 0,
+      pageToken: input.pageToken ?? "",
+    });
+    return this.call(input, (o) => this.raw.waits.listWaits(req, o));
+  }
+
+  /** Every wait matching the filters (all pages). */
+  async *allWaits(input: Omit<ListWaitsInput, "pageToken"> = {}): AsyncGenerator<Wait> {
+    let pageToken = "";
+    do {
+      const page = await this.listWaits({ ...input, pageToken });
+      yield* page.waits;
+      pageToken = page.nextPageToken;
+    } while (pageToken !== "");
+  }
+
+  /**
+   * Settles a wait CANCELLED. `cancelled` is false when it was cancelled
+   * already; a wait settled otherwise throws WaitSettled with how it was.
+   */
+  cancelWait(ref: WaitRef, opts?: CallOptions): Promise<CancelWaitResponse> {
+    const req = create(CancelWaitRequestSchema, { namespace: this.ns(opts), ...refFields(ref) });
+    return this.withWinner(opts, this.call(opts, (o) => this.raw.waits.cancelWait(req, o)));
+  }
+
+  /**
+   * Completes a WaitSettled whose winner's payload the sidecar left out (to
+   * keep the error's trailers small) by reading the wait, so callers always
+   * see the winning payload.
+   */
+  private async withWinner<T>(opts: CallOptions | undefined, p: Promise<T>): Promise<T> {
+    try {
+      return await p;
+    } catch (err) {
+      if (!(err instanceof WaitSettled) || !err.payloadOmitted) throw err;
+      const w = err.wait;
+      const full = await this.getWait({ turnId: w.turnId, name: w.name }, { ...opts, namespace: w.namespace || this.ns(opts) });
+      const { grpcCode, reason, domain, fieldViolations, metadata, cause } = err;
+      throw new WaitSettled(err.message, { grpcCode, reason, domain, fieldViolations, metadata, cause, wait: full.wait ?? w, payloadOmitted: false });
+    }
+  }
+
+  /**
+   * Signals the wait `name` of a turn with a payload (a string is sent as
+   * UTF-8): true when this call settled it, false when it repeated the
+   * winning signal (same payload and content type). A signal that comes
+   * before its wait is kept: the wait is created resolved. Throws WaitSettled,
+   * carrying the winner, when the wait was settled otherwise. A call retried
+   * after a lost answer may find its own signal stored, and return false.
+   */
+  async signal(
+    turnId: string,
+    name: string,
+    payload: Uint8Array | string = new Uint8Array(0),
+    opts: Omit<SignalWaitOptions, "payload"> = {},
+  ): Promise<boolean> {
+    const r = await this.signalWait({ turnId, name }, { ...opts, payload });
+    return r.settled;
+  }
+
+  /**
+   * Waits for the signal of the wait `name` of a turn and returns its
+   * payload. Creates the wait if needed (idempotent, so a resumed run finds
+   * the wait, and a signal that came meanwhile), then long-polls it, each
+   * Await at most 60 s, each retried while the sidecar is unavailable.
+   * Throws WaitExpired or WaitCancelled when the wait ended so, and
+   * WaitTimeout, the wait still pending, when `timeoutMs` passed.
+   */
+  async waitForSignal(turnId: string, name: string, opts: WaitForSignalOptions = {}): Promise<Uint8Array> {
+    const deadline = opts.timeoutMs === undefined ? Infinity : Date.now() + opts.timeoutMs;
+    const { wait } = await this.createWait(turnId, { ...opts, name, timeoutMs: undefined });
+    const settled = await this.settledWait(wait!, opts, deadline, opts.timeoutMs ?? Infinity);
+    const err = unresolvedError(settled);
+    if (err) throw err;
+    return settled.payload;
+  }
+
+  /**
+   * A durable sleep: creates the wait `name` with a timer at `when` (the
+   * first creation stands, so a resumed run keeps the original time) and
+   * returns once the wait resolves, by its timer or by a signal that wakes
+   * it early. A run that resumes after the timer fired returns at once; one
+   * that resumes before it waits only the rest. Throws WaitCancelled when the
+   * wait was cancelled.
+   */
+  async sleepUntil(turnId: string, name: string, when: TimeLike, opts: WaitForOptions = {}): Promise<void> {
+    const { wait } = await this.createWait(turnId, { ...opts, name, resolveAt: when });
+    const err = unresolvedError(await this.settledWait(wait!, opts, Infinity, Infinity));
+    if (err) throw err;
+  }
+
+  /** Long-polls a wait until it is settled, or throws WaitTimeout at the deadline. */
+  private async settledWait(wait: Wait, opts: WaitForOptions, deadline: number, timeoutMs: number): Promise<Wait> {
+    const ref = { turnId: wait.turnId, name: wait.name };
+    const callOpts = { namespace: opts.namespace, signal: opts.signal };
+    while (wait.status === WaitStatus.PENDING) {
+      const remaining = deadline - Date.now();
+      if (remaining <= 0) throw timeoutError(wait, timeoutMs);
+      const r = await this.awaitWait(ref, { ...callOpts, waitMs: Math.min(remaining, AWAIT_SLICE_MS) });
+      wait = r.wait!;
+    }
+    return wait;
   }
 
   // ---- IdempotencyService ----

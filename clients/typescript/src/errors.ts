@@ -5,6 +5,7 @@ import {
   BadRequestSchema,
   ErrorInfoSchema,
 } from "./gen/google/rpc/error_details_pb.js";
+import { WaitSettledSchema, type Wait } from "./gen/stepwell/v1/waits_pb.js";
 
 /** The ErrorInfo domain of stepwell's errors. */
 export const ERROR_DOMAIN = "stepwell.dev";
@@ -132,6 +133,55 @@ export class PermissionDenied extends StepwellError {}
 export class Unavailable extends StepwellError {}
 /** once(): the operation is recorded as FAILED (a permanent Release). */
 export class OperationFailed extends StepwellError {}
+/** NOT_FOUND / WAIT_NOT_FOUND: Await or GetWait of a wait nobody created. */
+export class WaitNotFound extends StepwellError {}
+/**
+ * RESOURCE_EXHAUSTED / WAITS_PER_TURN: the turn holds --waits-per-turn-max
+ * waits already; nothing was stored. Never retried: only deleting the turn
+ * frees room.
+ */
+export class WaitsPerTurnExceeded extends StepwellError {}
+
+/**
+ * What the wait errors carry beyond a StepwellError's fields: the wait as the
+ * sidecar last reported it.
+ */
+export type WaitErrorInit = ConstructorParameters<typeof StepwellError>[1] & { wait: Wait };
+
+/** A wait that ended otherwise than the caller waited for; `wait` is how it ended (or stands). */
+export class WaitError extends StepwellError {
+  readonly wait: Wait;
+  constructor(message: string, init: WaitErrorInit) {
+    super(message, init);
+    this.wait = init.wait;
+  }
+}
+
+/**
+ * ALREADY_EXISTS / WAIT_SETTLED: a Signal (or CancelWait) of a wait that
+ * another call settled first, otherwise. `wait` is the winner: its status,
+ * payload, content type and who settled it. The sidecar leaves a payload
+ * over 4 KiB out of the error; the client's methods then read it with
+ * GetWait, so `wait.payload` is always the winner's (`payloadOmitted` is
+ * true only on an error from `raw`, decoded by toStepwellError).
+ */
+export class WaitSettled extends WaitError {
+  readonly payloadOmitted: boolean;
+  constructor(message: string, init: WaitErrorInit & { payloadOmitted?: boolean }) {
+    super(message, init);
+    this.payloadOmitted = init.payloadOmitted ?? false;
+  }
+}
+/** waitForSignal(): the wait was settled EXPIRED at its expire_at, with no signal. */
+export class WaitExpired extends WaitError {}
+/** waitForSignal() or sleepUntil(): the wait was cancelled (CancelWait). */
+export class WaitCancelled extends WaitError {}
+/**
+ * waitForSignal(): its `timeoutMs` passed with the wait still pending. The
+ * wait stays as it is, so a later call (after a restart, say) finds it, and
+ * any signal that came meanwhile.
+ */
+export class WaitTimeout extends WaitError {}
 
 type ErrorClass = new (
   message: string,
@@ -149,6 +199,8 @@ const BY_REASON: Record<string, ErrorClass> = {
   OVERLOADED: Overloaded,
   MESSAGE_TOO_LARGE: MessageTooLarge,
   STORE_FULL: StoreFull,
+  WAIT_NOT_FOUND: WaitNotFound,
+  WAITS_PER_TURN: WaitsPerTurnExceeded,
   UNAUTHENTICATED: Unauthenticated,
   PERMISSION_DENIED: PermissionDenied,
 };
@@ -185,18 +237,23 @@ export function toStepwellError(err: unknown): StepwellError {
   } catch {
     // undecodable details: keep code and message
   }
+  const init = { grpcCode: ce.code, reason, domain, fieldViolations, metadata, cause: err };
+  const settled = reason === "WAIT_SETTLED" ? waitSettledDetail(ce) : undefined;
+  if (settled?.wait) return new WaitSettled(ce.rawMessage || ce.message, { ...init, wait: settled.wait, payloadOmitted: settled.payloadOmitted });
   const cls =
     (domain === ERROR_DOMAIN || domain === "" ? BY_REASON[reason] : undefined) ??
     BY_CODE[ce.code] ??
     StepwellError;
-  return new cls(ce.rawMessage || ce.message, {
-    grpcCode: ce.code,
-    reason,
-    domain,
-    fieldViolations,
-    metadata,
-    cause: err,
-  });
+  return new cls(ce.rawMessage || ce.message, init);
+}
+
+/** The stepwell.v1.WaitSettled packed in a WAIT_SETTLED status's details, if it decodes. */
+function waitSettledDetail(ce: ConnectError) {
+  try {
+    return ce.findDetails(WaitSettledSchema)[0];
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -242,12 +299,14 @@ export function isConnectionLoss(err: ConnectError, callerAborted: boolean): boo
 
 /**
  * Whether a failed call is worth resending unchanged: UNAVAILABLE always;
- * RESOURCE_EXHAUSTED when its reason is OVERLOADED or when it carries no
- * ErrorInfo at all (e.g. from a proxy in between). MESSAGE_TOO_LARGE and
- * STORE_FULL cannot succeed on a retry, nor can any other code.
+ * RESOURCE_EXHAUSTED when its reason is OVERLOADED, or AWAITS (every Await
+ * slot of the sidecar is taken, until some wait settles or times out), or
+ * when it carries no ErrorInfo at all (e.g. from a proxy in between).
+ * MESSAGE_TOO_LARGE, STORE_FULL and WAITS_PER_TURN cannot succeed on a
+ * retry, nor can any other code.
  */
 export function isRetryable(err: StepwellError): boolean {
   if (err.grpcCode === Code.Unavailable) return true;
-  if (err.grpcCode === Code.ResourceExhausted) return err.reason === "OVERLOADED" || err.reason === "";
+  if (err.grpcCode === Code.ResourceExhausted) return err.reason === "OVERLOADED" || err.reason === "AWAITS" || err.reason === "";
   return false;
 }

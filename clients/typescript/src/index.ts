@@ -8,3 +8,7 @@ export * as idempotencyPb from "./gen/stepwell/v1/idempotency_pb.js";
 export { BeginOutcome, RecordState } from "./gen/stepwell/v1/idempotency_pb.js";
 export { TurnStatus } from "./gen/stepwell/v1/checkpoint_pb.js";
 export type { Checkpoint, TurnSummary } from "./gen/stepwell/v1/checkpoint_pb.js";
+export * from "./waits.js";
+export * as waitsPb from "./gen/stepwell/v1/waits_pb.js";
+export { WaitStatus } from "./gen/stepwell/v1/waits_pb.js";
+export type { Wait } from "./gen/stepwell/v1/waits_pb.js";

@@ -1,7 +1,8 @@
-// RESOURCE_EXHAUSTED and its three reasons: which error class each becomes
-// and which of them the client retries. OVERLOADED (and a RESOURCE_EXHAUSTED
-// without ErrorInfo) is retried with backoff; MESSAGE_TOO_LARGE and
-// STORE_FULL are thrown after one attempt. The oversized message goes to the
+// RESOURCE_EXHAUSTED and its reasons: which error class each becomes and
+// which of them the client retries. OVERLOADED, AWAITS (and a
+// RESOURCE_EXHAUSTED without ErrorInfo) are retried with backoff;
+// MESSAGE_TOO_LARGE, STORE_FULL and WAITS_PER_TURN are thrown after one
+// attempt. The oversized message goes to the
 // real sidecar; the other statuses are built here and thrown by an
 // interceptor in place of the RPC, so the client's own retry loop decides.
 import { after, before, describe, it } from "node:test";
@@ -14,6 +15,7 @@ import {
   StepwellError,
   StoreFull,
   Unavailable,
+  WaitsPerTurnExceeded,
   isRetryable,
   toStepwellError,
 } from "../src/index.js";
@@ -66,8 +68,11 @@ describe("RESOURCE_EXHAUSTED reasons", () => {
     assert.ok(full instanceof StoreFull);
     assert.equal(full.reason, "STORE_FULL");
     assert.ok(toStepwellError(constructed(Code.ResourceExhausted, "OVERLOADED")) instanceof Overloaded);
-    // Neither new reason is an Overloaded: code that retries Overloaded must not see them.
-    assert.ok(!(tooLarge instanceof Overloaded) && !(full instanceof Overloaded));
+    assert.equal(toStepwellError(constructed(Code.ResourceExhausted, "AWAITS")).constructor, Overloaded);
+    const perTurn = toStepwellError(constructed(Code.ResourceExhausted, "WAITS_PER_TURN"));
+    assert.ok(perTurn instanceof WaitsPerTurnExceeded);
+    // None of these reasons is an Overloaded: code that retries Overloaded must not see them.
+    assert.ok(!(tooLarge instanceof Overloaded) && !(full instanceof Overloaded) && !(perTurn instanceof Overloaded));
 
     for (const reason of ["SOMETHING_NEW", undefined]) {
       const e = toStepwellError(constructed(Code.ResourceExhausted, reason));
@@ -75,12 +80,14 @@ describe("RESOURCE_EXHAUSTED reasons", () => {
     }
   });
 
-  it("decide the retry: OVERLOADED or no ErrorInfo yes, MESSAGE_TOO_LARGE and STORE_FULL no", () => {
+  it("decide the retry: OVERLOADED, AWAITS or no ErrorInfo yes, MESSAGE_TOO_LARGE, STORE_FULL and WAITS_PER_TURN no", () => {
     const cases: [string | undefined, boolean][] = [
       ["OVERLOADED", true],
+      ["AWAITS", true],
       [undefined, true],
       ["MESSAGE_TOO_LARGE", false],
       ["STORE_FULL", false],
+      ["WAITS_PER_TURN", false],
       ["SOMETHING_NEW", false],
     ];
     for (const [reason, retried] of cases) {
@@ -99,6 +106,8 @@ describe("RESOURCE_EXHAUSTED reasons", () => {
     [undefined, Overloaded, 5],
     ["MESSAGE_TOO_LARGE", MessageTooLarge, 1],
     ["STORE_FULL", StoreFull, 1],
+    ["AWAITS", Overloaded, 5],
+    ["WAITS_PER_TURN", WaitsPerTurnExceeded, 1],
   ];
   /** A client allowing 5 attempts with tiny backoffs, each attempt counted by `counter`. */
   const countedClient = (counter: ReturnType<typeof counting>, prefix: string) =>

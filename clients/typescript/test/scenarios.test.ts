@@ -3,19 +3,24 @@
 // retries), adapter steps through one StepwellDurableExecutor per worker
 // (timestamps from the worker's clock, stored as given, so loads and
 // histories follow those timestamps), and sidecar steps (stop / start /
-// restart) against a sidecar of the scenario's own.
+// restart) against a sidecar of the scenario's own, and worker steps (worker
+// processes, a signal through another language's worker, the effects they
+// ran) through scenario-procs.ts.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fromJson, toJson, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
 import { CheckpointService } from "../src/gen/stepwell/v1/checkpoint_pb.js";
 import { IdempotencyService } from "../src/gen/stepwell/v1/idempotency_pb.js";
+import { WaitService } from "../src/gen/stepwell/v1/waits_pb.js";
 import { StepwellClient, StepwellDurableExecutor, toStepwellError, toTimestamp } from "../src/index.js";
 import { SCENARIOS_DIR, freshNamespace, startSidecar, type Sidecar } from "./sidecar.js";
+import { ScenarioProcs, isProcStep, type ProcStep } from "./scenario-procs.js";
 
 type Json = JsonValue;
-interface Step {
+interface Step extends Omit<ProcStep, "expect"> {
   call?: string;
   request?: Record<string, Json>;
   expect?: Json;
@@ -26,9 +31,7 @@ interface Step {
   timeoutMs?: number;
   // adapter steps
   adapter?: "save" | "load" | "history";
-  worker?: string;
   clock?: string;
-  run?: string;
   step?: string;
   state?: Json;
   // sidecar steps
@@ -57,7 +60,7 @@ function requestJson(call: string, request: Record<string, Json>, ns: string, sa
   if ("namespace" in request) r.namespace = String(request.namespace).replaceAll("$ns", ns);
   else r.namespace = ns;
   if (call === "Checkpoint" && "state" in r) r.state = b64(JSON.stringify(r.state));
-  for (const f of ["result", "fingerprint"]) if (typeof r[f] === "string") r[f] = b64(r[f] as string);
+  for (const f of ["result", "fingerprint", "payload"]) if (typeof r[f] === "string") r[f] = b64(r[f] as string);
   return r;
 }
 
@@ -72,6 +75,13 @@ function responseJson(call: string, json: Json): Json {
   if (Array.isArray(r.checkpoints)) r.checkpoints = r.checkpoints.map(fixCheckpoint);
   if ((call === "Begin" || call === "Get") && typeof r.result === "string") r.result = unb64(r.result);
   if (call === "Get" && typeof r.fingerprint === "string") r.fingerprint = unb64(r.fingerprint);
+  const fixWait = (w: Json): Json => {
+    const o = { ...(w as Record<string, Json>) };
+    if (typeof o.payload === "string") o.payload = unb64(o.payload);
+    return o;
+  };
+  if (r.wait) r.wait = fixWait(r.wait);
+  if (Array.isArray(r.waits)) r.waits = r.waits.map(fixWait);
   return r;
 }
 
@@ -107,7 +117,7 @@ function mismatch(expected: Json, actual: Json | undefined, path = "$"): string 
   return expected === actual ? "" : `${path}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`;
 }
 
-const services = [CheckpointService, IdempotencyService] as const;
+const services = [CheckpointService, IdempotencyService, WaitService] as const;
 function findMethod(call: string) {
   for (const s of services) {
     const m = s.methods.find((x) => x.name === call);
@@ -118,7 +128,7 @@ function findMethod(call: string) {
 
 async function invoke(client: StepwellClient, call: string, req: Json): Promise<Json> {
   const { service, method } = findMethod(call);
-  const raw = (service === CheckpointService ? client.raw.checkpoints : client.raw.idempotency) as unknown as Record<
+  const raw = (service === CheckpointService ? client.raw.checkpoints : service === WaitService ? client.raw.waits : client.raw.idempotency) as unknown as Record<
     string,
     (r: unknown, o: { timeoutMs: number }) => Promise<unknown>
   >;
@@ -249,6 +259,10 @@ async function invokeStep(client: StepwellClient, step: Step, req: Json, where: 
 async function runScenario(file: string, scenario: Scenario, sidecar: Sidecar, client: StepwellClient): Promise<void> {
   const ns = freshNamespace(`sc-${scenario.name}`);
   const saved: Record<string, Json> = {};
+  ScenarioProcs.checkPeer(scenario.steps, file);
+  // One effects file per scenario run, shared by its workers.
+  const effectsDir = mkdtempSync(join(tmpdir(), "stepwell-ts-effects-"));
+  const procs = new ScenarioProcs(sidecar.target, ns, join(effectsDir, "effects"));
   // Every worker's client and adapter, made once before the first step.
   const workers = new Map<string, Worker>();
   const adapters: Adapters = { workers, saves: new Map(), adapterStamps: scenario.adapterStamps === true };
@@ -260,7 +274,11 @@ async function runScenario(file: string, scenario: Scenario, sidecar: Sidecar, c
   }
   try {
     for (const [i, step] of scenario.steps.entries()) {
-      const where = `${file} step ${i} (${step.call ?? (step.adapter ? `adapter ${step.adapter} by ${step.worker}` : `sidecar ${step.sidecar}`)})`;
+      const where = `${file} step ${i} (${step.call ?? (step.adapter ? `adapter ${step.adapter} by ${step.worker}` : step.sidecar ? `sidecar ${step.sidecar}` : `worker step ${JSON.stringify(step)}`)})`;
+      if (isProcStep(step as ProcStep)) {
+        await procs.step(step as ProcStep, where);
+        continue;
+      }
       if (step.sidecar !== undefined) {
         await sidecarStep(step, sidecar, where);
         continue;
@@ -312,6 +330,8 @@ async function runScenario(file: string, scenario: Scenario, sidecar: Sidecar, c
     }
   } finally {
     for (const w of workers.values()) w.client.close();
+    await procs.close();
+    rmSync(effectsDir, { recursive: true, force: true });
   }
 }
 
@@ -336,10 +356,12 @@ describe("scenarios", () => {
   for (const file of scenarioFiles) {
     const scenario = JSON.parse(readFileSync(join(SCENARIOS_DIR, file), "utf8")) as Scenario;
     const ownSidecar = scenario.steps.some((s) => s.sidecar !== undefined);
+    // Worker processes, this language's and a peer's, are given a target and nothing else: their sidecar is plaintext, without auth.
+    const workers = scenario.steps.some((s) => isProcStep(s as ProcStep));
     it(`${scenario.name}: ${scenario.description}`, async () => {
-      if (!ownSidecar) return runScenario(file, scenario, sidecar, client);
-      // Sidecar steps: a sidecar of the scenario's own (fresh SQLite file, free port), and a client made once.
-      const own = await startSidecar();
+      if (!ownSidecar && !workers) return runScenario(file, scenario, sidecar, client);
+      // Sidecar or worker steps: a sidecar of the scenario's own (fresh SQLite file, free port), and a client made once.
+      const own = await startSidecar(workers ? { security: undefined } : {});
       const ownClient = new StepwellClient({ target: own.target, ...own.connect });
       try {
         await runScenario(file, scenario, own, ownClient);
