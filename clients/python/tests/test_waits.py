@@ -240,14 +240,19 @@ def test_the_namespace_option_names_another_namespace(client: Client) -> None:
 def test_a_wait_outlives_a_restart_of_its_sidecar(tmp_path: Path) -> None:
     own = Sidecar(f"127.0.0.1:{free_port()}", tmp_path, security_from_env())
     try:
-        # Retries enough to ride over a restart on a busy machine.
+        # The waiter has the default retry policy, which gives up on one call
+        # within about a second: wait_for_signal itself waits through the
+        # restart. The signaller retries enough to reach the restarted sidecar.
         patient = RetryPolicy(max_attempts=200, initial_backoff=0.05, max_backoff=0.5)
-        with Client(own.target, namespace=fresh_namespace(), retry=patient, **own.connect) as client:
+        ns = fresh_namespace()
+        with Client(own.target, namespace=ns, **own.connect) as client, Client(
+            own.target, namespace=ns, retry=patient, **own.connect
+        ) as signaller:
             waiter = Background(lambda: client.wait_for_signal("t", "approve"))
             poll_until(lambda: pending(client, "t", "approve"), "the waiter's wait pending")
             own.kill()
             own.start()
-            assert client.signal("t", "approve", b"yes") is True
+            assert signaller.signal("t", "approve", b"yes") is True
             assert waiter.join() == b"yes"
     finally:
         own.stop()

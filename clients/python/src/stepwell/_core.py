@@ -52,6 +52,7 @@ from .errors import (
     OnceTimeout,
     OperationFailed,
     StepwellError,
+    Unavailable,
     WaitCancelled,
     WaitError,
     WaitExpired,
@@ -599,9 +600,10 @@ def sleep_until(cl: Conf, turn_id: str, name: str, when: TimestampLike, namespac
 def _until_settled(
     cl: Conf, w: wp.Wait, namespace: str, deadline: Optional[float], timeout: Optional[float]
 ) -> Op[wp.Wait]:
-    """Awaits ``w`` in bounded long polls, each retried as every call is;
-    returns it RESOLVED or raises WaitExpired, WaitCancelled, or WaitTimeout
+    """Awaits ``w`` in bounded long polls, each retried as every call is,
+    and again after UNAVAILABLE until ``deadline``; returns it RESOLVED or raises WaitExpired, WaitCancelled, or WaitTimeout
     at ``deadline`` (a time.monotonic(); None waits for ever)."""
+    down = 0
     while w.status == wp.WAIT_STATUS_PENDING:
         remaining = AWAIT_POLL_MAX if deadline is None else deadline - time.monotonic()
         if remaining <= 0:
@@ -609,7 +611,16 @@ def _until_settled(
                 WaitTimeout, grpc.StatusCode.DEADLINE_EXCEEDED, w, f"still pending after {timeout}s"
             )
         poll = max(min(remaining, AWAIT_POLL_MAX), _AWAIT_POLL_MIN)
-        resp = yield from await_wait(cl, w.turn_id, w.name, await_timeout=poll, namespace=namespace)
+        try:
+            resp = yield from await_wait(cl, w.turn_id, w.name, await_timeout=poll, namespace=namespace)
+        except Unavailable:
+            # The wait is in the store, not in the sidecar: a run waits
+            # through a sidecar that is down or restarting for as long as its
+            # own timeout allows, not only as long as one call's retries do.
+            down += 1
+            yield Sleep(min(cl.retry.backoff(down), max(remaining, 0.0)))
+            continue
+        down = 0
         w = resp.wait
     if w.status == wp.WAIT_STATUS_EXPIRED:
         raise _wait_error(WaitExpired, grpc.StatusCode.FAILED_PRECONDITION, w, "expired")
