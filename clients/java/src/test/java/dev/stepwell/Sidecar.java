@@ -103,6 +103,14 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
         "127.0.0.1:" + freePort(), Files.createTempDirectory("stepwell-java-"), secure());
   }
 
+  /**
+   * As {@link #own()}, but plaintext without auth in every pass: for scenarios whose worker
+   * programs, in any language, take only an address.
+   */
+  static Sidecar ownPlaintext() throws IOException {
+    return new Sidecar("127.0.0.1:" + freePort(), Files.createTempDirectory("stepwell-java-"), false);
+  }
+
   /** Kills the sidecar with SIGKILL, as a crash or the OOM killer would, and waits for its exit. */
   void kill() throws InterruptedException {
     process.destroyForcibly(); // SIGKILL on Unix
