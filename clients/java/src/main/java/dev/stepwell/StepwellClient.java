@@ -715,7 +715,8 @@ public final class StepwellClient implements AutoCloseable {
    * Creates the wait if needed (CreateWait is idempotent, so a run resumed on another worker finds
    * the wait, and any signal that came meanwhile), then Awaits it in bounded long polls (each at
    * most {@link #AWAIT_POLL_MAX} and the time left), each retried on UNAVAILABLE as every call is
-   * ({@link #withRetry}), since the sidecar may restart under a waiting run. Throws {@link
+   * ({@link #withRetry}), and beyond those retries asked again while the timeout allows, since the
+   * sidecar may restart under a waiting run. Throws {@link
    * WaitExpiredException} or {@link WaitCancelledException} when the wait was settled so, and
    * {@link WaitTimeoutException}, the wait still pending, when {@code timeout} (null: none)
    * passes first.
@@ -763,15 +764,38 @@ public final class StepwellClient implements AutoCloseable {
         }
         if (left.compareTo(poll) < 0) poll = left;
       }
-      AwaitRequest r =
-          AwaitRequest.newBuilder()
-              .setTurnId(w.getTurnId())
-              .setName(w.getName())
-              .setTimeout(duration(poll))
-              .build();
-      w = await(r).getWait();
+      w = awaitOnce(w, poll);
     }
     return w;
+  }
+
+  /**
+   * One Await of {@code w}, at most {@code poll}. A sidecar that stays unreachable beyond the
+   * call's own retries (a restart, a deploy) is waited out, the policy's longest backoff (at most
+   * {@code poll}) at a time, and {@code w} returned unchanged: a run that waits for hours must not
+   * fail for a restart under it, and its timeout still bounds it. A policy that does not retry
+   * UNAVAILABLE ({@link RetryPolicy#NONE}) throws at once.
+   */
+  private Wait awaitOnce(Wait w, Duration poll) {
+    AwaitRequest r =
+        AwaitRequest.newBuilder()
+            .setTurnId(w.getTurnId())
+            .setName(w.getName())
+            .setTimeout(duration(poll))
+            .build();
+    try {
+      return await(r).getWait();
+    } catch (UnavailableException e) {
+      if (!retry.shouldRetry(e, 1)) throw e;
+      Duration pause = retry.backoff(64);
+      try {
+        Thread.sleep(Math.max(1, Math.min(pause.toMillis(), poll.toMillis())));
+      } catch (InterruptedException ie) {
+        Thread.currentThread().interrupt();
+        throw e;
+      }
+      return w;
+    }
   }
 
   /** The payload of a RESOLVED wait; the typed error of one settled otherwise. */

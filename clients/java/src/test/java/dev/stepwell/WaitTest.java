@@ -13,6 +13,7 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutionException;
@@ -102,6 +103,33 @@ class WaitTest {
     assertEquals(WaitStatus.WAIT_STATUS_PENDING, awaitCreated("t", "approve").getStatus());
     assertTrue(c.signal("t", "approve", bytes("yes")));
     assertEquals("yes", text(waiting.get(BOUND_S, TimeUnit.SECONDS)));
+  }
+
+  @Test
+  void aWaitingRunOutlivesASidecarRestart() throws Exception {
+    Sidecar own = Sidecar.own();
+    // Retries that run out within milliseconds, long before the sidecar is back: the wait must
+    // outlast the restart by asking again, not by the luck of a call's own retries.
+    RetryPolicy brief =
+        new RetryPolicy(
+            2, Duration.ofMillis(1), Duration.ofMillis(1), 1.0, 0.0, Set.of(Status.Code.UNAVAILABLE));
+    try (StepwellClient client = own.builder().build();
+        StepwellClient other = own.builder().build()) {
+      StepwellClient worker = client.withNamespace("restart").withRetry(brief);
+      StepwellClient person = other.withNamespace("restart");
+      Future<byte[]> waiting = run(() -> worker.waitForSignal("t", "approve"));
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(BOUND_S);
+      while (person.listWaits("t", WaitStatus.WAIT_STATUS_PENDING).isEmpty()) {
+        assertTrue(System.nanoTime() < deadline, "the run never created its wait");
+        Thread.sleep(20);
+      }
+      own.kill();
+      own.startAgain();
+      assertTrue(person.withRetry(RetryPolicy.DEFAULT).signal("t", "approve", bytes("yes")));
+      assertEquals("yes", text(waiting.get(BOUND_S, TimeUnit.SECONDS)));
+    } finally {
+      own.close();
+    }
   }
 
   @Test
