@@ -91,7 +91,7 @@ class ScenarioTest {
     List<String> workerNames = new java.util.ArrayList<>();
     for (JsonNode step : scenario.get("steps")) {
       if (step.has("sidecar")) sidecarSteps = true;
-      if (step.has("signal") || (step.has("worker") && !step.has("adapter"))) processSteps = true;
+      if (isProcessStep(step) && !step.has("effects")) processSteps = true;
       if (step.has("adapter") && !workerNames.contains(step.get("worker").asText())) {
         workerNames.add(step.get("worker").asText());
       }
@@ -111,7 +111,7 @@ class ScenarioTest {
       int i = 0;
       for (JsonNode step : scenario.get("steps")) {
         i++;
-        if (step.has("signal") || step.has("effects") || (step.has("worker") && !step.has("adapter"))) {
+        if (isProcessStep(step)) {
           String where = name + " step " + i;
           String target = sidecar == null ? Sidecar.target() : sidecar.target;
           processStep(step, new Scene(target, ns, effects, processes), where);
@@ -127,16 +127,7 @@ class ScenarioTest {
                   });
           adapterStep(w, step, where);
         } else if (step.has("sidecar")) {
-          String what = step.get("sidecar").asText();
-          switch (what) {
-            case "stop" -> sidecar.kill();
-            case "start" -> sidecar.startAgain();
-            case "restart" -> {
-              sidecar.kill();
-              sidecar.startAgain();
-            }
-            default -> fail(name + " step " + i + ": unknown sidecar step " + what);
-          }
+          sidecarStep(sidecar, step.get("sidecar").asText(), name + " step " + i);
         } else {
           String where = name + " step " + i + " (" + step.get("call").asText() + ")";
           runStep(raw, step, ns, saved, where);
@@ -343,6 +334,24 @@ class ScenarioTest {
       }
       return "stdout " + lines + ", stderr:\n" + err;
     }
+  }
+
+  /** A sidecar step: stop (SIGKILL), start, or restart the scenario's own sidecar. */
+  private static void sidecarStep(Sidecar sidecar, String what, String where) throws Exception {
+    switch (what) {
+      case "stop" -> sidecar.kill();
+      case "start" -> sidecar.startAgain();
+      case "restart" -> {
+        sidecar.kill();
+        sidecar.startAgain();
+      }
+      default -> fail(where + ": unknown sidecar step " + what);
+    }
+  }
+
+  /** Whether a step is a worker process's, the peer's, or the effects check. */
+  private static boolean isProcessStep(JsonNode step) {
+    return step.has("signal") || step.has("effects") || (step.has("worker") && !step.has("adapter"));
   }
 
   /** An adapter step: sets the worker's clock if given, then save, load or history. */
