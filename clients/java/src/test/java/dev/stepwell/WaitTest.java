@@ -259,8 +259,9 @@ class WaitTest {
     Wait w = c.createWait(CreateWaitRequest.newBuilder().setTurnId("t").build()).getWait();
     assertFalse(w.getName().isEmpty(), "the sidecar names an unnamed wait");
     assertFalse(w.getHandle().isEmpty());
-    // Whoever holds the handle needs neither the turn nor the namespace.
-    assertTrue(root.signalHandle(w.getHandle(), bytes("ok")));
+    // Whoever holds the handle needs neither the turn nor the namespace: a client of another
+    // namespace, or of none, signals it.
+    assertTrue(root.withNamespace("elsewhere").signalHandle(w.getHandle(), bytes("ok")));
     assertFalse(root.signalHandle(w.getHandle(), bytes("ok")));
     assertEquals("ok", text(c.waitForSignal("t", w.getName(), Duration.ofSeconds(BOUND_S))));
   }
