@@ -133,6 +133,26 @@ class WaitTest {
   }
 
   @Test
+  void aTurnFullOfWaitsRefusesANewOne() throws Exception {
+    Sidecar own = Sidecar.own("--waits-per-turn-max", "2");
+    try (StepwellClient client = own.builder().build()) {
+      StepwellClient full = client.withNamespace("full");
+      full.createWait("t", "a");
+      full.signal("t", "b");
+      WaitsPerTurnException e =
+          assertThrows(WaitsPerTurnException.class, () -> full.createWait("t", "c"));
+      assertEquals(Status.Code.RESOURCE_EXHAUSTED, e.code());
+      assertEquals("WAITS_PER_TURN", e.reason());
+      assertThrows(WaitsPerTurnException.class, () -> full.signal("t", "c"));
+      // The turn's own waits are still there, and another turn has room.
+      assertEquals(WaitStatus.WAIT_STATUS_PENDING, full.createWait("t", "a").getStatus());
+      full.createWait("u", "c");
+    } finally {
+      own.close();
+    }
+  }
+
+  @Test
   void repeatingTheWinningSignalIsFalse() {
     assertTrue(c.signal("t", "approve", bytes("yes")));
     assertFalse(c.signal("t", "approve", bytes("yes")));
