@@ -76,6 +76,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Function;
 import java.util.function.Supplier;
 
@@ -115,7 +116,8 @@ public final class StepwellClient implements AutoCloseable {
       ScheduledExecutorService heartbeats,
       CheckpointServiceBlockingStub checkpoints,
       IdempotencyServiceBlockingStub idempotency,
-      WaitServiceBlockingStub waits) {}
+      WaitServiceBlockingStub waits,
+      AtomicBoolean awaitTimeoutRefused) {}
 
   private StepwellClient(
       Shared shared, String namespace, Duration deadline, RetryPolicy retry, boolean owner) {
@@ -297,7 +299,11 @@ public final class StepwellClient implements AutoCloseable {
       idempotency = idempotency.withCallCredentials(token);
       waits = waits.withCallCredentials(token);
     }
-    Shared s = new Shared(channel, group, heartbeats, checkpoints, idempotency, waits);
+    // Set once the sidecar refuses an Await's timeout as beyond its longest: see awaitPoll.
+    AtomicBoolean awaitTimeoutRefused = new AtomicBoolean();
+    Shared s =
+        new Shared(
+            channel, group, heartbeats, checkpoints, idempotency, waits, awaitTimeoutRefused);
     return new StepwellClient(s, "", DEFAULT_DEADLINE, RetryPolicy.DEFAULT, true);
   }
 
@@ -561,7 +567,7 @@ public final class StepwellClient implements AutoCloseable {
    */
   public static final Duration AWAIT_POLL_MAX = Duration.ofSeconds(60);
 
-  /** CreateWait RPC: creates the wait, or returns the one that exists (the first creation stands). */
+  /** CreateWait RPC: creates the wait, or returns the one that exists (the first one stands). */
   public CreateWaitResponse createWait(CreateWaitRequest request) {
     CreateWaitRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
     return call(d -> wp(d).createWait(r));
@@ -777,14 +783,8 @@ public final class StepwellClient implements AutoCloseable {
    * UNAVAILABLE ({@link RetryPolicy#NONE}) throws at once.
    */
   private Wait awaitOnce(Wait w, Duration poll) {
-    AwaitRequest r =
-        AwaitRequest.newBuilder()
-            .setTurnId(w.getTurnId())
-            .setName(w.getName())
-            .setTimeout(duration(poll))
-            .build();
     try {
-      return await(r).getWait();
+      return awaitPoll(w, poll);
     } catch (UnavailableException e) {
       if (!retry.shouldRetry(e, 1)) throw e;
       Duration pause = retry.backoff(64);
@@ -795,6 +795,37 @@ public final class StepwellClient implements AutoCloseable {
         throw e;
       }
       return w;
+    }
+  }
+
+  /**
+   * One Await of {@code w} asking for {@code poll}. A sidecar whose longest Await ({@code
+   * --await-timeout-max-ms}) is shorter refuses that (INVALID_ARGUMENT on {@code timeout}); from
+   * then on this client's Awaits ask for no timeout, so that the sidecar waits its own longest,
+   * and a poll that the caller's time left makes shorter than {@link #AWAIT_POLL_MAX} ends by
+   * the call's deadline instead, {@code w} returned unchanged.
+   */
+  private Wait awaitPoll(Wait w, Duration poll) {
+    AwaitRequest.Builder b =
+        AwaitRequest.newBuilder()
+            .setNamespace(namespace)
+            .setTurnId(w.getTurnId())
+            .setName(w.getName());
+    if (!shared.awaitTimeoutRefused.get()) {
+      try {
+        return await(b.setTimeout(duration(poll)).build()).getWait();
+      } catch (InvalidArgumentException e) {
+        if (!e.field().equals("timeout")) throw e;
+        shared.awaitTimeoutRefused.set(true);
+      }
+    }
+    AwaitRequest r = b.clearTimeout().build();
+    boolean cut = poll.compareTo(AWAIT_POLL_MAX) < 0;
+    try {
+      return call(cut ? poll : deadline.plus(poll), d -> wp(d).await(r)).getWait();
+    } catch (StepwellException e) {
+      if (cut && e.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED) return w;
+      throw e;
     }
   }
 

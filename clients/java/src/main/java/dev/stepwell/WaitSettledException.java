@@ -37,6 +37,7 @@ public class WaitSettledException extends WaitException {
   /** This failure with the winner read in full. */
   WaitSettledException withWait(Wait full) {
     return new WaitSettledException(
-        code(), statusMessage(), reason(), field(), metadata(), violations(), getCause(), full, false);
+        code(), statusMessage(), reason(), field(), metadata(), violations(), getCause(), full,
+        false);
   }
 }

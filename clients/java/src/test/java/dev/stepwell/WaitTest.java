@@ -11,6 +11,7 @@ import io.grpc.Status;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.Instant;
+import java.time.temporal.ChronoUnit;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Set;
@@ -153,6 +154,28 @@ class WaitTest {
   }
 
   @Test
+  void aSidecarWhoseAwaitsAreShorterThanThePollIsAskedAgain() throws Exception {
+    // The sidecar answers an Await that asks for more than its longest with the wait pending at
+    // its longest; the run then asks again, until its own timeout.
+    Sidecar own = Sidecar.own("--await-timeout-max-ms", "200");
+    try (StepwellClient client = own.builder().build()) {
+      StepwellClient c2 = client.withNamespace("short");
+      assertThrows(
+          WaitTimeoutException.class, () -> c2.waitForSignal("t", "approve", Duration.ofSeconds(2)));
+      Future<byte[]> waiting = run(() -> c2.waitForSignal("t", "approve"));
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(BOUND_S);
+      while (c2.listWaits("t", WaitStatus.WAIT_STATUS_PENDING).isEmpty()) {
+        assertTrue(System.nanoTime() < deadline, "the run never created its wait");
+        Thread.sleep(20);
+      }
+      assertTrue(c2.signal("t", "approve", bytes("yes")));
+      assertEquals("yes", text(waiting.get(BOUND_S, TimeUnit.SECONDS)));
+    } finally {
+      own.close();
+    }
+  }
+
+  @Test
   void repeatingTheWinningSignalIsFalse() {
     assertTrue(c.signal("t", "approve", bytes("yes")));
     assertFalse(c.signal("t", "approve", bytes("yes")));
@@ -247,7 +270,8 @@ class WaitTest {
 
   @Test
   void aSleepUntilAShortTimeAheadWakesOnItsTimer() throws Exception {
-    Instant when = Instant.now().plusSeconds(1);
+    // Whole microseconds, which every store keeps.
+    Instant when = Instant.now().plusSeconds(1).truncatedTo(ChronoUnit.MICROS);
     run(() -> sleep("t", "nap", when)).get(BOUND_S, TimeUnit.SECONDS);
     Wait w = c.getWait("t", "nap");
     assertEquals(WaitStatus.WAIT_STATUS_RESOLVED, w.getStatus());
