@@ -6,6 +6,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.SerializationFeature;
 import com.google.protobuf.ByteString;
 import com.google.protobuf.Timestamp;
+import dev.stepwell.v1.AwaitRequest;
+import dev.stepwell.v1.AwaitResponse;
 import dev.stepwell.v1.BeginOutcome;
 import dev.stepwell.v1.BeginRequest;
 import dev.stepwell.v1.BeginResponse;
@@ -14,24 +16,38 @@ import dev.stepwell.v1.CheckpointRequest;
 import dev.stepwell.v1.CheckpointResponse;
 import dev.stepwell.v1.CheckpointServiceGrpc.CheckpointServiceBlockingStub;
 import dev.stepwell.v1.CheckpointServiceGrpc;
+import dev.stepwell.v1.CancelWaitRequest;
+import dev.stepwell.v1.CancelWaitResponse;
 import dev.stepwell.v1.CompleteRequest;
 import dev.stepwell.v1.CompleteResponse;
+import dev.stepwell.v1.CreateWaitRequest;
+import dev.stepwell.v1.CreateWaitResponse;
 import dev.stepwell.v1.DeleteTurnRequest;
 import dev.stepwell.v1.DeleteTurnResponse;
 import dev.stepwell.v1.ExtendRequest;
 import dev.stepwell.v1.ExtendResponse;
 import dev.stepwell.v1.GetRequest;
 import dev.stepwell.v1.GetResponse;
+import dev.stepwell.v1.GetWaitRequest;
+import dev.stepwell.v1.GetWaitResponse;
 import dev.stepwell.v1.IdempotencyServiceGrpc.IdempotencyServiceBlockingStub;
 import dev.stepwell.v1.IdempotencyServiceGrpc;
 import dev.stepwell.v1.ListTurnsRequest;
 import dev.stepwell.v1.ListTurnsResponse;
+import dev.stepwell.v1.ListWaitsRequest;
+import dev.stepwell.v1.ListWaitsResponse;
 import dev.stepwell.v1.ReleaseRequest;
 import dev.stepwell.v1.ReleaseResponse;
 import dev.stepwell.v1.RestoreRequest;
 import dev.stepwell.v1.RestoreResponse;
+import dev.stepwell.v1.SignalRequest;
+import dev.stepwell.v1.SignalResponse;
 import dev.stepwell.v1.TurnStatus;
 import dev.stepwell.v1.TurnSummary;
+import dev.stepwell.v1.Wait;
+import dev.stepwell.v1.WaitServiceGrpc;
+import dev.stepwell.v1.WaitServiceGrpc.WaitServiceBlockingStub;
+import dev.stepwell.v1.WaitStatus;
 import io.grpc.CallCredentials;
 import io.grpc.ChannelCredentials;
 import io.grpc.ClientInterceptor;
@@ -53,18 +69,21 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Function;
 import java.util.function.Supplier;
 
 /**
- * A blocking client of the stepwell sidecar: every RPC of {@code CheckpointService} and {@code
- * IdempotencyService}, plus {@link #once}.
+ * A blocking client of the stepwell sidecar: every RPC of {@code CheckpointService}, {@code
+ * IdempotencyService} and {@code WaitService}, plus {@link #once}, and {@link #signal}, {@link
+ * #waitForSignal} and {@link #sleepUntil} to pause a run for a person or a clock.
  *
  * <p>Every call has a deadline ({@link #withDeadline}) and is retried on UNAVAILABLE and
  * RESOURCE_EXHAUSTED / OVERLOADED by resending the same request ({@link #withRetry}, {@link
@@ -96,7 +115,9 @@ public final class StepwellClient implements AutoCloseable {
       EventLoopGroup eventLoop,
       ScheduledExecutorService heartbeats,
       CheckpointServiceBlockingStub checkpoints,
-      IdempotencyServiceBlockingStub idempotency) {}
+      IdempotencyServiceBlockingStub idempotency,
+      WaitServiceBlockingStub waits,
+      AtomicBoolean awaitTimeoutRefused) {}
 
   private StepwellClient(
       Shared shared, String namespace, Duration deadline, RetryPolicy retry, boolean owner) {
@@ -271,12 +292,18 @@ public final class StepwellClient implements AutoCloseable {
             });
     CheckpointServiceBlockingStub checkpoints = CheckpointServiceGrpc.newBlockingStub(channel);
     IdempotencyServiceBlockingStub idempotency = IdempotencyServiceGrpc.newBlockingStub(channel);
+    WaitServiceBlockingStub waits = WaitServiceGrpc.newBlockingStub(channel);
     if (token != null) {
-      // Every call, once() included, goes through these two stubs.
+      // Every call, once() and the waits included, goes through these three stubs.
       checkpoints = checkpoints.withCallCredentials(token);
       idempotency = idempotency.withCallCredentials(token);
+      waits = waits.withCallCredentials(token);
     }
-    Shared s = new Shared(channel, group, heartbeats, checkpoints, idempotency);
+    // Set once the sidecar refuses an Await's timeout as beyond its longest: see awaitPoll.
+    AtomicBoolean awaitTimeoutRefused = new AtomicBoolean();
+    Shared s =
+        new Shared(
+            channel, group, heartbeats, checkpoints, idempotency, waits, awaitTimeoutRefused);
     return new StepwellClient(s, "", DEFAULT_DEADLINE, RetryPolicy.DEFAULT, true);
   }
 
@@ -330,11 +357,16 @@ public final class StepwellClient implements AutoCloseable {
   // ---------------------------------------------------------------- call machinery
 
   private <R> R call(Function<Duration, R> attempt) {
+    return call(deadline, attempt);
+  }
+
+  /** As {@link #call(Function)}, each attempt with {@code perAttempt} as its deadline. */
+  private <R> R call(Duration perAttempt, Function<Duration, R> attempt) {
     int n = 0;
     while (true) {
       n++;
       try {
-        return attempt.apply(deadline);
+        return attempt.apply(perAttempt);
       } catch (StatusRuntimeException e) {
         StepwellException se = StepwellException.from(e);
         if (!retry.shouldRetry(se, n)) throw se;
@@ -356,8 +388,21 @@ public final class StepwellClient implements AutoCloseable {
     return shared.idempotency.withDeadlineAfter(d.toNanos(), TimeUnit.NANOSECONDS);
   }
 
+  private WaitServiceBlockingStub wp(Duration d) {
+    return shared.waits.withDeadlineAfter(d.toNanos(), TimeUnit.NANOSECONDS);
+  }
+
   private String ns(String requested) {
     return requested.isEmpty() ? namespace : requested;
+  }
+
+  /**
+   * The namespace of a wait request: as {@link #ns(String)}, except that a request naming its wait
+   * by handle keeps an empty namespace, since the handle carries the wait's own and whoever holds
+   * it (an approval page, a webhook) need not know it.
+   */
+  private String ns(String requested, String handle) {
+    return handle.isEmpty() ? ns(requested) : requested;
   }
 
   // ---------------------------------------------------------------- CheckpointService
@@ -511,6 +556,302 @@ public final class StepwellClient implements AutoCloseable {
   /** The record of {@code key}; {@link KeyNotFoundException} when there is none. */
   public GetResponse get(String key) {
     return get(GetRequest.newBuilder().setKey(key).build());
+  }
+
+  // ---------------------------------------------------------------- WaitService
+
+  /**
+   * The longest one Await of {@link #waitForSignal} and {@link #sleepUntil} asks for, and the
+   * sidecar's default when an {@link AwaitRequest} sets no timeout: a wait that lasts days is
+   * many bounded calls, each one a fresh chance to reach a restarted sidecar.
+   */
+  public static final Duration AWAIT_POLL_MAX = Duration.ofSeconds(60);
+
+  /** CreateWait RPC: creates the wait, or returns the one that exists (the first one stands). */
+  public CreateWaitResponse createWait(CreateWaitRequest request) {
+    CreateWaitRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> wp(d).createWait(r));
+  }
+
+  /** Creates the wait {@code name} of {@code turnId}, or returns the one that exists. */
+  public Wait createWait(String turnId, String name) {
+    return createWait(CreateWaitRequest.newBuilder().setTurnId(turnId).setName(name).build())
+        .getWait();
+  }
+
+  /**
+   * Signal RPC. Another settlement won: {@link WaitSettledException} with the winner, whose
+   * payload, when the sidecar left it out of the error, is read with GetWait. A request naming its
+   * wait by {@code handle} keeps an empty namespace (the handle carries the wait's).
+   */
+  public SignalResponse signal(SignalRequest request) {
+    SignalRequest r =
+        request.toBuilder().setNamespace(ns(request.getNamespace(), request.getHandle())).build();
+    try {
+      return call(d -> wp(d).signal(r));
+    } catch (WaitSettledException e) {
+      throw withPayload(e, r.getNamespace(), r.getTurnId(), r.getName(), r.getHandle());
+    }
+  }
+
+  /**
+   * Resolves the wait {@code name} of {@code turnId} with {@code payload}, creating it resolved if
+   * no run has created it yet. True when this call settled it; false when it repeated the winning
+   * signal (also when a retry of this call's first attempt, whose answer was lost, finds that
+   * attempt's settlement); {@link WaitSettledException}, carrying the winner, when another payload
+   * won.
+   */
+  public boolean signal(String turnId, String name, byte[] payload) {
+    return signal(
+            SignalRequest.newBuilder()
+                .setTurnId(turnId)
+                .setName(name)
+                .setPayload(ByteString.copyFrom(payload))
+                .build())
+        .getSettled();
+  }
+
+  /** {@link #signal(String, String, byte[])} with an empty payload. */
+  public boolean signal(String turnId, String name) {
+    return signal(turnId, name, new byte[0]);
+  }
+
+  /** As {@link #signal(String, String, byte[])}, the wait named by its handle alone. */
+  public boolean signalHandle(String handle, byte[] payload) {
+    return signal(
+            SignalRequest.newBuilder()
+                .setHandle(handle)
+                .setPayload(ByteString.copyFrom(payload))
+                .build())
+        .getSettled();
+  }
+
+  /**
+   * Await RPC: the wait once settled, or still pending after the request's timeout. Each attempt's
+   * deadline is the client's plus that timeout ({@link #AWAIT_POLL_MAX} when unset), so that the
+   * sidecar's answer with a pending wait comes before it.
+   */
+  public AwaitResponse await(AwaitRequest request) {
+    AwaitRequest r =
+        request.toBuilder().setNamespace(ns(request.getNamespace(), request.getHandle())).build();
+    Duration wait = r.hasTimeout() ? javaDuration(r.getTimeout()) : AWAIT_POLL_MAX;
+    return call(deadline.plus(wait), d -> wp(d).await(r));
+  }
+
+  /** GetWait RPC; {@link WaitNotFoundException} for an unknown wait. */
+  public GetWaitResponse getWait(GetWaitRequest request) {
+    GetWaitRequest r =
+        request.toBuilder().setNamespace(ns(request.getNamespace(), request.getHandle())).build();
+    return call(d -> wp(d).getWait(r));
+  }
+
+  /** The wait {@code name} of {@code turnId}; {@link WaitNotFoundException} when there is none. */
+  public Wait getWait(String turnId, String name) {
+    return getWait(GetWaitRequest.newBuilder().setTurnId(turnId).setName(name).build()).getWait();
+  }
+
+  /** ListWaits RPC: one page. */
+  public ListWaitsResponse listWaits(ListWaitsRequest request) {
+    ListWaitsRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    return call(d -> wp(d).listWaits(r));
+  }
+
+  /** Every wait of {@code turnId} (every turn's when empty) in this status (any: UNSPECIFIED). */
+  public List<Wait> listWaits(String turnId, WaitStatus status) {
+    List<Wait> out = new ArrayList<>();
+    ListWaitsRequest.Builder b = ListWaitsRequest.newBuilder().setTurnId(turnId).setStatus(status);
+    while (true) {
+      ListWaitsResponse page = listWaits(b.build());
+      out.addAll(page.getWaitsList());
+      if (page.getNextPageToken().isEmpty()) return out;
+      b.setPageToken(page.getNextPageToken());
+    }
+  }
+
+  /**
+   * CancelWait RPC. A wait settled otherwise: {@link WaitSettledException} with the winner, read
+   * in full as {@link #signal(SignalRequest)} does.
+   */
+  public CancelWaitResponse cancelWait(CancelWaitRequest request) {
+    CancelWaitRequest r =
+        request.toBuilder().setNamespace(ns(request.getNamespace(), request.getHandle())).build();
+    try {
+      return call(d -> wp(d).cancelWait(r));
+    } catch (WaitSettledException e) {
+      throw withPayload(e, r.getNamespace(), r.getTurnId(), r.getName(), r.getHandle());
+    }
+  }
+
+  /** Cancels the wait {@code name} of {@code turnId}; true when this call cancelled it. */
+  public boolean cancelWait(String turnId, String name) {
+    return cancelWait(CancelWaitRequest.newBuilder().setTurnId(turnId).setName(name).build())
+        .getCancelled();
+  }
+
+  /**
+   * The settled-wait error with the winner's payload, which the sidecar leaves out of an error
+   * whose trailers it would make too large: read with GetWait, the wait named as the failed
+   * request named it. If that read fails, the error stays as it came (payload omitted), since
+   * the settlement is what the caller must learn.
+   */
+  private WaitSettledException withPayload(
+      WaitSettledException e, String namespace, String turnId, String name, String handle) {
+    if (!e.payloadOmitted()) return e;
+    GetWaitRequest where =
+        GetWaitRequest.newBuilder()
+            .setNamespace(namespace)
+            .setTurnId(turnId)
+            .setName(name)
+            .setHandle(handle)
+            .build();
+    try {
+      return e.withWait(getWait(where).getWait());
+    } catch (StepwellException ignored) {
+      return e;
+    }
+  }
+
+  /** {@link #waitForSignal(String, String, Duration)} without a timeout: waits until settled. */
+  public byte[] waitForSignal(String turnId, String name) {
+    return waitForSignal(turnId, name, null);
+  }
+
+  /**
+   * Waits for the wait {@code name} of {@code turnId} to be signalled and returns its payload.
+   * Creates the wait if needed (CreateWait is idempotent, so a run resumed on another worker finds
+   * the wait, and any signal that came meanwhile), then Awaits it in bounded long polls (each at
+   * most {@link #AWAIT_POLL_MAX} and the time left), each retried on UNAVAILABLE as every call is
+   * ({@link #withRetry}), and beyond those retries asked again while the timeout allows, since the
+   * sidecar may restart under a waiting run. Throws {@link
+   * WaitExpiredException} or {@link WaitCancelledException} when the wait was settled so, and
+   * {@link WaitTimeoutException}, the wait still pending, when {@code timeout} (null: none)
+   * passes first.
+   */
+  public byte[] waitForSignal(String turnId, String name, Duration timeout) {
+    long start = System.nanoTime();
+    Wait w = createWait(turnId, name);
+    return settledPayload(awaitSettled(w, start, timeout));
+  }
+
+  /**
+   * A durable sleep until {@code when}: creates the wait {@code name} of {@code turnId} with its
+   * timer at {@code when} (the first creation stands, so a run resumed later keeps its original
+   * time, whatever {@code when} it computes now), then waits until the wait is settled. Returns
+   * once it is RESOLVED, by its timer or by a Signal that wakes the run early: at once for a run
+   * that resumes after the timer fired, after the rest of the time for one that resumes before.
+   * Throws {@link WaitCancelledException} or {@link WaitExpiredException} when it was settled so.
+   */
+  public void sleepUntil(String turnId, String name, Instant when) {
+    Wait w =
+        createWait(
+                CreateWaitRequest.newBuilder()
+                    .setTurnId(turnId)
+                    .setName(name)
+                    .setResolveAt(timestamp(when))
+                    .build())
+            .getWait();
+    settledPayload(awaitSettled(w, System.nanoTime(), null));
+  }
+
+  /**
+   * Awaits {@code w} until it is settled, in polls of at most {@link #AWAIT_POLL_MAX}; with a
+   * {@code timeout}, {@link WaitTimeoutException} once it has passed since {@code start}.
+   */
+  private Wait awaitSettled(Wait w, long start, Duration timeout) {
+    while (w.getStatus() == WaitStatus.WAIT_STATUS_PENDING) {
+      Duration poll = AWAIT_POLL_MAX;
+      if (timeout != null) {
+        Duration left = timeout.minusNanos(System.nanoTime() - start);
+        if (left.isNegative() || left.isZero()) {
+          throw new WaitTimeoutException(
+              io.grpc.Status.Code.DEADLINE_EXCEEDED,
+              WaitException.describe(w) + " still pending after " + timeout,
+              "WAIT_PENDING", "", waitMetadata(w), null, null, w);
+        }
+        if (left.compareTo(poll) < 0) poll = left;
+      }
+      w = awaitOnce(w, poll);
+    }
+    return w;
+  }
+
+  /**
+   * One Await of {@code w}, at most {@code poll}. A sidecar that stays unreachable beyond the
+   * call's own retries (a restart, a deploy) is waited out, the policy's longest backoff (at most
+   * {@code poll}) at a time, and {@code w} returned unchanged: a run that waits for hours must not
+   * fail for a restart under it, and its timeout still bounds it. A policy that does not retry
+   * UNAVAILABLE ({@link RetryPolicy#NONE}) throws at once.
+   */
+  private Wait awaitOnce(Wait w, Duration poll) {
+    try {
+      return awaitPoll(w, poll);
+    } catch (UnavailableException e) {
+      if (!retry.shouldRetry(e, 1)) throw e;
+      Duration pause = retry.backoff(64);
+      try {
+        Thread.sleep(Math.max(1, Math.min(pause.toMillis(), poll.toMillis())));
+      } catch (InterruptedException ie) {
+        Thread.currentThread().interrupt();
+        throw e;
+      }
+      return w;
+    }
+  }
+
+  /**
+   * One Await of {@code w} asking for {@code poll}. A sidecar whose longest Await ({@code
+   * --await-timeout-max-ms}) is shorter refuses that (INVALID_ARGUMENT on {@code timeout}); from
+   * then on this client's Awaits ask for no timeout, so that the sidecar waits its own longest,
+   * and a poll that the caller's time left makes shorter than {@link #AWAIT_POLL_MAX} ends by
+   * the call's deadline instead, {@code w} returned unchanged.
+   */
+  private Wait awaitPoll(Wait w, Duration poll) {
+    AwaitRequest.Builder b =
+        AwaitRequest.newBuilder()
+            .setNamespace(namespace)
+            .setTurnId(w.getTurnId())
+            .setName(w.getName());
+    if (!shared.awaitTimeoutRefused.get()) {
+      try {
+        return await(b.setTimeout(duration(poll)).build()).getWait();
+      } catch (InvalidArgumentException e) {
+        if (!e.field().equals("timeout")) throw e;
+        shared.awaitTimeoutRefused.set(true);
+      }
+    }
+    AwaitRequest r = b.clearTimeout().build();
+    boolean cut = poll.compareTo(AWAIT_POLL_MAX) < 0;
+    try {
+      return call(cut ? poll : deadline.plus(poll), d -> wp(d).await(r)).getWait();
+    } catch (StepwellException e) {
+      if (cut && e.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED) return w;
+      throw e;
+    }
+  }
+
+  /** The payload of a RESOLVED wait; the typed error of one settled otherwise. */
+  private static byte[] settledPayload(Wait w) {
+    switch (w.getStatus()) {
+      case WAIT_STATUS_RESOLVED:
+        return w.getPayload().toByteArray();
+      case WAIT_STATUS_EXPIRED:
+        throw new WaitExpiredException(
+            io.grpc.Status.Code.FAILED_PRECONDITION,
+            WaitException.describe(w) + " expired",
+            "WAIT_EXPIRED", "", waitMetadata(w), null, null, w);
+      case WAIT_STATUS_CANCELLED:
+        throw new WaitCancelledException(
+            io.grpc.Status.Code.FAILED_PRECONDITION,
+            WaitException.describe(w) + " was cancelled",
+            "WAIT_CANCELLED", "", waitMetadata(w), null, null, w);
+      default:
+        throw new IllegalStateException(
+            "stepwell: " + WaitException.describe(w) + " answered in status " + w.getStatus());
+    }
+  }
+
+  private static Map<String, String> waitMetadata(Wait w) {
+    return Map.of("namespace", w.getNamespace(), "turn_id", w.getTurnId(), "name", w.getName());
   }
 
   // ---------------------------------------------------------------- once
@@ -677,6 +1018,10 @@ public final class StepwellClient implements AutoCloseable {
 
   public static Instant instant(Timestamp t) {
     return Instant.ofEpochSecond(t.getSeconds(), t.getNanos());
+  }
+
+  static Duration javaDuration(com.google.protobuf.Duration d) {
+    return Duration.ofSeconds(d.getSeconds(), d.getNanos());
   }
 
   public static com.google.protobuf.Duration duration(Duration d) {

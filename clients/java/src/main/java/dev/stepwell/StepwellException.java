@@ -4,6 +4,7 @@ import com.google.protobuf.Any;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.BadRequest;
 import com.google.rpc.ErrorInfo;
+import dev.stepwell.v1.WaitSettled;
 import io.grpc.Context;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
@@ -96,6 +97,7 @@ public class StepwellException extends RuntimeException {
     String reason = "";
     Map<String, String> metadata = Map.of();
     List<FieldViolation> violations = new ArrayList<>();
+    WaitSettled settled = null;
     com.google.rpc.Status details = StatusProto.fromThrowable(t);
     if (details != null) {
       for (Any any : details.getDetailsList()) {
@@ -106,6 +108,8 @@ public class StepwellException extends RuntimeException {
               reason = info.getReason();
               metadata = info.getMetadataMap();
             }
+          } else if (any.is(WaitSettled.class)) {
+            settled = any.unpack(WaitSettled.class);
           } else if (any.is(BadRequest.class)) {
             for (BadRequest.FieldViolation v : any.unpack(BadRequest.class).getFieldViolationsList()) {
               violations.add(new FieldViolation(v.getField(), v.getDescription()));
@@ -121,6 +125,13 @@ public class StepwellException extends RuntimeException {
       String message =
           "connection to the sidecar lost: " + status.getCode() + ": " + status.getDescription();
       return of(Status.Code.UNAVAILABLE, message, reason, field, metadata, violations, t);
+    }
+    if (reason.equals("WAIT_SETTLED")) {
+      // The winner rides in the details; without them (a proxy dropped them) the wait is unknown.
+      WaitSettled s = settled == null ? WaitSettled.getDefaultInstance() : settled;
+      return new WaitSettledException(
+          status.getCode(), status.getDescription(), reason, field, metadata, violations, t,
+          s.getWait(), settled == null || s.getPayloadOmitted());
     }
     return of(status.getCode(), status.getDescription(), reason, field, metadata, violations, t);
   }
@@ -184,6 +195,10 @@ public class StepwellException extends RuntimeException {
         return new NotAcquiredException(code, message, reason, field, metadata, violations, cause);
       case "RESULT_MISMATCH":
         return new ResultMismatchException(code, message, reason, field, metadata, violations, cause);
+      case "WAIT_NOT_FOUND":
+        return new WaitNotFoundException(code, message, reason, field, metadata, violations, cause);
+      case "WAITS_PER_TURN":
+        return new WaitsPerTurnException(code, message, reason, field, metadata, violations, cause);
       case "KEY_NOT_FOUND":
         return new KeyNotFoundException(code, message, reason, field, metadata, violations, cause);
       case "OVERLOADED":

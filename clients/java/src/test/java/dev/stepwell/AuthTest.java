@@ -16,6 +16,7 @@ import dev.stepwell.v1.ListTurnsRequest;
 import dev.stepwell.v1.ReleaseRequest;
 import dev.stepwell.v1.RestoreRequest;
 import dev.stepwell.v1.TurnStatus;
+import dev.stepwell.v1.WaitServiceGrpc;
 import io.grpc.Grpc;
 import io.grpc.InsecureServerCredentials;
 import io.grpc.Metadata;
@@ -110,6 +111,8 @@ class AuthTest {
             .addService(
                 ServerInterceptors.intercept(
                     new IdempotencyServiceGrpc.IdempotencyServiceImplBase() {}, reject))
+            .addService(
+                ServerInterceptors.intercept(new WaitServiceGrpc.WaitServiceImplBase() {}, reject))
             .build()
             .start();
     return "127.0.0.1:" + server.getPort();
@@ -136,6 +139,15 @@ class AuthTest {
     calls.put("extend", () -> c.extend(ExtendRequest.newBuilder().setKey("k").build()));
     calls.put("get", () -> c.get(GetRequest.newBuilder().setKey("k").build()));
     calls.put("once", () -> c.once("k", () -> "done"));
+    calls.put("createWait", () -> c.createWait("t", "w"));
+    calls.put("signal", () -> c.signal("t", "w", new byte[0]));
+    calls.put("signalHandle", () -> c.signalHandle("h", new byte[0]));
+    calls.put("await", () -> c.await(dev.stepwell.v1.AwaitRequest.getDefaultInstance()));
+    calls.put("getWait", () -> c.getWait("t", "w"));
+    calls.put("listWaits", () -> c.listWaits("t", dev.stepwell.v1.WaitStatus.WAIT_STATUS_PENDING));
+    calls.put("cancelWait", () -> c.cancelWait("t", "w"));
+    calls.put("waitForSignal", () -> c.waitForSignal("t", "w"));
+    calls.put("sleepUntil", () -> c.sleepUntil("t", "w", java.time.Instant.EPOCH));
     return calls;
   }
 

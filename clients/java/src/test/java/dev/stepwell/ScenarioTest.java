@@ -13,16 +13,24 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.fasterxml.jackson.databind.node.TextNode;
 import com.google.protobuf.Message;
 import com.google.protobuf.util.JsonFormat;
+import dev.stepwell.v1.AwaitRequest;
 import dev.stepwell.v1.BeginRequest;
+import dev.stepwell.v1.CancelWaitRequest;
 import dev.stepwell.v1.CheckpointRequest;
 import dev.stepwell.v1.CompleteRequest;
+import dev.stepwell.v1.CreateWaitRequest;
 import dev.stepwell.v1.DeleteTurnRequest;
 import dev.stepwell.v1.ExtendRequest;
 import dev.stepwell.v1.GetRequest;
+import dev.stepwell.v1.GetWaitRequest;
 import dev.stepwell.v1.ListTurnsRequest;
+import dev.stepwell.v1.ListWaitsRequest;
 import dev.stepwell.v1.ReleaseRequest;
 import dev.stepwell.v1.RestoreRequest;
+import dev.stepwell.v1.SignalRequest;
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -45,8 +53,14 @@ import org.junit.jupiter.api.extension.ExtendWith;
 /**
  * Runs every scenario of ../scenarios/*.json against a sidecar, per scenarios/README.md: RPC steps
  * through the client's one-to-one layer without retries, adapter steps through a {@link
- * CheckpointStore} per worker (each with its own client and a clock the steps set), and sidecar
- * steps against a sidecar of the scenario's own, killed and started again on its SQLite file.
+ * CheckpointStore} per worker (each with its own client and a clock the steps set), sidecar steps
+ * against a sidecar of the scenario's own, killed and started again on its SQLite file, and worker
+ * steps through {@link ScenarioWorker} processes, with a peer of another language (the command
+ * line in {@code STEPWELL_SCENARIO_PEER}) for signals.
+ *
+ * <p>A scenario with worker or peer steps also runs on a sidecar of its own, always plaintext
+ * without auth: the worker programs of every language take only {@code --target}, so in the
+ * second pass of ./test (TLS and tokens) they could not reach the shared sidecar.
  */
 @ExtendWith(Sidecar.Extension.class)
 class ScenarioTest {
@@ -72,15 +86,20 @@ class ScenarioTest {
     String name = scenario.get("name").asText();
     String ns = "sc-" + name.replace('_', '-') + "-" + UUID.randomUUID().toString().substring(0, 8);
     Map<String, JsonNode> saved = new HashMap<>();
-    boolean ownSidecar = false;
+    boolean sidecarSteps = false;
+    boolean processSteps = false;
     List<String> workerNames = new java.util.ArrayList<>();
     for (JsonNode step : scenario.get("steps")) {
-      if (step.has("sidecar")) ownSidecar = true;
-      if (step.has("worker") && !workerNames.contains(step.get("worker").asText())) {
+      if (step.has("sidecar")) sidecarSteps = true;
+      if (isProcessStep(step) && !step.has("effects")) processSteps = true;
+      if (step.has("adapter") && !workerNames.contains(step.get("worker").asText())) {
         workerNames.add(step.get("worker").asText());
       }
     }
-    Sidecar sidecar = ownSidecar ? Sidecar.own() : null;
+    boolean ownSidecar = sidecarSteps || processSteps;
+    Sidecar sidecar = processSteps ? Sidecar.ownPlaintext() : sidecarSteps ? Sidecar.own() : null;
+    Path effects = Files.createTempFile("stepwell-effects-", ".txt");
+    Map<String, WorkerProcess> processes = new HashMap<>();
     // The scenario's client and every worker's are made once, before the first step.
     Map<String, StepwellClient> workerClients = new LinkedHashMap<>();
     try (StepwellClient client = ownSidecar ? sidecar.builder().build() : Sidecar.client()) {
@@ -92,7 +111,11 @@ class ScenarioTest {
       int i = 0;
       for (JsonNode step : scenario.get("steps")) {
         i++;
-        if (step.has("adapter")) {
+        if (isProcessStep(step)) {
+          String where = name + " step " + i;
+          String target = sidecar == null ? Sidecar.target() : sidecar.target;
+          processStep(step, new Scene(target, ns, effects, processes), where);
+        } else if (step.has("adapter")) {
           String where = name + " step " + i + " (adapter " + step.get("adapter").asText() + ")";
           Worker w =
               workers.computeIfAbsent(
@@ -104,25 +127,231 @@ class ScenarioTest {
                   });
           adapterStep(w, step, where);
         } else if (step.has("sidecar")) {
-          String what = step.get("sidecar").asText();
-          switch (what) {
-            case "stop" -> sidecar.kill();
-            case "start" -> sidecar.startAgain();
-            case "restart" -> {
-              sidecar.kill();
-              sidecar.startAgain();
-            }
-            default -> fail(name + " step " + i + ": unknown sidecar step " + what);
-          }
+          sidecarStep(sidecar, step.get("sidecar").asText(), name + " step " + i);
         } else {
           String where = name + " step " + i + " (" + step.get("call").asText() + ")";
           runStep(raw, step, ns, saved, where);
         }
       }
     } finally {
+      for (WorkerProcess p : processes.values()) p.kill();
       for (StepwellClient c : workerClients.values()) c.close();
       if (sidecar != null) sidecar.close();
+      Files.deleteIfExists(effects);
     }
+  }
+
+  // ---------------------------------------------------------------- worker steps
+
+  /** What a worker or peer step needs: the sidecar, the namespace, the effects file, the workers. */
+  private record Scene(String target, String ns, Path effects, Map<String, WorkerProcess> workers) {}
+
+  /** How long a worker step waits when the scenario names no timeoutMs. */
+  private static final long PROCESS_TIMEOUT_MS = 60_000;
+
+  /** A worker step ({@code start}, {@code line}, {@code kill}, {@code exit}), a peer signal, or effects. */
+  private void processStep(JsonNode step, Scene scene, String where) throws Exception {
+    long timeoutMs = step.has("timeoutMs") ? step.get("timeoutMs").asLong() : PROCESS_TIMEOUT_MS;
+    if (step.has("signal")) {
+      peerSignal(step, scene, timeoutMs, where);
+      return;
+    }
+    if (step.has("effects")) {
+      long lines = Files.exists(scene.effects()) ? Files.readAllLines(scene.effects()).size() : 0;
+      assertEquals(step.get("effects").asLong(), lines, where + ": lines in the effects file");
+      return;
+    }
+    String worker = step.get("worker").asText();
+    where = where + " (worker " + worker + ")";
+    if (step.has("start")) {
+      WorkerProcess old = scene.workers().get(worker);
+      if (old != null) old.kill();
+      scene.workers().put(worker, WorkerProcess.start(workerCommand(step, scene), where));
+      return;
+    }
+    WorkerProcess p = scene.workers().get(worker);
+    if (p == null) fail(where + ": no such worker was started");
+    if (step.has("kill")) {
+      p.kill();
+    } else if (step.has("exit")) {
+      int code = p.awaitExit(timeoutMs, where);
+      assertEquals(step.get("exit").asInt(), code, where + ": exit code; " + p.describe());
+      if (step.has("line")) {
+        assertTrue(p.printed(step.get("line").asText()), where + ": no line " + step.get("line") + "; " + p.describe());
+      }
+    } else if (step.has("line")) {
+      p.awaitLine(step.get("line").asText(), timeoutMs, where);
+    } else {
+      fail(where + ": unknown worker step " + step);
+    }
+  }
+
+  /** This language's worker program, {@link ScenarioWorker}, for a {@code start} step. */
+  private static List<String> workerCommand(JsonNode step, Scene scene) {
+    String kind = step.get("start").asText();
+    List<String> cmd = new java.util.ArrayList<>(javaWorker());
+    cmd.addAll(
+        List.of(
+            kind,
+            "--target", scene.target(),
+            "--namespace", scene.ns(),
+            "--run", step.get("run").asText(),
+            "--effects", scene.effects().toString()));
+    if (step.has("seconds")) cmd.addAll(List.of("--seconds", step.get("seconds").asText()));
+    return cmd;
+  }
+
+  /** The command line that runs {@link ScenarioWorker} on this JVM's classpath. */
+  static List<String> javaWorker() {
+    String java = Paths.get(System.getProperty("java.home"), "bin", "java").toString();
+    return List.of(java, "-cp", System.getProperty("java.class.path"), ScenarioWorker.class.getName());
+  }
+
+  /**
+   * Signals through the peer, the worker program of another language whose command line is
+   * {@code STEPWELL_SCENARIO_PEER}: a run is signalled by a client it was not written with.
+   */
+  private static void peerSignal(JsonNode step, Scene scene, long timeoutMs, String where)
+      throws Exception {
+    String peer = System.getenv("STEPWELL_SCENARIO_PEER");
+    if (peer == null || peer.isBlank()) {
+      fail(where + ": STEPWELL_SCENARIO_PEER is unset: it must name another language's scenario worker (clients/java/test sets it)");
+    }
+    JsonNode signal = step.get("signal");
+    List<String> cmd = new java.util.ArrayList<>(List.of(peer.trim().split("\\s+")));
+    cmd.addAll(
+        List.of(
+            "signal",
+            "--target", scene.target(),
+            "--namespace", scene.ns(),
+            "--run", signal.get("run").asText(),
+            "--name", signal.get("name").asText(),
+            "--payload", signal.get("payload").asText()));
+    WorkerProcess p = WorkerProcess.start(cmd, where + " (peer)");
+    try {
+      int code = p.awaitExit(timeoutMs, where + " (peer)");
+      assertEquals(0, code, where + ": the peer's exit code; " + p.describe());
+      String expect = step.get("expect").asText();
+      assertTrue(p.printed(expect), where + ": the peer did not print " + expect + "; " + p.describe());
+    } finally {
+      p.kill();
+    }
+  }
+
+  /** A worker or peer process: its stdout, line by line, as it prints, and its stderr in a file. */
+  private static final class WorkerProcess {
+    private final Process process;
+    private final Path stderr;
+    private final List<String> lines = new java.util.ArrayList<>(); // guarded by this
+    private boolean stdoutClosed; // guarded by this
+
+    private WorkerProcess(Process process, Path stderr) {
+      this.process = process;
+      this.stderr = stderr;
+    }
+
+    static WorkerProcess start(List<String> command, String where) throws IOException {
+      Path stderr = Files.createTempFile("stepwell-worker-", ".err");
+      Process process;
+      try {
+        process = new ProcessBuilder(command).redirectError(stderr.toFile()).start();
+      } catch (IOException e) {
+        throw new IOException(where + ": cannot start " + command, e);
+      }
+      WorkerProcess p = new WorkerProcess(process, stderr);
+      Thread reader = new Thread(p::readStdout, "scenario-worker-stdout");
+      reader.setDaemon(true);
+      reader.start();
+      return p;
+    }
+
+    private void readStdout() {
+      try (BufferedReader r =
+          new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8))) {
+        for (String line; (line = r.readLine()) != null; ) {
+          synchronized (this) {
+            lines.add(line);
+            notifyAll();
+          }
+        }
+      } catch (IOException e) {
+        // the process was killed: what it printed before stays
+      } finally {
+        synchronized (this) {
+          stdoutClosed = true;
+          notifyAll();
+        }
+      }
+    }
+
+    /** Waits until the process has printed {@code line}; fails if it exits or the time runs out. */
+    synchronized void awaitLine(String line, long timeoutMs, String where) throws InterruptedException {
+      long deadline = System.nanoTime() + timeoutMs * 1_000_000;
+      while (!lines.contains(line)) {
+        if (stdoutClosed) fail(where + ": exited before printing " + line + "; " + describe());
+        long left = (deadline - System.nanoTime()) / 1_000_000;
+        if (left <= 0) fail(where + ": no line " + line + " in " + timeoutMs + " ms; " + describe());
+        wait(left);
+      }
+    }
+
+    /** Waits for the exit and for the rest of its output; its exit code. */
+    int awaitExit(long timeoutMs, String where) throws InterruptedException {
+      if (!process.waitFor(timeoutMs, java.util.concurrent.TimeUnit.MILLISECONDS)) {
+        fail(where + ": still running after " + timeoutMs + " ms; " + describe());
+      }
+      synchronized (this) {
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (!stdoutClosed && System.nanoTime() < deadline) wait(1000);
+      }
+      return process.exitValue();
+    }
+
+    synchronized boolean printed(String line) {
+      return lines.contains(line);
+    }
+
+    /** SIGKILL, as a crash would, and its exit awaited; its stderr file goes. */
+    void kill() throws InterruptedException {
+      process.destroyForcibly();
+      if (!process.waitFor(30, java.util.concurrent.TimeUnit.SECONDS)) {
+        throw new IllegalStateException("a worker did not exit after SIGKILL");
+      }
+      try {
+        Files.deleteIfExists(stderr);
+      } catch (IOException e) {
+        // a leftover temporary file is no test failure
+      }
+    }
+
+    /** What it printed, for failure messages. */
+    synchronized String describe() {
+      String err;
+      try {
+        err = Files.readString(stderr);
+      } catch (IOException e) {
+        err = "(stderr unreadable: " + e + ")";
+      }
+      return "stdout " + lines + ", stderr:\n" + err;
+    }
+  }
+
+  /** A sidecar step: stop (SIGKILL), start, or restart the scenario's own sidecar. */
+  private static void sidecarStep(Sidecar sidecar, String what, String where) throws Exception {
+    switch (what) {
+      case "stop" -> sidecar.kill();
+      case "start" -> sidecar.startAgain();
+      case "restart" -> {
+        sidecar.kill();
+        sidecar.startAgain();
+      }
+      default -> fail(where + ": unknown sidecar step " + what);
+    }
+  }
+
+  /** Whether a step is a worker process's, the peer's, or the effects check. */
+  private static boolean isProcessStep(JsonNode step) {
+    return step.has("signal") || step.has("effects") || (step.has("worker") && !step.has("adapter"));
   }
 
   /** An adapter step: sets the worker's clock if given, then save, load or history. */
@@ -174,7 +403,7 @@ class ScenarioTest {
     if (call.equals("Checkpoint") && request.has("state")) {
       request.put("state", b64(M.writeValueAsBytes(request.get("state"))));
     }
-    for (String f : List.of("result", "fingerprint")) {
+    for (String f : List.of("result", "fingerprint", "payload")) {
       if (request.has(f) && request.get(f).isTextual()) {
         request.put(f, b64(request.get(f).asText().getBytes(StandardCharsets.UTF_8)));
       }
@@ -261,6 +490,12 @@ class ScenarioTest {
           case "Release" -> c.release((ReleaseRequest) parse(json, ReleaseRequest.newBuilder()));
           case "Extend" -> c.extend((ExtendRequest) parse(json, ExtendRequest.newBuilder()));
           case "Get" -> c.get((GetRequest) parse(json, GetRequest.newBuilder()));
+          case "CreateWait" -> c.createWait((CreateWaitRequest) parse(json, CreateWaitRequest.newBuilder()));
+          case "Signal" -> c.signal((SignalRequest) parse(json, SignalRequest.newBuilder()));
+          case "Await" -> c.await((AwaitRequest) parse(json, AwaitRequest.newBuilder()));
+          case "GetWait" -> c.getWait((GetWaitRequest) parse(json, GetWaitRequest.newBuilder()));
+          case "ListWaits" -> c.listWaits((ListWaitsRequest) parse(json, ListWaitsRequest.newBuilder()));
+          case "CancelWait" -> c.cancelWait((CancelWaitRequest) parse(json, CancelWaitRequest.newBuilder()));
           default -> throw new IllegalArgumentException("unknown call " + call);
         };
     JsonNode node = M.readTree(JsonFormat.printer().print(response));
@@ -273,7 +508,7 @@ class ScenarioTest {
     return builder.build();
   }
 
-  /** state (checkpoints) base64 → parsed JSON; result/fingerprint base64 → UTF-8 string. */
+  /** state (checkpoints) base64 → parsed JSON; result/fingerprint/payload base64 → UTF-8 string. */
   private static void convert(JsonNode node, boolean checkpointState) throws IOException {
     if (node instanceof ObjectNode o) {
       Iterator<Map.Entry<String, JsonNode>> it = o.fields();
@@ -283,7 +518,8 @@ class ScenarioTest {
         JsonNode v = o.get(k);
         if (checkpointState && k.equals("state") && v.isTextual()) {
           o.set(k, M.readTree(Base64.getDecoder().decode(v.asText())));
-        } else if ((k.equals("result") || k.equals("fingerprint")) && v.isTextual()) {
+        } else if ((k.equals("result") || k.equals("fingerprint") || k.equals("payload"))
+            && v.isTextual()) {
           o.put(k, new String(Base64.getDecoder().decode(v.asText()), StandardCharsets.UTF_8));
         } else {
           convert(v, checkpointState);

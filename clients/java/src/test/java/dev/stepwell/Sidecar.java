@@ -56,6 +56,10 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   private final boolean secure;
 
   private Sidecar(String listen, Path dir, boolean secure) throws IOException {
+    this(listen, dir, secure, List.of());
+  }
+
+  private Sidecar(String listen, Path dir, boolean secure, List<String> flags) throws IOException {
     this.target = listen;
     this.secure = secure;
     this.dir = dir;
@@ -79,6 +83,7 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
               "--tls-client-ca", tls.resolve("ca.pem").toString(),
               "--auth-file", tls.resolve("auth.toml").toString()));
     }
+    args.addAll(flags);
     this.args = List.copyOf(args);
     launch();
   }
@@ -101,6 +106,20 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   static Sidecar own() throws IOException {
     return new Sidecar(
         "127.0.0.1:" + freePort(), Files.createTempDirectory("stepwell-java-"), secure());
+  }
+
+  /**
+   * As {@link #own()}, but plaintext without auth in every pass: for scenarios whose worker
+   * programs, in any language, take only an address.
+   */
+  static Sidecar ownPlaintext() throws IOException {
+    return new Sidecar("127.0.0.1:" + freePort(), Files.createTempDirectory("stepwell-java-"), false);
+  }
+
+  /** As {@link #own()}, started with these extra flags of {@code stepwell serve}. */
+  static Sidecar own(String... flags) throws IOException {
+    return new Sidecar(
+        "127.0.0.1:" + freePort(), Files.createTempDirectory("stepwell-java-"), secure(), List.of(flags));
   }
 
   /** Kills the sidecar with SIGKILL, as a crash or the OOM killer would, and waits for its exit. */

@@ -1,0 +1,26 @@
+package dev.stepwell;
+
+import dev.stepwell.v1.Wait;
+import io.grpc.Status;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The caller's timeout passed with the wait still PENDING; the wait is unchanged, and a later call
+ * waits for it again. Thrown by {@link StepwellClient#waitForSignal}; code DEADLINE_EXCEEDED,
+ * reason {@code WAIT_PENDING} (the client's own, not the sidecar's). {@link #getWait()} is the
+ * wait as last read.
+ */
+public class WaitTimeoutException extends WaitException {
+  public WaitTimeoutException(
+      Status.Code code,
+      String message,
+      String reason,
+      String field,
+      Map<String, String> metadata,
+      List<FieldViolation> violations,
+      Throwable cause,
+      Wait wait) {
+    super(code, message, reason, field, metadata, violations, cause, wait);
+  }
+}
