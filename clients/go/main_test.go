@@ -169,6 +169,17 @@ func dialTo(t *testing.T, target string, opts ...stepwell.Option) *stepwell.Clie
 	return c
 }
 
+// dialPlain dials target without the secure pass's TLS and token.
+func dialPlain(t *testing.T, target string, opts ...stepwell.Option) *stepwell.Client {
+	t.Helper()
+	c, err := stepwell.Dial(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // ownSidecar is a sidecar of one test's own, on a SQLite file in a
 // temporary folder and a loopback port that both stay the same across
 // Stop and Start, so that the test can crash it and bring it back.
@@ -176,6 +187,7 @@ type ownSidecar struct {
 	t      *testing.T
 	target string // host:port
 	db     string
+	plain  bool // without the secure pass's TLS and auth flags
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has exited
 }
@@ -184,12 +196,23 @@ type ownSidecar struct {
 // (with the secure pass's TLS and auth flags, if any) and stops it when t
 // ends.
 func newOwnSidecar(t *testing.T) *ownSidecar {
+	return startOwnSidecar(t, false)
+}
+
+// newPlainSidecar is newOwnSidecar without TLS and auth in either pass, for
+// the scenarios that drive worker processes, whose command line names an
+// address alone (clients/scenarios/README.md).
+func newPlainSidecar(t *testing.T) *ownSidecar {
+	return startOwnSidecar(t, true)
+}
+
+func startOwnSidecar(t *testing.T, plain bool) *ownSidecar {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &ownSidecar{t: t, target: fmt.Sprintf("127.0.0.1:%d", port), db: filepath.Join(t.TempDir(), "own.db")}
+	s := &ownSidecar{t: t, target: fmt.Sprintf("127.0.0.1:%d", port), db: filepath.Join(t.TempDir(), "own.db"), plain: plain}
 	s.Start()
 	t.Cleanup(func() {
 		if s.cmd != nil {
@@ -225,7 +248,10 @@ func (s *ownSidecar) Start() {
 	if s.cmd != nil {
 		s.t.Fatal("sidecar start: it is already running")
 	}
-	args := append([]string{"serve", "--listen", s.target, "--database-url", "sqlite://" + s.db}, secureArgs...)
+	args := []string{"serve", "--listen", s.target, "--database-url", "sqlite://" + s.db}
+	if !s.plain {
+		args = append(args, secureArgs...)
+	}
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = append(os.Environ(), "STEPWELL_ADMIN_LISTEN=off")
 	if os.Getenv("STEPWELL_TEST_VERBOSE") != "" {

@@ -345,20 +345,31 @@ func TestScenarios(t *testing.T) {
 				procs:   map[string]*workerProc{},
 				effects: filepath.Join(t.TempDir(), "effects"),
 			}
-			for _, st := range sc.Steps {
-				if st.Sidecar != "" {
-					// A sidecar of the scenario's own, started before the
-					// first step; the scenario's client is made once, on
-					// it, and never remade.
-					r.sidecar = newOwnSidecar(t)
-					r.c = dialTo(t, r.sidecar.target)
-					break
-				}
-			}
+			r.ownSidecar(sc)
 			for i, st := range sc.Steps {
 				r.step(i, st)
 			}
 		})
+	}
+}
+
+// ownSidecar starts the scenario's own sidecar, when it has sidecar or
+// worker steps, before the first step; the scenario's client is made once,
+// on it, and never remade. Worker processes reach it by address alone, so a
+// scenario with worker or peer steps gets a plaintext sidecar in both passes.
+func (r *scenarioRun) ownSidecar(sc scenario) {
+	workers, sidecar := false, false
+	for _, st := range sc.Steps {
+		workers = workers || (st.Worker != "" && st.Adapter == "") || st.Signal != nil
+		sidecar = sidecar || st.Sidecar != ""
+	}
+	switch {
+	case workers:
+		r.sidecar = newPlainSidecar(r.t)
+		r.c = dialPlain(r.t, r.sidecar.target)
+	case sidecar:
+		r.sidecar = newOwnSidecar(r.t)
+		r.c = dialTo(r.t, r.sidecar.target)
 	}
 }
 

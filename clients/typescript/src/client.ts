@@ -58,6 +58,7 @@ import {
   LeaseLost,
   OperationFailed,
   StepwellError,
+  Unavailable,
   WaitSettled,
   isConnectionLoss,
   isRetryable,
@@ -708,10 +709,24 @@ export class StepwellClient {
   private async settledWait(wait: Wait, opts: WaitForOptions, deadline: number, timeoutMs: number): Promise<Wait> {
     const ref = { turnId: wait.turnId, name: wait.name };
     const callOpts = { namespace: opts.namespace, signal: opts.signal };
+    let down = 0;
     while (wait.status === WaitStatus.PENDING) {
       const remaining = deadline - Date.now();
       if (remaining <= 0) throw timeoutError(wait, timeoutMs);
-      const r = await this.awaitWait(ref, { ...callOpts, waitMs: Math.min(remaining, AWAIT_SLICE_MS) });
+      let r;
+      try {
+        r = await this.awaitWait(ref, { ...callOpts, waitMs: Math.min(remaining, AWAIT_SLICE_MS) });
+      } catch (err) {
+        // The wait is in the store, not in the sidecar: a run waits through a
+        // sidecar that is down or restarting for as long as its own timeout
+        // allows, not only as long as one call's retries do.
+        if (!(err instanceof Unavailable)) throw err;
+        down = Math.min(down + 1, 16);
+        const backoff = Math.min(this.initialBackoffMs * 2 ** down, this.maxBackoffMs);
+        await sleep(Math.min(backoff, remaining), opts.signal);
+        continue;
+      }
+      down = 0;
       wait = r.wait!;
     }
     return wait;

@@ -169,17 +169,22 @@ describe("signal and waitForSignal", () => {
 
   it("waitForSignal outlives a sidecar restart under it", LONG, async () => {
     const own = await startSidecar();
-    // Enough attempts to span a restart on a busy machine: each Await is retried while the sidecar is down.
-    const c = new StepwellClient({ target: own.target, namespace: freshNamespace("ts-waits-restart"), maxAttempts: 1000, maxBackoffMs: 200, ...own.connect });
+    // The waiter has the default retries, which give up on one call within
+    // about a second: waitForSignal itself waits through the restart. The
+    // signaller retries enough to reach the restarted sidecar on a busy machine.
+    const namespace = freshNamespace("ts-waits-restart");
+    const c = new StepwellClient({ target: own.target, namespace, ...own.connect });
+    const signaller = new StepwellClient({ target: own.target, namespace, maxAttempts: 1000, maxBackoffMs: 200, ...own.connect });
     try {
       const t = turn();
       const waiting = handled(c.waitForSignal(t, "approve"));
       await created(c, t, "approve");
       await own.kill();
       await own.start();
-      assert.equal(await c.signal(t, "approve", "after restart"), true);
+      assert.equal(await signaller.signal(t, "approve", "after restart"), true);
       assert.equal(text(await waiting), "after restart");
     } finally {
+      signaller.close();
       c.close();
       await own.stop();
     }
