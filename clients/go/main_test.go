@@ -267,7 +267,11 @@ func (s *ownSidecar) Start() {
 	// The probe is a connection of the runner's own, fresh at every start,
 	// with a short reconnect backoff so that it sees the sidecar come up
 	// promptly; the scenario's client keeps its defaults.
-	probe, err := stepwell.Dial(s.target, append(append([]stepwell.Option{}, secureOpts...),
+	security := secureOpts
+	if s.plain {
+		security = nil
+	}
+	probe, err := stepwell.Dial(s.target, append(append([]stepwell.Option{}, security...),
 		stepwell.WithDialOptions(grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 200 * time.Millisecond},
 			MinConnectTimeout: time.Second,
