@@ -40,9 +40,11 @@ use crate::domain::model::{
     Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
 use crate::domain::records::{NewRecord, RecordDelete, RecordEntry, RecordQuery};
+use crate::domain::waits::{Wait, WaitKey, WaitQuery};
 use crate::observe::metrics::StoreState;
 
 mod records;
+mod waits;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -788,6 +790,34 @@ impl Store for SqliteStore {
     /// a bounded sample of each index: usually nothing to do.
     async fn optimize(&self) -> Result<(), Error> {
         self.on_writer(|conn| conn.execute_batch("PRAGMA optimize")).await
+    }
+
+    async fn get_wait(&self, key: &WaitKey) -> Result<Option<Wait>, Error> {
+        let key = key.clone();
+        self.read(move |conn| waits::get(conn, &key)).await
+    }
+
+    /// One lookup per key on one read connection: sidecars on one host may
+    /// share the file, and a settlement through another is seen here.
+    async fn settled_waits(&self, keys: &[WaitKey]) -> Result<Vec<Wait>, Error> {
+        let keys = keys.to_vec();
+        self.read(move |conn| {
+            let mut settled = Vec::new();
+            for key in &keys {
+                settled.extend(waits::get(conn, key)?.filter(Wait::is_settled));
+            }
+            Ok(settled)
+        })
+        .await
+    }
+
+    async fn list_waits(&self, q: &WaitQuery) -> Result<(Vec<Wait>, bool), Error> {
+        let q = q.clone();
+        self.read(move |conn| waits::list(conn, &q)).await
+    }
+
+    async fn next_due(&self) -> Result<Option<UnixNanos>, Error> {
+        self.read(waits::next_due).await
     }
 
     async fn ping(&self) -> Result<(), Error> {
