@@ -7,7 +7,10 @@
 //! sharing a store (`shared`). This module holds what they share: request
 //! builders and the reading of a WAIT_SETTLED refusal.
 
+mod lifecycle;
+mod limits;
 mod signals;
+mod timers;
 
 use std::time::Duration;
 
