@@ -537,6 +537,8 @@ async fn start_store(
     let timers = waits::timers(store.clone(), writer.clone(), config.store.clock.clone(), metrics);
     tasks.push(Task { name: "wait timers", handle: tokio::spawn(timers) });
     tasks.push(Task { name: "wait poll", handle: tokio::spawn(waits::poll(store.clone())) });
+    let (backend, hub) = (store.backend().clone(), store.hub().clone());
+    tasks.push(Task { name: "wait listener", handle: tokio::spawn(async move { backend.listen(hub).await }) });
     let monitor = tokio::spawn(monitor(store.clone(), shared.clone(), health.clone(), config.health.clone(), stopping));
     tasks.push(Task { name: "health monitor", handle: monitor });
     shared.set_store(store.clone(), writer);

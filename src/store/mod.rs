@@ -364,6 +364,15 @@ pub trait Store: Send + Sync + 'static {
     /// When the next pending wait falls due (its timer or its expiry), if any does.
     async fn next_due(&self) -> Result<Option<UnixNanos>, Error>;
 
+    /// Wakes `hub`'s waiters of the settlements other sidecars of the store
+    /// announce, forever. A backend whose store has no other sidecars to
+    /// hear from (SQLite; those sharing its file are found by the poll)
+    /// waits forever doing nothing.
+    async fn listen(&self, hub: Arc<hub::Hub>) {
+        let _ = hub;
+        std::future::pending::<()>().await
+    }
+
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;
 

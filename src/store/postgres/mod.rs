@@ -30,7 +30,7 @@ use sqlx::{Connection, FromRow, Postgres, Row};
 mod batch;
 mod open;
 mod records;
-mod waits;
+pub mod waits;
 
 use self::batch::Conn;
 use self::open::Nondurable;
@@ -379,6 +379,10 @@ impl Store for PostgresStore {
 
     async fn next_due(&self) -> Result<Option<UnixNanos>, Error> {
         Ok(waits::next_due(&mut *self.acquire().await?).await?)
+    }
+
+    async fn listen(&self, hub: Arc<crate::store::hub::Hub>) {
+        waits::listen(self.options.clone(), hub).await
     }
 
     async fn ping(&self) -> Result<(), Error> {

@@ -5,20 +5,85 @@
 //! inside the settling transaction, so the notification is delivered (to
 //! every sidecar listening) only if the settlement commits.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use async_trait::async_trait;
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPoolOptions};
 
 use super::batch::Conn;
 use crate::domain::model::UnixNanos;
 use crate::domain::waits::{NewWait, Settle, Wait, WaitKey, WaitQuery, due_at};
 use crate::store::DbError;
+use crate::store::hub::Hub;
 use crate::store::waits::{
     COUNT_TURN_WAITS, DELETE_TURN_WAITS, FIRE_DUE_POSTGRES, GET_WAIT, INSERT_SETTLED_WAIT, INSERT_WAIT, LIST_WAITS,
     NEXT_DUE, SETTLE_WAIT, WaitRow, WaitStatements, into_waits,
 };
 
-/// The channel settlements are announced on; the payload is the wait's handle.
+/// The channel settlements are announced on; the payload is the wait's key.
 pub const WAITS_CHANNEL: &str = "stepwell_waits";
+
+/// The `application_name` of each sidecar's listening connection, by which
+/// an operator (or a test) finds it in `pg_stat_activity`.
+pub const LISTENER_APPLICATION_NAME: &str = "stepwell-waits-listener";
+
+/// The first pause before connecting the listener again; each doubles it.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+/// The longest pause between two attempts to connect the listener.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// Listens for the settlements every sidecar of the store announces, on a
+/// connection of its own (outside the pool, so a busy pool never delays a
+/// wake), and wakes this sidecar's waiters of each, forever. A lost
+/// connection is opened again after a pause that doubles up to
+/// `RECONNECT_MAX`; what was announced meanwhile is missed, and the poll
+/// (`server::waits::poll`) finds it within a second.
+pub(super) async fn listen(options: PgConnectOptions, hub: Arc<Hub>) {
+    let options = options.application_name(LISTENER_APPLICATION_NAME);
+    let mut pause = RECONNECT_FIRST;
+    loop {
+        match listen_once(&options, &hub).await {
+            Ok(()) => pause = RECONNECT_FIRST,
+            Err(error) => tracing::warn!(%error, ?pause, "the waits' listening connection failed; reconnecting"),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// One listening connection, until it is lost: `Ok` if it listened first.
+async fn listen_once(options: &PgConnectOptions, hub: &Hub) -> Result<(), sqlx::Error> {
+    // A pool of one, only for PgListener: it never reconnects by itself here.
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(options.clone())
+        .await?;
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.ignore_pool_close_event(true);
+    listener.eager_reconnect(false);
+    listener.listen(WAITS_CHANNEL).await?;
+    tracing::debug!("listening for the settlements of waits");
+    loop {
+        match listener.try_recv().await {
+            Ok(Some(notification)) => match serde_json::from_str::<(String, String, String)>(notification.payload()) {
+                Ok((namespace, turn_id, name)) => hub.wake(&WaitKey { namespace, turn_id, name }, None),
+                Err(error) => tracing::warn!(%error, "a settlement's notification is not a wait's key; ignored"),
+            },
+            Ok(None) => {
+                tracing::warn!("the waits' listening connection was lost; reconnecting");
+                return Ok(());
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the waits' listening connection failed; reconnecting");
+                return Ok(());
+            }
+        }
+    }
+}
 
 /// `sql`, whose rows are settled waits, with a notification for each
 /// whose payload is the wait's key as a JSON array [namespace, turn_id,

@@ -9,6 +9,7 @@
 
 mod lifecycle;
 mod limits;
+mod postgres_only;
 mod signals;
 mod timers;
 

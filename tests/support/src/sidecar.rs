@@ -276,6 +276,11 @@ impl SidecarProcess {
         &self.kind.socket
     }
 
+    /// The process's id, for reading what it uses (its memory, say).
+    pub fn pid(&self) -> u32 {
+        self.kind.process.0.as_ref().expect("the child is running").id()
+    }
+
     /// Whether the process is still running: it has not exited by itself.
     pub fn is_running(&mut self) -> bool {
         self.kind.process.0.as_mut().is_some_and(|child| matches!(child.try_wait(), Ok(None)))
