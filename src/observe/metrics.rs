@@ -153,10 +153,7 @@ pub struct Metrics {
     tls_handshakes_shed: [Counter; 2],
     queue_depth: Gauge,
     queue_bytes: Gauge,
-    awaits: Gauge,
-    wait_wake: Histogram,
-    timer_lag: Histogram,
-    settlements: [Counter; 3],
+    waits: WaitMetrics,
     store_up: Gauge,
     breaker_open: Gauge,
     store: Vec<Gauge>,
@@ -235,11 +232,7 @@ impl Metrics {
             tls_handshakes_shed: ["address", "total"]
                 .map(|limit| r.counter("stepwell_tls_handshakes_shed_total", &[("limit", limit)])),
             queue_depth: r.gauge("stepwell_write_queue_depth", &[]),
-            awaits: r.gauge("stepwell_awaits_pending", &[]),
-            wait_wake: r.histogram("stepwell_wait_wake_seconds", &[]),
-            timer_lag: r.histogram("stepwell_wait_timer_lag_seconds", &[]),
-            settlements: ["request", "timer", "expiry"]
-                .map(|by| r.counter("stepwell_wait_settlements_total", &[("by", by)])),
+            waits: WaitMetrics::register(&r),
             queue_bytes: r.gauge("stepwell_write_queue_bytes", &[]),
             store_up: r.gauge("stepwell_store_up", &[]),
             breaker_open: r.gauge("stepwell_store_breaker_open", &[]),
@@ -306,7 +299,7 @@ impl Metrics {
     pub fn wait_woken(&self, settled_at: i64) {
         if self.enabled() {
             let late = crate::domain::clock::system_now().saturating_sub(settled_at).max(0);
-            self.wait_wake.record(late as f64 / 1e9);
+            self.waits.wake.record(late as f64 / 1e9);
         }
     }
 
@@ -314,9 +307,9 @@ impl Metrics {
     /// CancelWait), a timer or an expiry; a timer's or expiry's `late`
     /// is how long after its due time it fired, in nanoseconds.
     pub fn wait_settled(&self, by: WaitSettledBy, late: i64) {
-        self.settlements[by as usize].increment(1);
+        self.waits.settlements[by as usize].increment(1);
         if by != WaitSettledBy::Request {
-            self.timer_lag.record(late.max(0) as f64 / 1e9);
+            self.waits.timer_lag.record(late.max(0) as f64 / 1e9);
         }
     }
 
@@ -332,7 +325,7 @@ impl Metrics {
     pub fn render(&self, state: &State) -> String {
         let Some(handle) = &self.handle else { return String::new() };
         self.queue_depth.set(state.queue_depth as f64);
-        self.awaits.set(state.awaits as f64);
+        self.waits.awaits.set(state.awaits as f64);
         self.queue_bytes.set(state.queue_bytes as f64);
         self.store_up.set(f64::from(u8::from(state.store_up)));
         self.breaker_open.set(f64::from(u8::from(state.breaker_open)));
@@ -432,6 +425,26 @@ impl Registrar<'_> {
         }
         for &(name, unit, text) in GAUGES {
             r.describe_gauge(name.into(), unit, help(text));
+        }
+    }
+}
+
+/// The waits' series: pending Awaits, wake latency, timer lag, settlements.
+struct WaitMetrics {
+    awaits: Gauge,
+    wake: Histogram,
+    timer_lag: Histogram,
+    settlements: [Counter; 3],
+}
+
+impl WaitMetrics {
+    fn register(r: &Registrar<'_>) -> WaitMetrics {
+        WaitMetrics {
+            awaits: r.gauge("stepwell_awaits_pending", &[]),
+            wake: r.histogram("stepwell_wait_wake_seconds", &[]),
+            timer_lag: r.histogram("stepwell_wait_timer_lag_seconds", &[]),
+            settlements: ["request", "timer", "expiry"]
+                .map(|by| r.counter("stepwell_wait_settlements_total", &[("by", by)])),
         }
     }
 }

@@ -797,18 +797,14 @@ impl Store for SqliteStore {
         self.read(move |conn| waits::get(conn, &key)).await
     }
 
-    /// One lookup per key on one read connection: sidecars on one host may
-    /// share the file, and a settlement through another is seen here.
+    /// One statement on one read connection: sidecars on one host may share
+    /// the file, and a settlement through another is seen here.
     async fn settled_waits(&self, keys: &[WaitKey]) -> Result<Vec<Wait>, Error> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
         let keys = keys.to_vec();
-        self.read(move |conn| {
-            let mut settled = Vec::new();
-            for key in &keys {
-                settled.extend(waits::get(conn, key)?.filter(Wait::is_settled));
-            }
-            Ok(settled)
-        })
-        .await
+        self.read(move |conn| waits::settled(conn, &keys)).await
     }
 
     async fn list_waits(&self, q: &WaitQuery) -> Result<(Vec<Wait>, bool), Error> {

@@ -15,6 +15,15 @@ use crate::store::waits::{
     NEXT_DUE, SETTLE_WAIT, WaitRow, WaitStatements, into_waits,
 };
 
+/// The settled waits among the keys of the JSON array `$1`, each found
+/// through the primary key.
+const SETTLED_WAITS: &str = "SELECT w.namespace, w.turn_id, w.name, w.status, w.metadata, w.created_at_ns, \
+       w.expire_at_ns, w.resolve_at_ns, w.settled_at_ns, w.payload, w.content_type, w.settled_by \
+     FROM json_each($1) AS k JOIN waits AS w \
+       ON w.namespace = json_extract(k.value, '$[0]') AND w.turn_id = json_extract(k.value, '$[1]') \
+      AND w.name = json_extract(k.value, '$[2]') \
+     WHERE w.status <> 1";
+
 /// Runs a statement that returns waits.
 fn waits(conn: &Connection, sql: &str, values: &[&dyn ToSql]) -> Result<Vec<Wait>, DbError> {
     into_waits(query_numbered(conn, sql, values, WaitRow::from_sqlite).map_err(sqlite)?)
@@ -28,6 +37,15 @@ fn one(conn: &Connection, sql: &str, values: &[&dyn ToSql]) -> Result<Option<Wai
 /// A wait, on any connection.
 pub(super) fn get(conn: &Connection, key: &WaitKey) -> Result<Option<Wait>, DbError> {
     one(conn, GET_WAIT, &[&key.namespace, &key.turn_id, &key.name])
+}
+
+/// Those of `keys` that are settled, in one statement: the keys are bound
+/// as one JSON array of [namespace, turn_id, name] arrays.
+pub(super) fn settled(conn: &Connection, keys: &[WaitKey]) -> Result<Vec<Wait>, DbError> {
+    let triples: Vec<[&str; 3]> =
+        keys.iter().map(|key| [key.namespace.as_str(), key.turn_id.as_str(), key.name.as_str()]).collect();
+    let keys = serde_json::to_string(&triples).expect("strings serialize");
+    waits(conn, SETTLED_WAITS, &[&keys])
 }
 
 /// A page of waits, and whether more follow.

@@ -10,6 +10,7 @@
 mod lifecycle;
 mod limits;
 mod postgres_only;
+mod scale;
 mod signals;
 mod timers;
 
@@ -93,6 +94,21 @@ async fn until_metric(admin: &str, name: &str, labels: &[(&str, &str)], value: f
         }
         assert!(tokio::time::Instant::now() < deadline, "{name} stayed at {seen}, not {value}");
         tokio::task::yield_now().await;
+    }
+}
+
+/// Polls the admin listener at `admin` until the gauge `name` reaches
+/// `value`, for at most `limit` (what many requests take to arrive on a
+/// busy machine, far beyond `WAIT_LIMIT`).
+async fn until_count(admin: &str, name: &str, value: f64, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let seen = Scrape::of(admin).await.value(name, &[]);
+        if seen == value {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{name} stayed at {seen}, not {value}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
