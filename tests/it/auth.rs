@@ -727,3 +727,42 @@ async fn reflection_is_off_with_authentication_unless_asked_for() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_signal_and_a_cancellation_record_the_principal_that_settled_the_wait() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = write_auth_file(dir.path(), &auth_file_text());
+    let server = Sidecar::builder().configure(|config| config.security.auth_file = Some(path)).start().await;
+    let mut client = server.waits();
+    let writer = Caller::Write.header();
+    let signal = waits::SignalRequest { turn_id: "t".into(), name: "a".into(), ..Default::default() };
+    let signalled = client.signal(with_header(signal, writer.as_deref())).await.expect("the writer signals");
+    assert_eq!(signalled.into_inner().wait.expect("a wait").settled_by, "writer");
+    let admin = Caller::Admin.header();
+    let cancel = waits::CancelWaitRequest { turn_id: "t".into(), name: "b".into(), ..Default::default() };
+    let cancelled = client.cancel_wait(with_header(cancel, admin.as_deref())).await.expect("the admin cancels");
+    assert_eq!(cancelled.into_inner().wait.expect("a wait").settled_by, "admin");
+}
+
+#[tokio::test]
+async fn a_handle_is_authorized_in_the_namespace_it_names() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = write_auth_file(dir.path(), &auth_file_text());
+    let server = Sidecar::builder().configure(|config| config.security.auth_file = Some(path)).start().await;
+    let mut client = server.waits();
+    let admin = Caller::Admin.header();
+    let create = waits::CreateWaitRequest {
+        namespace: "billing".into(),
+        turn_id: "t".into(),
+        name: "w".into(),
+        ..Default::default()
+    };
+    let created = client.create_wait(with_header(create, admin.as_deref())).await.expect("the admin creates");
+    let handle = created.into_inner().wait.expect("a wait").handle;
+    // The outsider may write only in "elsewhere": the handle's namespace decides, not the empty field.
+    let outsider = Caller::OtherNamespace.header();
+    let signal = waits::SignalRequest { handle, ..Default::default() };
+    let refused = client.signal(with_header(signal, outsider.as_deref())).await.expect_err("refused");
+    let info = assert_error(&refused, Code::PermissionDenied, "PERMISSION_DENIED");
+    assert_eq!(info.metadata.get("namespace").map(String::as_str), Some("billing"));
+}

@@ -1,12 +1,14 @@
 //! WaitService end to end, over real gRPC on a real store, one topic a
 //! module: Signal before and after Await, races of Signals, naming by
-//! handle, cancelling and listing (`signals`); timers and expiries, across
+//! handle, cancelling and listing (`signals`); Signals fenced by a lease
+//! (`fencing`); timers and expiries, across
 //! a restart (`timers`); each limit's refusal (`limits`); DeleteTurn taking
 //! a turn's waits (`lifecycle`); 10,000 pending Awaits on one sidecar
 //! (`scale`); and, on Postgres, Awaits and timers across three sidecars
 //! sharing a store (`shared`). This module holds what they share: request
 //! builders and the reading of a WAIT_SETTLED refusal.
 
+mod fencing;
 mod lifecycle;
 mod limits;
 mod postgres_only;
