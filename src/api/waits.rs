@@ -27,6 +27,7 @@ use crate::domain::limits;
 use crate::domain::rpc::Rpc;
 use crate::domain::waits::{NewWait, Settle, Wait, WaitDone, WaitKey, WaitQuery, WaitStatus, WaitWrite};
 use crate::observe::metrics::WaitSettledBy;
+use crate::observe::traces;
 
 /// The WaitService implementation.
 pub struct WaitApi {
@@ -95,6 +96,7 @@ impl WaitApi {
             settled_by: principal,
             fence,
             per_turn_max: limits.waits_per_turn_max,
+            span: traces::current_span(),
         };
         let (wait, settled) = self.settle(settle).await?;
         Ok(SignalResponse { wait: Some(to_pb(wait)), settled })
@@ -110,6 +112,7 @@ impl WaitApi {
             settled_by: principal,
             fence: None,
             per_turn_max: self.shared.limits().waits_per_turn_max,
+            span: traces::current_span(),
         };
         let (wait, cancelled) = self.settle(settle).await?;
         Ok(CancelWaitResponse { wait: Some(to_pb(wait)), cancelled })
@@ -160,6 +163,10 @@ impl WaitApi {
             && let Some(settled_at) = wait.settled_at
         {
             self.shared.metrics().wait_woken(settled_at);
+        }
+        if let Some(span) = &wait.settled_span {
+            // The Await's span links to the request that settled its wait.
+            traces::link_settlement(span);
         }
         Ok(AwaitResponse { wait: Some(to_pb(wait)) })
     }

@@ -112,6 +112,8 @@ pub struct Wait {
     pub payload: Vec<u8>,
     pub content_type: String,
     pub settled_by: String,
+    /// The traced request that settled it, as "<trace id>-<span id>" in hex.
+    pub settled_span: Option<String>,
 }
 
 impl Wait {
@@ -159,6 +161,8 @@ pub struct Settle {
     pub fence: Option<Fence>,
     /// Most waits the turn may hold, should the settlement create the wait.
     pub per_turn_max: u32,
+    /// The settling request's span, if traced, as `Wait::settled_span`.
+    pub span: Option<String>,
 }
 
 impl Settle {

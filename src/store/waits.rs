@@ -19,7 +19,7 @@ use crate::store::rows::decode_error;
 macro_rules! wait_columns {
     () => {
         "namespace, turn_id, name, status, metadata, created_at_ns, expire_at_ns, resolve_at_ns, settled_at_ns, \
-         payload, content_type, settled_by"
+         payload, content_type, settled_by, settled_span"
     };
 }
 
@@ -39,7 +39,8 @@ pub(super) const INSERT_WAIT: &str = concat!(
 
 /// Settles a PENDING wait; no row when it is settled already or absent.
 pub(super) const SETTLE_WAIT: &str = concat!(
-    "UPDATE waits SET status = $4, settled_at_ns = $5, payload = $6, content_type = $7, settled_by = $8 \
+    "UPDATE waits SET status = $4, settled_at_ns = $5, payload = $6, content_type = $7, settled_by = $8, \
+       settled_span = $9 \
      WHERE namespace = $1 AND turn_id = $2 AND name = $3 AND status = 1 RETURNING ",
     wait_columns!()
 );
@@ -48,11 +49,11 @@ pub(super) const SETTLE_WAIT: &str = concat!(
 /// PENDING meanwhile; no row when it was settled first by another.
 pub(super) const INSERT_SETTLED_WAIT: &str = concat!(
     "INSERT INTO waits (namespace, turn_id, name, status, metadata, created_at_ns, settled_at_ns, payload, \
-                        content_type, settled_by) \
-     VALUES ($1, $2, $3, $4, NULL, $5, $5, $6, $7, $8) \
+                        content_type, settled_by, settled_span) \
+     VALUES ($1, $2, $3, $4, NULL, $5, $5, $6, $7, $8, $9) \
      ON CONFLICT (namespace, turn_id, name) DO UPDATE SET status = excluded.status, \
        settled_at_ns = excluded.settled_at_ns, payload = excluded.payload, content_type = excluded.content_type, \
-       settled_by = excluded.settled_by \
+       settled_by = excluded.settled_by, settled_span = excluded.settled_span \
      WHERE waits.status = 1 RETURNING ",
     wait_columns!()
 );
@@ -119,6 +120,7 @@ pub(super) struct WaitRow {
     pub payload: Vec<u8>,
     pub content_type: String,
     pub settled_by: String,
+    pub settled_span: Option<String>,
 }
 
 impl WaitRow {
@@ -136,6 +138,7 @@ impl WaitRow {
             payload: row.get(9)?,
             content_type: row.get(10)?,
             settled_by: row.get(11)?,
+            settled_span: row.get(12)?,
         })
     }
 
@@ -153,6 +156,7 @@ impl WaitRow {
             payload: self.payload,
             content_type: self.content_type,
             settled_by: self.settled_by,
+            settled_span: self.settled_span,
         })
     }
 }

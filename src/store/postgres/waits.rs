@@ -101,7 +101,7 @@ fn notifying(sql: &str) -> String {
 /// primary key (as `LOAD_RECORDS` of the batch reads keys).
 const SETTLED_WAITS: &str = "SELECT w.* FROM UNNEST($1::text[], $2::text[], $3::text[]) AS k(namespace, turn_id, name) \
          CROSS JOIN LATERAL (SELECT namespace, turn_id, name, status, metadata, created_at_ns, expire_at_ns, \
-           resolve_at_ns, settled_at_ns, payload, content_type, settled_by FROM waits r \
+           resolve_at_ns, settled_at_ns, payload, content_type, settled_by, settled_span FROM waits r \
            WHERE r.namespace = k.namespace AND r.turn_id = k.turn_id AND r.name = k.name AND r.status <> 1 \
            OFFSET 0) w";
 
@@ -237,6 +237,7 @@ async fn settle_with(
         .bind(&settle.payload)
         .bind(&settle.content_type)
         .bind(&settle.settled_by)
+        .bind(settle.span.as_deref())
         .fetch_optional(conn)
         .await
         .map_err(DbError::sqlx)?;

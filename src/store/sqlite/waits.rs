@@ -18,7 +18,7 @@ use crate::store::waits::{
 /// The settled waits among the keys of the JSON array `$1`, each found
 /// through the primary key.
 const SETTLED_WAITS: &str = "SELECT w.namespace, w.turn_id, w.name, w.status, w.metadata, w.created_at_ns, \
-       w.expire_at_ns, w.resolve_at_ns, w.settled_at_ns, w.payload, w.content_type, w.settled_by \
+       w.expire_at_ns, w.resolve_at_ns, w.settled_at_ns, w.payload, w.content_type, w.settled_by, w.settled_span \
      FROM json_each($1) AS k JOIN waits AS w \
        ON w.namespace = json_extract(k.value, '$[0]') AND w.turn_id = json_extract(k.value, '$[1]') \
       AND w.name = json_extract(k.value, '$[2]') \
@@ -114,7 +114,8 @@ impl WaitStatements for Batch<'_> {
 }
 
 /// A settlement's parameters, as `SETTLE_WAIT` and `INSERT_SETTLED_WAIT` take them.
-fn settlement<'a>(settle: &'a Settle, at: &'a UnixNanos, status: &'a i64) -> [&'a dyn ToSql; 8] {
+fn settlement<'a>(settle: &'a Settle, at: &'a UnixNanos, status: &'a i64) -> [&'a dyn ToSql; 9] {
     let key = &settle.key;
-    [&key.namespace, &key.turn_id, &key.name, status, at, &settle.payload, &settle.content_type, &settle.settled_by]
+    let (payload, content_type, by) = (&settle.payload, &settle.content_type, &settle.settled_by);
+    [&key.namespace, &key.turn_id, &key.name, status, at, payload, content_type, by, &settle.span]
 }

@@ -61,7 +61,8 @@ async fn pending_await(
 /// The backend pids of the sidecars' listening connections.
 async fn listeners(store: &TestStore) -> Vec<i32> {
     let pool = sqlx::PgPool::connect(&store.url()).await.expect("connect");
-    let sql = "SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid";
+    let sql = "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database() \
+               ORDER BY pid";
     let pids = sqlx::query_scalar(sql).bind(LISTENER_APPLICATION_NAME).fetch_all(&pool).await.expect("read");
     pool.close().await;
     pids
@@ -96,7 +97,10 @@ async fn with_the_listening_connections_killed_and_no_notification_the_poll_stil
     store
         .execute(
             "unused: this test runs on Postgres only",
-            &format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{LISTENER_APPLICATION_NAME}'"),
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{LISTENER_APPLICATION_NAME}' AND datname = current_database()"
+            ),
         )
         .await;
     // A settlement that announces nothing: only the poll can find it.
