@@ -20,6 +20,9 @@ const FIRE_BATCH_MAX: u32 = 1000;
 /// the store are found within it.
 const TIMER_SLEEP_MAX: Duration = Duration::from_secs(1);
 
+/// The pause before firing again when waits are still due after a firing.
+const FIRE_RETRY_PAUSE: Duration = Duration::from_millis(100);
+
 /// How often the poll reads again the waits that Awaits wait for.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -31,21 +34,34 @@ const POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// timer, one settles it; the writer wakes its Awaits.
 pub(super) async fn timers(store: Handle, writer: Writer, clock: Clock, metrics: Arc<Metrics>) {
     loop {
-        fire_due(&writer, &clock, &metrics).await;
-        let sleep = match store.reads() {
-            Ok(reads) => match reads.next_due().await {
-                Ok(Some(due)) => Duration::from_nanos(due.saturating_sub(clock.now()).max(0) as u64),
-                Ok(None) => TIMER_SLEEP_MAX,
-                Err(error) => {
-                    tracing::warn!(%error, "could not read when the next wait falls due; looking again soon");
-                    TIMER_SLEEP_MAX
-                }
-            },
-            Err(_) => TIMER_SLEEP_MAX,
+        let mut until_due = next_due(&store, &clock).await;
+        if until_due == Some(Duration::ZERO) {
+            // Only a wait that is due costs a write: an idle store sees reads alone.
+            fire_due(&writer, &clock, &metrics).await;
+            until_due = next_due(&store, &clock).await;
+        }
+        let sleep = match until_due {
+            // Still due after firing: the write failed, or more fell due; not a busy loop.
+            Some(Duration::ZERO) => FIRE_RETRY_PAUSE,
+            Some(until) => until,
+            None => TIMER_SLEEP_MAX,
         };
         tokio::select! {
             () = tokio::time::sleep(sleep.min(TIMER_SLEEP_MAX)) => {}
             () = store.hub().timers_nudged() => {}
+        }
+    }
+}
+
+/// How long until the next pending wait falls due (zero if one is due
+/// now); `None` when none is pending with a time, or the store cannot say.
+async fn next_due(store: &Handle, clock: &Clock) -> Option<Duration> {
+    let reads = store.reads().ok()?;
+    match reads.next_due().await {
+        Ok(due) => due.map(|due| Duration::from_nanos(due.saturating_sub(clock.now()).max(0) as u64)),
+        Err(error) => {
+            tracing::warn!(%error, "could not read when the next wait falls due; looking again soon");
+            None
         }
     }
 }

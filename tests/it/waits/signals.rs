@@ -210,6 +210,18 @@ async fn list_waits_pages_in_turn_and_name_order_and_filters() {
     assert_eq!(pending.len(), 3);
     let of_a = ListWaitsRequest { turn_id: "a".into(), ..Default::default() };
     assert_eq!(client.list_waits(of_a).await.expect("ListWaits").into_inner().waits.len(), 2);
+    let mut timed = create("d", "timer");
+    timed.resolve_at = Some(stepwell_test_support::requests::ts(stepwell_test_support::requests::T0));
+    client.create_wait(timed).await.expect("CreateWait");
+    let before = |nanos: i64| ListWaitsRequest {
+        resolve_before: Some(stepwell_test_support::requests::ts(nanos)),
+        ..Default::default()
+    };
+    let due = client.list_waits(before(stepwell_test_support::requests::T0 + 1)).await.expect("ListWaits");
+    let due: Vec<String> = due.into_inner().waits.into_iter().map(|w| format!("{}/{}", w.turn_id, w.name)).collect();
+    assert_eq!(due, ["d/timer"], "only the waits whose timer is before resolve_before");
+    let none = client.list_waits(before(stepwell_test_support::requests::T0)).await.expect("ListWaits");
+    assert!(none.into_inner().waits.is_empty());
     let bad = ListWaitsRequest { page_token: "nope".into(), ..Default::default() };
     assert_invalid(&client.list_waits(bad).await.expect_err("refused"), "page_token", "INVALID_PAGE_TOKEN");
 }
