@@ -225,3 +225,19 @@ async fn list_waits_pages_in_turn_and_name_order_and_filters() {
     let bad = ListWaitsRequest { page_token: "nope".into(), ..Default::default() };
     assert_invalid(&client.list_waits(bad).await.expect_err("refused"), "page_token", "INVALID_PAGE_TOKEN");
 }
+
+#[tokio::test]
+async fn a_refusal_leaves_out_a_winning_payload_over_4_kib_and_says_so() {
+    let server = Sidecar::builder().start().await;
+    let mut client = server.waits();
+    let large = vec![b'x'; 5000];
+    let won = signalled(&mut client, signal("t1", "w", &large)).await;
+    assert_eq!(won.wait.expect("a wait").settled_by, "", "no principal without authentication");
+    let refused = client.signal(signal("t1", "w", b"other")).await.expect_err("settled already");
+    let detail = settled_detail(&refused);
+    assert!(detail.payload_omitted);
+    let wait = detail.wait.expect("the settled wait");
+    assert!(wait.payload.is_empty());
+    assert_eq!(wait.status(), WaitStatus::Resolved);
+    assert_eq!(get(&mut client, "t1", "w").await.expect("GetWait reads it").payload, large);
+}
