@@ -22,7 +22,11 @@
 //!    handlers at once, across all connections; one over the limit is shed
 //!    at once (RESOURCE_EXHAUSTED, OVERLOADED) rather than queued, so its
 //!    caller hears at once and backs off instead of waiting behind it.
+//!    An Await instead takes one of `--awaits-max` places (over it:
+//!    RESOURCE_EXHAUSTED, AWAITS): it spends its life waiting, and must not
+//!    starve the requests that do work.
 //! 3. The whole of it, body and handler, runs under `--request-timeout-ms`
+//!    (an Await, under that plus `--await-timeout-max-ms`)
 //!    (past it: DEADLINE_EXCEEDED, REQUEST_TIMEOUT), so no request is left
 //!    hanging whatever its caller's deadline.
 //!
@@ -70,6 +74,11 @@ pub struct Admission {
     /// Who authenticates callers, and audits those refused.
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
+    /// Places of Awaits (`--awaits-max`), which hold none of `permits`.
+    awaits: Arc<Semaphore>,
+    awaits_max: usize,
+    /// How much longer than `request_timeout` an Await may run: the longest it may wait.
+    await_timeout_max: Duration,
     /// Bytes of request bodies read and not yet answered (`--body-buffer-bytes-max`).
     body_bytes: Arc<Semaphore>,
     message_bytes_max: usize,
@@ -88,7 +97,11 @@ impl Admission {
         traces: Option<Arc<Traces>>,
     ) -> Admission {
         let message_bytes_max = shared.limits().message_bytes_max;
+        let (awaits_max, await_timeout_max) = (shared.limits().awaits_max, shared.limits().await_timeout_max);
         Admission {
+            awaits: Arc::new(Semaphore::new(awaits_max.min(Semaphore::MAX_PERMITS))),
+            awaits_max,
+            await_timeout_max,
             shared,
             metrics,
             traces,
@@ -148,7 +161,11 @@ where
             };
             let keep_namespace = admission.metrics.namespace_labels();
             let scoped = context.is_some() || keep_namespace;
-            let after = admission.request_timeout;
+            // An Await may wait up to its timeout, beyond the time its reads take.
+            let after = match rpc {
+                Some(Rpc::Await) => admission.request_timeout + admission.await_timeout_max,
+                _ => admission.request_timeout,
+            };
             let admit = tokio::time::timeout(after, admission.clone().admit(request, rpc, inner));
             let (answer, scope) = if scoped {
                 let scope = RequestScope { context, namespace: Default::default(), keep_namespace };
@@ -203,9 +220,13 @@ impl Admission {
             Ok(Err(error)) => return refusal(error),
             Err(_) => return refusal(Error::BodyReadTimeout { after: self.body_read_timeout }),
         };
-        let Ok(_permit) = self.permits.clone().try_acquire_owned() else {
-            return refusal(Error::Overloaded("too many requests in flight; retry with backoff"));
+        // An Await spends its life waiting, so it holds a place of its own
+        // kind: thousands of pending Awaits never shed the other requests.
+        let (places, refused) = match rpc {
+            Rpc::Await => (&self.awaits, Error::AwaitsFull { max: self.awaits_max }),
+            _ => (&self.permits, Error::Overloaded("too many requests in flight; retry with backoff")),
         };
+        let Ok(_permit) = places.clone().try_acquire_owned() else { return refusal(refused) };
         let request = Request::from_parts(parts, body);
         // The inner service is infallible.
         let Ok(response) = inner.oneshot(request).await;

@@ -18,6 +18,7 @@ pub mod records;
 pub mod services;
 pub mod status;
 pub mod validate;
+pub mod waits;
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -248,6 +249,11 @@ impl Shared {
         Ok(self.opened()?.store.reads()?)
     }
 
+    /// The waiters of this sidecar's Awaits, once the store is open.
+    pub fn hub(&self) -> Result<&Arc<crate::store::hub::Hub>> {
+        Ok(self.opened()?.store.hub())
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -263,6 +269,7 @@ impl Shared {
         let breaker_open = opened.store.check_up().is_err();
         crate::observe::metrics::State {
             queue_depth,
+            awaits: opened.store.hub().waiters(),
             queue_bytes,
             store_up: !breaker_open,
             breaker_open,

@@ -1,4 +1,4 @@
-//! The gRPC services as `server` mounts them: stepwell's three services,
+//! The gRPC services as `server` mounts them: stepwell's four services,
 //! each behind admission and the message size limit, their names (which
 //! health reports on), and the descriptors server reflection describes.
 //! Built here, where protobuf is known, so that `server` wires services
@@ -16,16 +16,19 @@ use super::idempotency::IdempotencyApi;
 use super::pb::checkpoint_service_server::CheckpointServiceServer;
 use super::pb::idempotency_service_server::IdempotencyServiceServer;
 use super::pb::record_service_server::RecordServiceServer;
+use super::pb::wait_service_server::WaitServiceServer;
 use super::records::RecordApi;
+use super::waits::WaitApi;
 
 /// The full names of stepwell's services, as health and reflection know them.
-pub const NAMES: [&str; 3] = [
+pub const NAMES: [&str; 4] = [
     <CheckpointServiceServer<CheckpointApi> as NamedService>::NAME,
     <IdempotencyServiceServer<IdempotencyApi> as NamedService>::NAME,
     <RecordServiceServer<RecordApi> as NamedService>::NAME,
+    <WaitServiceServer<WaitApi> as NamedService>::NAME,
 ];
 
-/// `router` with stepwell's three services added, each behind `admission`
+/// `router` with stepwell's four services added, each behind `admission`
 /// and decoding and encoding messages of at most `message_max` bytes.
 pub fn mount<L>(router: Router<L>, shared: &Arc<Shared>, admission: &Admission, message_max: usize) -> Router<L> {
     router
@@ -46,6 +49,13 @@ pub fn mount<L>(router: Router<L>, shared: &Arc<Shared>, admission: &Admission, 
         .add_service(
             admission.wrap(
                 RecordServiceServer::new(RecordApi::new(shared.clone()))
+                    .max_decoding_message_size(message_max)
+                    .max_encoding_message_size(message_max),
+            ),
+        )
+        .add_service(
+            admission.wrap(
+                WaitServiceServer::new(WaitApi::new(shared.clone()))
                     .max_decoding_message_size(message_max)
                     .max_encoding_message_size(message_max),
             ),

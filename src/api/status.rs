@@ -10,7 +10,11 @@ use std::collections::HashMap;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use prost::Message;
+
+use super::{pb, waits};
 use crate::domain::error::Error;
+use crate::domain::waits::Wait;
 
 /// The ErrorInfo domain of every stepwell error.
 pub const DOMAIN: &str = "stepwell.dev";
@@ -35,7 +39,16 @@ pub mod reason {
     pub const BODY_BROKEN_OFF: &str = "BODY_BROKEN_OFF";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+    pub const WAIT_NOT_FOUND: &str = "WAIT_NOT_FOUND";
+    pub const WAIT_SETTLED: &str = "WAIT_SETTLED";
+    pub const WAITS_PER_TURN: &str = "WAITS_PER_TURN";
+    pub const AWAITS: &str = "AWAITS";
 }
+
+/// Most bytes of a settled wait's payload that a WAIT_SETTLED error
+/// carries: past it the payload is left out, so the trailers stay small
+/// enough for every gRPC client.
+pub const SETTLED_PAYLOAD_BYTES_MAX: usize = 4096;
 
 /// The ErrorInfo reason of `error`, as clients see it (and the audit log
 /// records it).
@@ -60,6 +73,10 @@ pub fn reason_of(error: &Error) -> &'static str {
         Error::NotReady(_) => reason::NOT_READY,
         Error::Unauthenticated { .. } => reason::UNAUTHENTICATED,
         Error::PermissionDenied { .. } => reason::PERMISSION_DENIED,
+        Error::WaitNotFound => reason::WAIT_NOT_FOUND,
+        Error::WaitSettled(_) => reason::WAIT_SETTLED,
+        Error::WaitsPerTurn { .. } => reason::WAITS_PER_TURN,
+        Error::AwaitsFull { .. } => reason::AWAITS,
     }
 }
 
@@ -120,8 +137,45 @@ impl From<Error> for Status {
                 reason,
                 HashMap::from([("namespace".to_owned(), namespace), ("role".to_owned(), role.as_str().to_owned())]),
             ),
+            Error::WaitNotFound => status(Code::NotFound, message, reason, HashMap::new()),
+            Error::WaitSettled(wait) => wait_settled(message, *wait),
+            Error::WaitsPerTurn { max } => limit(message, reason, max as usize),
+            Error::AwaitsFull { max } => limit(message, reason, max),
         }
     }
+}
+
+/// RESOURCE_EXHAUSTED for a limit of `max`, which the metadata names.
+fn limit(message: String, reason: &str, max: usize) -> Status {
+    status(Code::ResourceExhausted, message, reason, HashMap::from([("limit".to_owned(), max.to_string())]))
+}
+
+/// ALREADY_EXISTS, WAIT_SETTLED: the ErrorInfo, then the settled wait as a
+/// `stepwell.v1.WaitSettled`, its payload left out past
+/// `SETTLED_PAYLOAD_BYTES_MAX`.
+fn wait_settled(message: String, wait: Wait) -> Status {
+    let info = tonic_types::pb::ErrorInfo {
+        reason: reason::WAIT_SETTLED.to_owned(),
+        domain: DOMAIN.to_owned(),
+        metadata: HashMap::from([("status".to_owned(), format!("{:?}", wait.status).to_uppercase())]),
+    };
+    let payload_omitted = wait.payload.len() > SETTLED_PAYLOAD_BYTES_MAX;
+    let mut wait = waits::to_pb(wait);
+    if payload_omitted {
+        wait.payload.clear();
+    }
+    let settled = pb::WaitSettled { wait: Some(wait), payload_omitted };
+    let details = tonic_types::Status {
+        code: Code::AlreadyExists as i32,
+        message: message.clone(),
+        details: vec![any("google.rpc.ErrorInfo", &info), any("stepwell.v1.WaitSettled", &settled)],
+    };
+    Status::with_details(Code::AlreadyExists, message, details.encode_to_vec().into())
+}
+
+/// `message` packed as a google.protobuf.Any of the type `name`.
+fn any(name: &str, message: &impl Message) -> prost_types::Any {
+    prost_types::Any { type_url: format!("type.googleapis.com/{name}"), value: message.encode_to_vec() }
 }
 
 /// Logs a store failure for the operator: which wait ran out, or what broke,

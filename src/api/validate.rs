@@ -235,6 +235,17 @@ pub fn content_type(field: &str, value: String) -> Result<String> {
     Ok(value)
 }
 
+/// A Signal's `content_type`: 0..=256 bytes of printable ASCII.
+pub fn wait_content_type(field: &str, value: String) -> Result<String> {
+    if value.len() > limits::WAIT_CONTENT_TYPE_BYTES_MAX {
+        return Err(too_long(field, limits::WAIT_CONTENT_TYPE_BYTES_MAX));
+    }
+    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Err(Error::invalid(field, InvalidReason::Malformed, "must be printable ASCII"));
+    }
+    Ok(value)
+}
+
 /// A JSON object of at most `max` bytes, nested at most `STATE_DEPTH_MAX`
 /// deep, with no NUL in its strings (which Postgres's jsonb refuses); empty
 /// means none. Answered as the text sent.
@@ -423,6 +434,7 @@ const RESTORE_TOKEN: u8 = b'r';
 const TURNS_TOKEN: u8 = b't';
 const RECORDS_TOKEN: u8 = b'g';
 const RECORDS_CUT_TOKEN: u8 = b'e';
+const WAITS_TOKEN: u8 = b'w';
 
 /// The page token that resumes a restore after `cursor`.
 pub fn restore_token(cursor: Cursor, newest_first: bool) -> String {
@@ -469,6 +481,34 @@ pub fn turns_after(token: &str) -> Result<Option<String>> {
         Some((&TURNS_TOKEN, turn_id)) => String::from_utf8(turn_id.to_vec()).map(Some).map_err(|_| bad_token()),
         _ => Err(bad_token()),
     }
+}
+
+/// A wait listing page token: the last wait's (turn_id, name), the turn led
+/// by its length.
+pub fn waits_token(turn_id: &str, name: &str) -> String {
+    let mut raw = Vec::with_capacity(5 + turn_id.len() + name.len());
+    raw.push(WAITS_TOKEN);
+    raw.extend_from_slice(&(turn_id.len() as u32).to_be_bytes());
+    raw.extend_from_slice(turn_id.as_bytes());
+    raw.extend_from_slice(name.as_bytes());
+    URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// Reads a wait listing page token.
+pub fn waits_after(token: &str) -> Result<Option<(String, String)>> {
+    if token.is_empty() {
+        return Ok(None);
+    }
+    let raw = URL_SAFE_NO_PAD.decode(token).map_err(|_| bad_token())?;
+    let Some((&WAITS_TOKEN, rest)) = raw.split_first() else { return Err(bad_token()) };
+    let (length, rest) = rest.split_first_chunk::<4>().ok_or_else(bad_token)?;
+    let length = u32::from_be_bytes(*length) as usize;
+    if rest.len() < length {
+        return Err(bad_token());
+    }
+    let (turn_id, name) = rest.split_at(length);
+    let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).map_err(|_| bad_token());
+    Ok(Some((text(turn_id)?, text(name)?)))
 }
 
 fn bad_token() -> Error {

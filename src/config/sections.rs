@@ -40,6 +40,13 @@ pub struct Limits {
     pub retention_max: Duration,
     /// Requests in the stepwell services at once; more are shed.
     pub max_concurrent_requests: usize,
+    pub wait_payload_bytes_max: usize,
+    pub wait_metadata_bytes_max: usize,
+    pub waits_per_turn_max: u32,
+    /// Longest an Await waits for its wait before answering it pending.
+    pub await_timeout_max: Duration,
+    /// Awaits waiting at once; more are refused.
+    pub awaits_max: usize,
 }
 
 /// What one connection may hold, and how long its requests and its peer are
@@ -383,5 +390,10 @@ fn limits(args: &ServeArgs, errors: &mut Errors) -> Limits {
         retention_default: args.retention_default,
         retention_max: args.retention_max,
         max_concurrent_requests: args.max_concurrent_requests,
+        wait_payload_bytes_max: args.wait_payload_bytes_max,
+        wait_metadata_bytes_max: args.wait_metadata_bytes_max,
+        waits_per_turn_max: args.waits_per_turn_max,
+        await_timeout_max: args.await_timeout_max,
+        awaits_max: args.awaits_max,
     }
 }

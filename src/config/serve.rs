@@ -65,6 +65,32 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_RECORDS_PER_REQUEST_MAX", default_value = "1000", value_parser = count(1, 100_000))]
     pub records_per_request_max: u32,
 
+    /// Largest payload a Signal may carry, in bytes.
+    #[arg(long, env = "STEPWELL_WAIT_PAYLOAD_BYTES_MAX", default_value = "1048576", value_parser = size(0, 64 << 20))]
+    pub wait_payload_bytes_max: usize,
+
+    /// Largest metadata (a JSON object) a CreateWait may carry, in bytes.
+    #[arg(long, env = "STEPWELL_WAIT_METADATA_BYTES_MAX", default_value = "65536", value_parser = size(2, 16 << 20))]
+    pub wait_metadata_bytes_max: usize,
+
+    /// Most waits one turn may hold, pending or settled; a CreateWait (or a
+    /// Signal or CancelWait creating a wait) beyond it is RESOURCE_EXHAUSTED.
+    #[arg(long, env = "STEPWELL_WAITS_PER_TURN_MAX", default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub waits_per_turn_max: u32,
+
+    /// Longest an Await may ask to wait before it answers with the wait
+    /// still pending, in milliseconds; it waits 60 s (or this, if shorter)
+    /// when it asks for no timeout.
+    #[arg(long = "await-timeout-max-ms", value_name = "MS", env = "STEPWELL_AWAIT_TIMEOUT_MAX_MS",
+          default_value = "300000", value_parser = millis(1, 3_600_000))]
+    pub await_timeout_max: Duration,
+
+    /// Most Awaits waiting at once on this sidecar, across all connections;
+    /// more are refused at once with RESOURCE_EXHAUSTED. Awaits hold these
+    /// places, not those of --max-concurrent-requests.
+    #[arg(long, env = "STEPWELL_AWAITS_MAX", default_value = "16384", value_parser = size(1, 1_000_000))]
+    pub awaits_max: usize,
+
     /// Lease given by Begin and Extend when the request sets none, in seconds.
     #[arg(long = "lease-default-seconds", value_name = "SECONDS", env = "STEPWELL_LEASE_DEFAULT_SECONDS", default_value = "30",
           value_parser = seconds(1, DAY_SECONDS))]

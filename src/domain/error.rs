@@ -4,6 +4,7 @@
 
 use crate::domain::keys::Refusal;
 use crate::domain::rpc::{Role, Unknown};
+use crate::domain::waits::{Wait, WaitRefusal};
 use crate::store;
 
 /// Why a request failed.
@@ -77,6 +78,24 @@ pub enum Error {
     /// was stored. Reads still work; writes resume once space is freed.
     #[error("the store is full")]
     StoreFull(#[source] store::Error),
+
+    /// GetWait or Await named a wait that does not exist.
+    #[error("no wait of this turn has this name")]
+    WaitNotFound,
+
+    /// A Signal or CancelWait found the wait settled otherwise before: the
+    /// wait as it was settled.
+    #[error("the wait is settled already, otherwise")]
+    WaitSettled(Box<Wait>),
+
+    /// The turn holds `--waits-per-turn-max` waits already; nothing was stored.
+    #[error("the turn holds {max} waits, the most it may (--waits-per-turn-max)")]
+    WaitsPerTurn { max: u32 },
+
+    /// The sidecar holds `--awaits-max` Awaits already; retry with backoff
+    /// or through another sidecar.
+    #[error("{max} Awaits are pending on this sidecar, the most it holds (--awaits-max); retry with backoff")]
+    AwaitsFull { max: usize },
 
     /// The server is shutting down or not yet ready.
     #[error("{0}")]
@@ -152,6 +171,16 @@ impl From<Refusal> for Error {
             Refusal::LeaseLost => Error::LeaseLost,
             Refusal::NotAcquired => Error::NotAcquired,
             Refusal::ResultMismatch => Error::ResultMismatch,
+        }
+    }
+}
+
+impl From<WaitRefusal> for Error {
+    fn from(refusal: WaitRefusal) -> Self {
+        match refusal {
+            WaitRefusal::Settled(wait) => Error::WaitSettled(wait),
+            WaitRefusal::PerTurn { max } => Error::WaitsPerTurn { max },
+            WaitRefusal::Fence(refusal) => refusal.into(),
         }
     }
 }

@@ -33,3 +33,13 @@ pub const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
 /// The largest `--message-bytes-max`: no sidecar sends a larger message,
 /// so the operator commands accept any message up to it.
 pub const MESSAGE_BYTES_LIMIT: usize = 256 << 20;
+
+/// Longest wait name, in bytes.
+pub const WAIT_NAME_BYTES_MAX: usize = 256;
+
+/// Longest content type of a Signal's payload, in bytes.
+pub const WAIT_CONTENT_TYPE_BYTES_MAX: usize = 256;
+
+/// How long an Await waits when its request sets no timeout, unless
+/// `--await-timeout-max-ms` is shorter.
+pub const AWAIT_TIMEOUT_DEFAULT: std::time::Duration = std::time::Duration::from_secs(60);

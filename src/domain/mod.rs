@@ -8,3 +8,4 @@ pub mod limits;
 pub mod model;
 pub mod records;
 pub mod rpc;
+pub mod waits;

@@ -1,4 +1,4 @@
-//! The RPCs of the contract's three services, the role each needs, and
+//! The RPCs of the contract's services, the role each needs, and
 //! why a caller may be unknown: the vocabulary that authorization, metrics,
 //! traces and the domain error share, with no behaviour of its own.
 
@@ -50,11 +50,17 @@ pub enum Rpc {
     ListRecords,
     DeleteRecords,
     CopyTurn,
+    CreateWait,
+    Signal,
+    Await,
+    GetWait,
+    ListWaits,
+    CancelWait,
 }
 
 impl Rpc {
-    /// Every RPC of the three services, in the order of the contract.
-    pub const ALL: [Rpc; 13] = [
+    /// Every RPC of the services, in the order of the contract.
+    pub const ALL: [Rpc; 19] = [
         Rpc::Checkpoint,
         Rpc::Restore,
         Rpc::ListTurns,
@@ -68,6 +74,12 @@ impl Rpc {
         Rpc::ListRecords,
         Rpc::DeleteRecords,
         Rpc::CopyTurn,
+        Rpc::CreateWait,
+        Rpc::Signal,
+        Rpc::Await,
+        Rpc::GetWait,
+        Rpc::ListWaits,
+        Rpc::CancelWait,
     ];
 
     /// The RPC a request path names (`/stepwell.v1.CheckpointService/Checkpoint`).
@@ -82,6 +94,9 @@ impl Rpc {
             Rpc::Checkpoint | Rpc::Restore | Rpc::ListTurns | Rpc::DeleteTurn => "stepwell.v1.CheckpointService",
             Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend | Rpc::Get => "stepwell.v1.IdempotencyService",
             Rpc::PutRecords | Rpc::ListRecords | Rpc::DeleteRecords | Rpc::CopyTurn => "stepwell.v1.RecordService",
+            Rpc::CreateWait | Rpc::Signal | Rpc::Await | Rpc::GetWait | Rpc::ListWaits | Rpc::CancelWait => {
+                "stepwell.v1.WaitService"
+            }
         }
     }
 
@@ -101,6 +116,12 @@ impl Rpc {
             Rpc::ListRecords => "stepwell.v1.RecordService/ListRecords",
             Rpc::DeleteRecords => "stepwell.v1.RecordService/DeleteRecords",
             Rpc::CopyTurn => "stepwell.v1.RecordService/CopyTurn",
+            Rpc::CreateWait => "stepwell.v1.WaitService/CreateWait",
+            Rpc::Signal => "stepwell.v1.WaitService/Signal",
+            Rpc::Await => "stepwell.v1.WaitService/Await",
+            Rpc::GetWait => "stepwell.v1.WaitService/GetWait",
+            Rpc::ListWaits => "stepwell.v1.WaitService/ListWaits",
+            Rpc::CancelWait => "stepwell.v1.WaitService/CancelWait",
         }
     }
 
@@ -108,6 +129,8 @@ impl Rpc {
     pub fn role(self) -> Role {
         match self {
             Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords => Role::Read,
+            Rpc::Await | Rpc::GetWait | Rpc::ListWaits => Role::Read,
+            Rpc::CreateWait | Rpc::Signal | Rpc::CancelWait => Role::Write,
             Rpc::Checkpoint | Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend => Role::Write,
             // Deleting and copying records is part of an application's own
             // work on its records (a graph's threads), unlike DeleteTurn.
@@ -132,6 +155,12 @@ impl Rpc {
             Rpc::ListRecords => "ListRecords",
             Rpc::DeleteRecords => "DeleteRecords",
             Rpc::CopyTurn => "CopyTurn",
+            Rpc::CreateWait => "CreateWait",
+            Rpc::Signal => "Signal",
+            Rpc::Await => "Await",
+            Rpc::GetWait => "GetWait",
+            Rpc::ListWaits => "ListWaits",
+            Rpc::CancelWait => "CancelWait",
         }
     }
 }

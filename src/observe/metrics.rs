@@ -96,6 +96,8 @@ pub enum HandshakeShed {
 #[derive(Debug, Clone, Default)]
 pub struct State {
     pub queue_depth: usize,
+    /// Awaits of this sidecar waiting for a settlement.
+    pub awaits: usize,
     pub queue_bytes: usize,
     pub store_up: bool,
     pub breaker_open: bool,
@@ -151,6 +153,7 @@ pub struct Metrics {
     tls_handshakes_shed: [Counter; 2],
     queue_depth: Gauge,
     queue_bytes: Gauge,
+    waits: WaitMetrics,
     store_up: Gauge,
     breaker_open: Gauge,
     store: Vec<Gauge>,
@@ -229,6 +232,7 @@ impl Metrics {
             tls_handshakes_shed: ["address", "total"]
                 .map(|limit| r.counter("stepwell_tls_handshakes_shed_total", &[("limit", limit)])),
             queue_depth: r.gauge("stepwell_write_queue_depth", &[]),
+            waits: WaitMetrics::register(&r),
             queue_bytes: r.gauge("stepwell_write_queue_bytes", &[]),
             store_up: r.gauge("stepwell_store_up", &[]),
             breaker_open: r.gauge("stepwell_store_breaker_open", &[]),
@@ -291,6 +295,24 @@ impl Metrics {
         self.begins[outcome as usize].increment(1);
     }
 
+    /// An Await woke to a wait settled at `settled_at` (Unix nanoseconds).
+    pub fn wait_woken(&self, settled_at: i64) {
+        if self.enabled() {
+            let late = crate::domain::clock::system_now().saturating_sub(settled_at).max(0);
+            self.waits.wake.record(late as f64 / 1e9);
+        }
+    }
+
+    /// This sidecar committed a settlement: by a request (Signal,
+    /// CancelWait), a timer or an expiry; a timer's or expiry's `late`
+    /// is how long after its due time it fired, in nanoseconds.
+    pub fn wait_settled(&self, by: WaitSettledBy, late: i64) {
+        self.waits.settlements[by as usize].increment(1);
+        if by != WaitSettledBy::Request {
+            self.waits.timer_lag.record(late.max(0) as f64 / 1e9);
+        }
+    }
+
     /// A sweep ended; `at` is the Unix time it did.
     pub fn sweep(&self, sweep: Sweep, at: f64) {
         self.sweeps[sweep as usize].increment(1);
@@ -303,6 +325,7 @@ impl Metrics {
     pub fn render(&self, state: &State) -> String {
         let Some(handle) = &self.handle else { return String::new() };
         self.queue_depth.set(state.queue_depth as f64);
+        self.waits.awaits.set(state.awaits as f64);
         self.queue_bytes.set(state.queue_bytes as f64);
         self.store_up.set(f64::from(u8::from(state.store_up)));
         self.breaker_open.set(f64::from(u8::from(state.breaker_open)));
@@ -406,6 +429,34 @@ impl Registrar<'_> {
     }
 }
 
+/// The waits' series: pending Awaits, wake latency, timer lag, settlements.
+struct WaitMetrics {
+    awaits: Gauge,
+    wake: Histogram,
+    timer_lag: Histogram,
+    settlements: [Counter; 3],
+}
+
+impl WaitMetrics {
+    fn register(r: &Registrar<'_>) -> WaitMetrics {
+        WaitMetrics {
+            awaits: r.gauge("stepwell_awaits_pending", &[]),
+            wake: r.histogram("stepwell_wait_wake_seconds", &[]),
+            timer_lag: r.histogram("stepwell_wait_timer_lag_seconds", &[]),
+            settlements: ["request", "timer", "expiry"]
+                .map(|by| r.counter("stepwell_wait_settlements_total", &[("by", by)])),
+        }
+    }
+}
+
+/// What settled a wait, as `stepwell_wait_settlements_total` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitSettledBy {
+    Request,
+    Timer,
+    Expiry,
+}
+
 /// Every histogram family: name, unit and HELP text.
 const HISTOGRAMS: &[(&str, Option<Unit>, &str)] = &[
     (
@@ -424,6 +475,16 @@ const HISTOGRAMS: &[(&str, Option<Unit>, &str)] = &[
         "Time a batch took to commit in the store, by backend.",
     ),
     ("stepwell_batch_writes", Some(Unit::Count), "Writes committed together in one batch (one transaction)."),
+    (
+        "stepwell_wait_wake_seconds",
+        Some(Unit::Seconds),
+        "Time from a wait's settlement (its commit, by the settling sidecar's clock) to an Await answering with it.",
+    ),
+    (
+        "stepwell_wait_timer_lag_seconds",
+        Some(Unit::Seconds),
+        "How late this sidecar settled a wait whose timer or expiry fell due: its settlement less its due time.",
+    ),
 ];
 
 /// Every counter family: name and HELP text.
@@ -461,10 +522,15 @@ const COUNTERS: &[(&str, &str)] = &[
         "stepwell_tls_handshakes_shed_total",
         "TLS handshakes under way closed to make room for a new connection, by the limit reached (address, total).",
     ),
+    (
+        "stepwell_wait_settlements_total",
+        "Waits this sidecar settled, by what settled them (request, timer, expiry); a settlement lost to another sidecar is not counted.",
+    ),
 ];
 
 /// Every gauge family: name, unit and HELP text.
 const GAUGES: &[(&str, Option<Unit>, &str)] = &[
+    ("stepwell_awaits_pending", Some(Unit::Count), "Awaits of this sidecar waiting for their wait to be settled."),
     ("stepwell_write_queue_depth", Some(Unit::Count), "Writes waiting for or in a batch."),
     ("stepwell_write_queue_bytes", Some(Unit::Bytes), "Bytes held by writes waiting for or in a batch."),
     ("stepwell_store_up", None, "1 while the store answers its health check, 0 otherwise."),

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{
-    Link, Span, SpanContext, SpanKind, Status as SpanStatus, TraceContextExt, Tracer, TracerProvider,
+    Link, Span, SpanContext, SpanId, SpanKind, Status as SpanStatus, TraceContextExt, TraceFlags, TraceId, TraceState,
+    Tracer, TracerProvider,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
@@ -244,6 +245,26 @@ pub fn current() -> Option<SpanContext> {
         })
         .ok()
         .flatten()
+}
+
+/// The span of the request being served, as "<trace id>-<span id>" in
+/// hex, if it is traced: what a settlement keeps for the Awaits it wakes.
+pub fn current_span() -> Option<String> {
+    current().map(|span| format!("{}-{}", span.trace_id(), span.span_id()))
+}
+
+/// Links the span of the request being served (an Await) to the span that
+/// `settlement` names (`current_span`'s form), the request that settled its
+/// wait, on whichever sidecar it ran.
+pub fn link_settlement(settlement: &str) {
+    let Some((trace, span)) = settlement.split_once('-') else { return };
+    let (Ok(trace), Ok(span)) = (TraceId::from_hex(trace), SpanId::from_hex(span)) else { return };
+    let linked = SpanContext::new(trace, span, TraceFlags::SAMPLED, true, TraceState::default());
+    let _ = REQUEST.try_with(|scope| {
+        if let Some(context) = &scope.context {
+            context.span().add_link(linked, vec![KeyValue::new("stepwell.link", "settlement")]);
+        }
+    });
 }
 
 /// Names the request's namespace and outcome on its span, and keeps the

@@ -11,10 +11,11 @@ use std::process::ExitCode;
 use crate::config::commands::ProtoArgs;
 
 /// The contract's files, by their path under the directory.
-pub const PROTOS: [(&str, &str); 3] = [
+pub const PROTOS: [(&str, &str); 4] = [
     ("stepwell/v1/checkpoint.proto", include_str!("../../proto/stepwell/v1/checkpoint.proto")),
     ("stepwell/v1/idempotency.proto", include_str!("../../proto/stepwell/v1/idempotency.proto")),
     ("stepwell/v1/records.proto", include_str!("../../proto/stepwell/v1/records.proto")),
+    ("stepwell/v1/waits.proto", include_str!("../../proto/stepwell/v1/waits.proto")),
 ];
 
 /// A module rooted at the directory, with the lint rules the contract keeps.

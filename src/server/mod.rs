@@ -25,6 +25,7 @@ pub mod admin;
 mod monitor;
 pub mod retention;
 mod sweeper;
+mod waits;
 
 use monitor::{monitor, set_health};
 use sweeper::{TurnSweep, sweep};
@@ -516,7 +517,8 @@ fn why_ended(task: &'static str, ended: Result<(), tokio::task::JoinError>) -> S
     ServeError::TaskFailed { task, how }
 }
 
-/// Opens the store, starts its writers, sweeper and health monitor, hands
+/// Opens the store, starts its writers, sweeper, wait timers and poll and
+/// health monitor, hands
 /// it to the services and turns health SERVING; `None` when shutdown began first.
 async fn start_store(
     config: &Config,
@@ -530,8 +532,13 @@ async fn start_store(
     let (writer, writers) = Writer::start(store.clone(), &config.writes, metrics.clone(), traces);
     let mut tasks: Vec<Task> = writers.into_iter().map(|handle| Task { name: "writer", handle }).collect();
     let turns = TurnSweep { store: store.clone(), writer: writer.clone(), clock: config.store.clock.clone() };
-    let sweeper = tokio::spawn(sweep(store.backend().clone(), config.sweep.clone(), metrics, turns));
+    let sweeper = tokio::spawn(sweep(store.backend().clone(), config.sweep.clone(), metrics.clone(), turns));
     tasks.push(Task { name: "sweeper", handle: sweeper });
+    let timers = waits::timers(store.clone(), writer.clone(), config.store.clock.clone(), metrics);
+    tasks.push(Task { name: "wait timers", handle: tokio::spawn(timers) });
+    tasks.push(Task { name: "wait poll", handle: tokio::spawn(waits::poll(store.clone())) });
+    let (backend, hub) = (store.backend().clone(), store.hub().clone());
+    tasks.push(Task { name: "wait listener", handle: tokio::spawn(async move { backend.listen(hub).await }) });
     let monitor = tokio::spawn(monitor(store.clone(), shared.clone(), health.clone(), config.health.clone(), stopping));
     tasks.push(Task { name: "health monitor", handle: monitor });
     shared.set_store(store.clone(), writer);

@@ -15,10 +15,12 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
+use super::waits::{self, WaitStatements};
 use super::{DbError, Deleted, Error, Expired, Fenced, Write, Written};
 use crate::domain::keys::{self, BeginPlan, KeyRecord, Plan};
 use crate::domain::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{self, NewRecord, RecordDelete};
+use crate::domain::waits::WaitWrite;
 
 /// The deduplication key of a checkpoint.
 pub type CheckpointKey<'a> = (&'a str, &'a str, &'a str, i64);
@@ -161,7 +163,11 @@ pub fn plan_idempotency(
                 written.put.push(verdict.map(|()| now));
                 None
             }
-            Write::Append(_) | Write::DeleteTurn { .. } | Write::DeleteRecords(_) | Write::CopyTurn { .. } => None,
+            Write::Append(_)
+            | Write::DeleteTurn { .. }
+            | Write::DeleteRecords(_)
+            | Write::CopyTurn { .. }
+            | Write::Wait(_) => None,
         };
         if let Some(record) = record {
             records.insert(id.clone(), record);
@@ -181,7 +187,14 @@ fn idempotency_key(write: &Write) -> Option<(&str, &str)> {
             Some((&fence.namespace, &fence.key))
         }
         Write::PutRecords(put) => put.fence.as_ref().map(|fence| (fence.namespace.as_str(), fence.key.as_str())),
-        Write::Append(_) | Write::DeleteTurn { .. } | Write::DeleteRecords(_) | Write::CopyTurn { .. } => None,
+        Write::Wait(WaitWrite::Settle(settle)) => {
+            settle.fence.as_ref().map(|fence| (fence.namespace.as_str(), fence.key.as_str()))
+        }
+        Write::Append(_)
+        | Write::DeleteTurn { .. }
+        | Write::DeleteRecords(_)
+        | Write::CopyTurn { .. }
+        | Write::Wait(_) => None,
     }
 }
 
@@ -254,7 +267,27 @@ pub trait TurnChunks: Send {
 /// Each chunk starts after the last one's last checkpoint, so it never reads
 /// again what earlier chunks deleted (on Postgres, dead index entries that
 /// every chunk would otherwise walk past from the turn's start).
+///
+/// The chunk that finds the turn gone deletes its waits too, in the same
+/// transaction: waits go with their turn, whether DeleteTurn or retention
+/// deleted it.
 pub async fn delete_chunk(
+    statements: &mut (impl TurnChunks + WaitStatements),
+    namespace: &str,
+    turn_id: &str,
+    rows: u32,
+    after: Option<Cursor>,
+    only_if: Option<Expired>,
+) -> Result<Deleted, DbError> {
+    let deleted = delete_checkpoints(statements, namespace, turn_id, rows, after, only_if).await?;
+    if deleted.gone {
+        statements.delete_turn_waits(namespace, turn_id).await?;
+    }
+    Ok(deleted)
+}
+
+/// `delete_chunk`'s checkpoints and summary.
+async fn delete_checkpoints(
     statements: &mut impl TurnChunks,
     namespace: &str,
     turn_id: &str,
@@ -300,7 +333,7 @@ pub async fn delete_chunk(
 /// The statements a backend runs for a batch, on one connection: its SQL,
 /// nothing of what the batch means.
 #[async_trait]
-pub trait Statements: TurnChunks {
+pub trait Statements: TurnChunks + WaitStatements {
     /// Serializes the batch's idempotency keys against every other writer
     /// (where the backend has more than one), then reads the store's clock
     /// and draws `tokens` fresh fencing tokens, in increasing order: drawn
@@ -399,6 +432,7 @@ pub async fn run(statements: &mut impl Statements, batch: &[Write], recorded_at:
         statements.save_records(&changed).await?;
     }
     put_records(statements, batch, recorded_at, &mut written).await?;
+    waits::run(statements, batch, recorded_at, now, &mut written).await?;
     for write in batch {
         match write {
             Write::DeleteTurn { namespace, turn_id, rows, after, only_if } => {

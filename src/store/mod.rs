@@ -14,10 +14,12 @@ pub mod batch;
 pub mod bulk;
 mod cause;
 mod handle;
+pub mod hub;
 pub mod postgres;
 mod rows;
 mod sql;
 pub mod sqlite;
+pub mod waits;
 pub mod writer;
 
 use std::path::PathBuf;
@@ -37,6 +39,7 @@ use crate::domain::model::{
     Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos,
 };
 use crate::domain::records::{RecordDelete, RecordEntry, RecordPut, RecordQuery};
+use crate::domain::waits::{Wait, WaitAnswer, WaitKey, WaitQuery, WaitWrite};
 
 /// Why the store could not do what it was asked. The message is for logs
 /// only: it may hold SQL or paths, so it never reaches a client.
@@ -194,6 +197,8 @@ pub enum Write {
     DeleteRecords(RecordDelete),
     /// Copy every record of a turn to another. Always committed alone.
     CopyTurn { namespace: String, source: String, target: String },
+    /// Create, settle, or fire the timers of waits.
+    Wait(WaitWrite),
 }
 
 impl Write {
@@ -224,6 +229,8 @@ pub struct Written {
     pub records_deleted: Vec<u64>,
     /// How many records each CopyTurn copied.
     pub copied: Vec<u64>,
+    /// What each wait write did, or why it changed nothing.
+    pub waits: Vec<WaitAnswer>,
 }
 
 /// A batch the store did not commit, nothing of it: why, and the batch
@@ -343,6 +350,28 @@ pub trait Store: Send + Sync + 'static {
     /// needs nothing), so that ListTurns' filters keep reading their indexes
     /// as the tables grow. Cheap when little has changed.
     async fn optimize(&self) -> Result<(), Error>;
+
+    /// A wait, if it exists.
+    async fn get_wait(&self, key: &WaitKey) -> Result<Option<Wait>, Error>;
+
+    /// Those of `keys` that are settled: the poll's one read for every wait
+    /// this sidecar's Awaits wait for.
+    async fn settled_waits(&self, keys: &[WaitKey]) -> Result<Vec<Wait>, Error>;
+
+    /// One page of waits in (turn_id, name) order, and whether more follow.
+    async fn list_waits(&self, query: &WaitQuery) -> Result<(Vec<Wait>, bool), Error>;
+
+    /// When the next pending wait falls due (its timer or its expiry), if any does.
+    async fn next_due(&self) -> Result<Option<UnixNanos>, Error>;
+
+    /// Wakes `hub`'s waiters of the settlements other sidecars of the store
+    /// announce, forever. A backend whose store has no other sidecars to
+    /// hear from (SQLite; those sharing its file are found by the poll)
+    /// waits forever doing nothing.
+    async fn listen(&self, hub: Arc<hub::Hub>) {
+        let _ = hub;
+        std::future::pending::<()>().await
+    }
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;

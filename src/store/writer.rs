@@ -62,6 +62,7 @@ use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, Write, Writte
 use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyState};
 use crate::domain::model::{Appended, NewCheckpoint, UnixNanos};
 use crate::domain::records::{RecordDelete, RecordPut};
+use crate::domain::waits::{WaitAnswer, WaitWrite};
 use crate::observe::metrics::Metrics;
 use crate::observe::traces::{self, Traces};
 
@@ -95,6 +96,7 @@ enum Pending {
     Put(Reply<Fenced<UnixNanos>>),
     RecordsDeleted(Reply<u64>),
     Copied(Reply<u64>),
+    Waited(Reply<WaitAnswer>),
 }
 
 impl Pending {
@@ -110,6 +112,7 @@ impl Pending {
             Pending::Put(reply) => reply.is_closed(),
             Pending::RecordsDeleted(reply) => reply.is_closed(),
             Pending::Copied(reply) => reply.is_closed(),
+            Pending::Waited(reply) => reply.is_closed(),
         }
     }
 }
@@ -156,6 +159,7 @@ impl Write {
                     + delete.selection.as_ref().map_or(0, |s| s.metadata_any.iter().map(String::len).sum::<usize>())
             }
             Write::CopyTurn { namespace, source, target } => namespace.len() + source.len() + target.len(),
+            Write::Wait(write) => write.bytes(),
         };
         variable + WRITE_OVERHEAD_BYTES
     }
@@ -319,6 +323,13 @@ impl Writer {
         self.submit(Write::DeleteRecords(delete), Pending::RecordsDeleted).await
     }
 
+    /// Creates, settles or fires waits; answers what it did, or why it
+    /// changed nothing. The waiters of every wait it settled are woken
+    /// after the commit, whether or not this caller still waits.
+    pub async fn wait(&self, write: WaitWrite) -> Result<WaitAnswer, Error> {
+        self.submit(Write::Wait(write), Pending::Waited).await
+    }
+
     /// Copies every record of `source` to `target`, in one transaction of its own; answers how many.
     pub async fn copy_turn(&self, namespace: String, source: String, target: String) -> Result<u64, Error> {
         self.submit(Write::CopyTurn { namespace, source, target }, Pending::Copied).await
@@ -384,7 +395,10 @@ impl Committer {
         let ended = Instant::now();
         self.observe(&traced, size, began, ended, !matches!(outcome, Outcome::Committed(_)));
         match outcome {
-            Outcome::Committed(written) => replies.answer(written),
+            Outcome::Committed(written) => {
+                self.wake(&written);
+                replies.answer(written);
+            }
             Outcome::Failed { error, retries } => {
                 tracing::warn!(
                     cause = %error.cause(),
@@ -438,6 +452,16 @@ impl Committer {
                 return (Outcome::Abandoned { error, retries }, waiters);
             }
             retries += 1;
+        }
+    }
+
+    /// Wakes the Awaits of every wait the committed batch settled, each with its wait.
+    fn wake(&self, written: &Written) {
+        let hub = self.store.hub();
+        for done in written.waits.iter().flatten() {
+            for wait in done.settled() {
+                hub.wake(&wait.key, Some(Arc::new(wait.clone())));
+            }
         }
     }
 
@@ -524,6 +548,7 @@ struct Replies {
     put: Vec<Reply<Fenced<UnixNanos>>>,
     records_deleted: Vec<Reply<u64>>,
     copied: Vec<Reply<u64>>,
+    waits: Vec<Reply<WaitAnswer>>,
 }
 
 impl Replies {
@@ -538,11 +563,13 @@ impl Replies {
             Pending::Put(reply) => self.put.push(reply),
             Pending::RecordsDeleted(reply) => self.records_deleted.push(reply),
             Pending::Copied(reply) => self.copied.push(reply),
+            Pending::Waited(reply) => self.waits.push(reply),
         }
     }
 
     fn len(&self) -> usize {
-        let Replies { appended, deleted, begun, completed, released, extended, put, records_deleted, copied } = self;
+        let Replies { appended, deleted, begun, completed, released, extended, put, records_deleted, copied, waits } =
+            self;
         appended.len()
             + deleted.len()
             + begun.len()
@@ -552,6 +579,7 @@ impl Replies {
             + put.len()
             + records_deleted.len()
             + copied.len()
+            + waits.len()
     }
 
     /// Hands every caller its answer once the batch committed.
@@ -565,6 +593,7 @@ impl Replies {
         send(self.put, written.put);
         send(self.records_deleted, written.records_deleted);
         send(self.copied, written.copied);
+        send(self.waits, written.waits);
     }
 
     /// Tells every caller the batch failed; nothing of it was committed.
@@ -578,6 +607,7 @@ impl Replies {
         fail(self.put, &error);
         fail(self.records_deleted, &error);
         fail(self.copied, &error);
+        fail(self.waits, &error);
     }
 }
 

@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use stepwell::api::pb as waits;
 use stepwell::api::pb::{
     BeginRequest, CheckpointRequest, CompleteRequest, CopyTurnRequest, DeleteRecordsRequest, DeleteTurnRequest,
     ExtendRequest, GetRequest, ListRecordsRequest, ListTurnsRequest, PutRecordsRequest, Record, RecordState,
-    ReleaseRequest, RestoreRequest,
+    ReleaseRequest, RestoreRequest, WaitStatus,
 };
 use stepwell::auth::token_sha256;
 use stepwell::domain::rpc::Rpc;
@@ -22,7 +23,7 @@ use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::errors::assert_error;
 use stepwell_test_support::requests::{T0, duration, nanos, ts};
 use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
-use stepwell_test_support::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT};
+use stepwell_test_support::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT, WaitClient};
 use tonic::{Code, Request, Status};
 
 use crate::STEPWELL;
@@ -105,7 +106,7 @@ fn write_auth_file(dir: &Path, text: &str) -> PathBuf {
 /// What each caller gets from each RPC, callers in the order of `CALLERS`:
 /// `+` allowed, `U` UNAUTHENTICATED, `D` PERMISSION_DENIED. The same in the
 /// explicit namespace and the empty one (`default`).
-const MATRIX: [(Rpc, &str); 13] = [
+const MATRIX: [(Rpc, &str); 19] = [
     //                 none malformed unknown read write admin other wildcard(write)
     (Rpc::Checkpoint, "U U U D + + D +"),
     (Rpc::Restore, "U U U + + + D +"),
@@ -120,6 +121,12 @@ const MATRIX: [(Rpc, &str); 13] = [
     (Rpc::ListRecords, "U U U + + + D +"),
     (Rpc::DeleteRecords, "U U U D + + D +"),
     (Rpc::CopyTurn, "U U U D + + D +"),
+    (Rpc::CreateWait, "U U U D + + D +"),
+    (Rpc::Signal, "U U U D + + D +"),
+    (Rpc::Await, "U U U + + + D +"),
+    (Rpc::GetWait, "U U U + + + D +"),
+    (Rpc::ListWaits, "U U U + + + D +"),
+    (Rpc::CancelWait, "U U U D + + D +"),
 ];
 
 /// A record in turn `name`, for the RecordService cells.
@@ -154,6 +161,7 @@ struct Clients {
     checkpoints: Client,
     keys: IdempotencyClient,
     records: RecordClient,
+    waits: WaitClient,
 }
 
 /// What a cell was seeded with, to tell afterwards whether its call stored anything.
@@ -193,8 +201,85 @@ async fn seed(clients: &mut Clients, rpc: Rpc, namespace: &str, name: &str) -> S
             clients.records.put_records(with_header(request, admin)).await.expect("the admin seeds a record");
             Seed::default()
         }
-        Rpc::Checkpoint | Rpc::ListTurns | Rpc::Begin | Rpc::PutRecords | Rpc::ListRecords => Seed::default(),
+        Rpc::Signal | Rpc::CancelWait | Rpc::Await | Rpc::GetWait => {
+            // A pending wait to settle; the reads' waits are settled, so an Await answers at once.
+            let create = waits::CreateWaitRequest {
+                namespace: namespace.to_owned(),
+                turn_id: name.to_owned(),
+                name: "w".to_owned(),
+                ..Default::default()
+            };
+            clients.waits.create_wait(with_header(create, admin)).await.expect("the admin seeds a wait");
+            if matches!(rpc, Rpc::Await | Rpc::GetWait) {
+                let signal = waits::SignalRequest {
+                    namespace: namespace.to_owned(),
+                    turn_id: name.to_owned(),
+                    name: "w".to_owned(),
+                    ..Default::default()
+                };
+                clients.waits.signal(with_header(signal, admin)).await.expect("the admin settles the wait");
+            }
+            Seed::default()
+        }
+        Rpc::Checkpoint
+        | Rpc::ListTurns
+        | Rpc::Begin
+        | Rpc::PutRecords
+        | Rpc::ListRecords
+        | Rpc::CreateWait
+        | Rpc::ListWaits => Seed::default(),
     }
+}
+
+/// Makes a WaitService cell's call on the wait "w" of turn `name`.
+async fn call_wait(
+    waits: &mut WaitClient,
+    rpc: Rpc,
+    namespace: String,
+    name: String,
+    header: Option<&str>,
+) -> Result<(), Status> {
+    use waits::*;
+    let (turn_id, wait) = (name, "w".to_owned());
+    match rpc {
+        Rpc::CreateWait => {
+            let request = CreateWaitRequest { namespace, turn_id, name: wait, ..Default::default() };
+            waits.create_wait(with_header(request, header)).await.map(drop)
+        }
+        Rpc::Signal => {
+            let request = SignalRequest { namespace, turn_id, name: wait, ..Default::default() };
+            waits.signal(with_header(request, header)).await.map(drop)
+        }
+        Rpc::Await => {
+            let request = AwaitRequest { namespace, turn_id, name: wait, ..Default::default() };
+            waits.r#await(with_header(request, header)).await.map(drop)
+        }
+        Rpc::GetWait => {
+            let request = GetWaitRequest { namespace, turn_id, name: wait, ..Default::default() };
+            waits.get_wait(with_header(request, header)).await.map(drop)
+        }
+        Rpc::ListWaits => {
+            let request = ListWaitsRequest { namespace, ..Default::default() };
+            waits.list_waits(with_header(request, header)).await.map(drop)
+        }
+        _ => {
+            let request = CancelWaitRequest { namespace, turn_id, name: wait, ..Default::default() };
+            waits.cancel_wait(with_header(request, header)).await.map(drop)
+        }
+    }
+}
+
+/// The status of the wait "w" of turn `name`, read as the admin; `None` when absent.
+async fn wait_status(clients: &mut Clients, namespace: &str, name: &str) -> Option<WaitStatus> {
+    let admin = Caller::Admin.header();
+    let request = waits::GetWaitRequest {
+        namespace: namespace.to_owned(),
+        turn_id: name.to_owned(),
+        name: "w".to_owned(),
+        ..Default::default()
+    };
+    let found = clients.waits.get_wait(with_header(request, admin.as_deref())).await.ok()?;
+    Some(found.into_inner().wait.expect("a wait").status())
 }
 
 /// Makes the cell's call; `Ok` when it was answered without an error.
@@ -272,6 +357,9 @@ async fn call(
             let request = CopyTurnRequest { namespace, source_turn_id: name, target_turn_id };
             r.copy_turn(with_header(request, header)).await.map(drop)
         }
+        Rpc::CreateWait | Rpc::Signal | Rpc::Await | Rpc::GetWait | Rpc::ListWaits | Rpc::CancelWait => {
+            call_wait(&mut clients.waits, rpc, namespace, name, header).await
+        }
     }
 }
 
@@ -309,7 +397,12 @@ async fn changed(clients: &mut Clients, rpc: Rpc, namespace: &str, name: &str, s
         Rpc::Extend => Some(nanos(held(record).lease_expires_at) != seed.lease_expires_at),
         Rpc::PutRecords | Rpc::CopyTurn => Some(records == 1),
         Rpc::DeleteRecords => Some(records == 0),
-        Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords => None,
+        Rpc::CreateWait => Some(wait_status(clients, namespace, name).await.is_some()),
+        Rpc::Signal => Some(wait_status(clients, namespace, name).await == Some(WaitStatus::Resolved)),
+        Rpc::CancelWait => Some(wait_status(clients, namespace, name).await == Some(WaitStatus::Cancelled)),
+        Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords | Rpc::Await | Rpc::GetWait | Rpc::ListWaits => {
+            None
+        }
     }
 }
 
@@ -318,7 +411,12 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says_and_refusals_store_no
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = write_auth_file(dir.path(), &auth_file_text());
     let server = Sidecar::builder().configure(|config| config.security.auth_file = Some(path)).start().await;
-    let mut clients = Clients { checkpoints: server.client(), keys: server.idempotency(), records: server.records() };
+    let mut clients = Clients {
+        checkpoints: server.client(),
+        keys: server.idempotency(),
+        records: server.records(),
+        waits: server.waits(),
+    };
 
     let mut cells = Vec::new();
     for (rpc, row) in MATRIX {
@@ -628,4 +726,43 @@ async fn reflection_is_off_with_authentication_unless_asked_for() {
             (with_auth, answer) => panic!("--reflection-with-auth {with_auth}: {answer:?}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_signal_and_a_cancellation_record_the_principal_that_settled_the_wait() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = write_auth_file(dir.path(), &auth_file_text());
+    let server = Sidecar::builder().configure(|config| config.security.auth_file = Some(path)).start().await;
+    let mut client = server.waits();
+    let writer = Caller::Write.header();
+    let signal = waits::SignalRequest { turn_id: "t".into(), name: "a".into(), ..Default::default() };
+    let signalled = client.signal(with_header(signal, writer.as_deref())).await.expect("the writer signals");
+    assert_eq!(signalled.into_inner().wait.expect("a wait").settled_by, "writer");
+    let admin = Caller::Admin.header();
+    let cancel = waits::CancelWaitRequest { turn_id: "t".into(), name: "b".into(), ..Default::default() };
+    let cancelled = client.cancel_wait(with_header(cancel, admin.as_deref())).await.expect("the admin cancels");
+    assert_eq!(cancelled.into_inner().wait.expect("a wait").settled_by, "admin");
+}
+
+#[tokio::test]
+async fn a_handle_is_authorized_in_the_namespace_it_names() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = write_auth_file(dir.path(), &auth_file_text());
+    let server = Sidecar::builder().configure(|config| config.security.auth_file = Some(path)).start().await;
+    let mut client = server.waits();
+    let admin = Caller::Admin.header();
+    let create = waits::CreateWaitRequest {
+        namespace: "billing".into(),
+        turn_id: "t".into(),
+        name: "w".into(),
+        ..Default::default()
+    };
+    let created = client.create_wait(with_header(create, admin.as_deref())).await.expect("the admin creates");
+    let handle = created.into_inner().wait.expect("a wait").handle;
+    // The outsider may write only in "elsewhere": the handle's namespace decides, not the empty field.
+    let outsider = Caller::OtherNamespace.header();
+    let signal = waits::SignalRequest { handle, ..Default::default() };
+    let refused = client.signal(with_header(signal, outsider.as_deref())).await.expect_err("refused");
+    let info = assert_error(&refused, Code::PermissionDenied, "PERMISSION_DENIED");
+    assert_eq!(info.metadata.get("namespace").map(String::as_str), Some("billing"));
 }

@@ -14,10 +14,15 @@ fn stepwell_proto_writes_the_contract_as_a_module_buf_builds() {
     let output = Command::new(STEPWELL).arg("proto").arg(&out).output().expect("run stepwell proto");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let listed = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(listed.lines().count(), 4, "each file written is named: {listed}");
+    assert_eq!(listed.lines().count(), 5, "each file written is named: {listed}");
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for name in ["stepwell/v1/checkpoint.proto", "stepwell/v1/idempotency.proto", "stepwell/v1/records.proto"] {
+    for name in [
+        "stepwell/v1/checkpoint.proto",
+        "stepwell/v1/idempotency.proto",
+        "stepwell/v1/records.proto",
+        "stepwell/v1/waits.proto",
+    ] {
         let written = std::fs::read(out.join(name)).expect("the file is written");
         let source = std::fs::read(root.join("proto").join(name)).expect("the repository's file");
         assert_eq!(written, source, "{name} is the contract the binary was built from");

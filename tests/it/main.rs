@@ -36,6 +36,7 @@ mod tls_handshakes;
 mod tracing;
 mod turns;
 mod validation;
+mod waits;
 mod write_queue;
 
 /// The real binary, which cargo builds for this test binary; tests that

@@ -193,3 +193,47 @@ async fn a_callers_span_parents_the_server_span_and_each_write_shows_its_queue_w
         }
     }
 }
+
+#[tokio::test]
+async fn an_awaits_span_links_to_the_span_of_the_signal_that_settled_its_wait() {
+    let receiver = Receiver::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the receiver");
+    let endpoint = format!("http://{}", listener.local_addr().expect("bound"));
+    let serving = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(receiver.clone()))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint).spawn().await;
+    let mut waits = server.waits();
+    let (signal_trace, signal_caller) = ("5bf92f3577b34da6a3ce929d0e0e4736", "10f067aa0ba902b7");
+    let (await_trace, await_caller) = ("6af7651916cd43dd8448eb211c80319c", "c7ad6b7169203331");
+    let name = |request: &mut stepwell::api::pb::SignalRequest| {
+        request.turn_id = "t".into();
+        request.name = "w".into();
+    };
+    let mut signal = stepwell::api::pb::SignalRequest { payload: b"ok".to_vec(), ..Default::default() };
+    name(&mut signal);
+    waits.signal(traced(signal, signal_trace, signal_caller, true)).await.expect("signalled");
+    let awaited = stepwell::api::pb::AwaitRequest { turn_id: "t".into(), name: "w".into(), ..Default::default() };
+    waits.r#await(traced(awaited, await_trace, await_caller, true)).await.expect("awaited");
+
+    server.terminate();
+    assert_eq!(server.wait().await.code(), Some(0));
+    serving.abort();
+    let received = receiver.0.lock().expect("not poisoned").clone();
+    let spans: Vec<&Span> = received.iter().map(|(_, span)| span).collect();
+    let one = |name: &str, trace: &str| -> &Span {
+        let found: Vec<&Span> = spans.iter().copied().filter(|s| s.name == name && hex(&s.trace_id) == trace).collect();
+        assert_eq!(found.len(), 1, "one {name} span: {spans:#?}");
+        found[0]
+    };
+    let signal = one("stepwell.v1.WaitService/Signal", signal_trace);
+    let awaited = one("stepwell.v1.WaitService/Await", await_trace);
+    assert!(
+        awaited.links.iter().any(|l| hex(&l.trace_id) == signal_trace && l.span_id == signal.span_id),
+        "the Await links to the Signal: {:#?}",
+        awaited.links
+    );
+}

@@ -30,6 +30,7 @@ use sqlx::{Connection, FromRow, Postgres, Row};
 mod batch;
 mod open;
 mod records;
+pub mod waits;
 
 use self::batch::Conn;
 use self::open::Nondurable;
@@ -40,6 +41,7 @@ use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
 use crate::domain::model::{ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
 use crate::domain::records::{RecordEntry, RecordQuery};
+use crate::domain::waits::{Wait, WaitKey, WaitQuery};
 use crate::observe::metrics::StoreState;
 
 /// The database server's time in nanoseconds (microsecond resolution).
@@ -360,6 +362,29 @@ impl Store for PostgresStore {
     /// An idle pooled connection answers, or else a connection of its own
     /// does: a server that refuses connections fails the check at once,
     /// where the pool would retry until its acquire timeout.
+    async fn get_wait(&self, key: &WaitKey) -> Result<Option<Wait>, Error> {
+        Ok(waits::get(&mut *self.acquire().await?, key).await?)
+    }
+
+    async fn settled_waits(&self, keys: &[WaitKey]) -> Result<Vec<Wait>, Error> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(waits::settled(&mut *self.acquire().await?, keys).await?)
+    }
+
+    async fn list_waits(&self, q: &WaitQuery) -> Result<(Vec<Wait>, bool), Error> {
+        Ok(waits::list(&mut *self.acquire().await?, q).await?)
+    }
+
+    async fn next_due(&self) -> Result<Option<UnixNanos>, Error> {
+        Ok(waits::next_due(&mut *self.acquire().await?).await?)
+    }
+
+    async fn listen(&self, hub: Arc<crate::store::hub::Hub>) {
+        waits::listen(self.options.clone(), hub).await
+    }
+
     async fn ping(&self) -> Result<(), Error> {
         Ok(self.answers().await.map_err(DbError::sqlx)?)
     }

@@ -40,9 +40,11 @@ use crate::domain::model::{
     Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
 use crate::domain::records::{NewRecord, RecordDelete, RecordEntry, RecordQuery};
+use crate::domain::waits::{Wait, WaitKey, WaitQuery};
 use crate::observe::metrics::StoreState;
 
 mod records;
+mod waits;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -788,6 +790,30 @@ impl Store for SqliteStore {
     /// a bounded sample of each index: usually nothing to do.
     async fn optimize(&self) -> Result<(), Error> {
         self.on_writer(|conn| conn.execute_batch("PRAGMA optimize")).await
+    }
+
+    async fn get_wait(&self, key: &WaitKey) -> Result<Option<Wait>, Error> {
+        let key = key.clone();
+        self.read(move |conn| waits::get(conn, &key)).await
+    }
+
+    /// One statement on one read connection: sidecars on one host may share
+    /// the file, and a settlement through another is seen here.
+    async fn settled_waits(&self, keys: &[WaitKey]) -> Result<Vec<Wait>, Error> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = keys.to_vec();
+        self.read(move |conn| waits::settled(conn, &keys)).await
+    }
+
+    async fn list_waits(&self, q: &WaitQuery) -> Result<(Vec<Wait>, bool), Error> {
+        let q = q.clone();
+        self.read(move |conn| waits::list(conn, &q)).await
+    }
+
+    async fn next_due(&self) -> Result<Option<UnixNanos>, Error> {
+        self.read(waits::next_due).await
     }
 
     async fn ping(&self) -> Result<(), Error> {

@@ -28,6 +28,7 @@ use std::time::Duration;
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use stepwell::api::pb::record_service_client::RecordServiceClient;
+use stepwell::api::pb::wait_service_client::WaitServiceClient;
 use tonic::transport::Channel;
 
 /// The generated CheckpointService client every test uses.
@@ -38,6 +39,9 @@ pub type IdempotencyClient = IdempotencyServiceClient<Channel>;
 
 /// The generated RecordService client.
 pub type RecordClient = RecordServiceClient<Channel>;
+
+/// The generated WaitService client.
+pub type WaitClient = WaitServiceClient<Channel>;
 
 /// A test setting from the environment (a profile, a seed, a compiler):
 /// the one place the test binaries read it, since the sidecar's lints

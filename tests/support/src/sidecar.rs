@@ -38,6 +38,7 @@ use std::time::Duration;
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use stepwell::api::pb::record_service_client::RecordServiceClient;
+use stepwell::api::pb::wait_service_client::WaitServiceClient;
 use stepwell::config::sections::Config;
 use stepwell::config::values::Listen;
 use stepwell::{Listener, ServeError};
@@ -50,7 +51,7 @@ use crate::backend::TestStore;
 use crate::channel::{Target, connect_with};
 use crate::health::wait_for_serving;
 use crate::tls::ClientTls;
-use crate::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT};
+use crate::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT, WaitClient};
 
 /// A running sidecar, connected: `Sidecar` in-process, or `SidecarProcess`,
 /// the real binary. Either hands out clients on its channel.
@@ -92,6 +93,10 @@ impl<Kind> Running<Kind> {
 
     pub fn records(&self) -> RecordClient {
         RecordServiceClient::new(self.channel.clone())
+    }
+
+    pub fn waits(&self) -> WaitClient {
+        WaitServiceClient::new(self.channel.clone())
     }
 
     pub fn channel(&self) -> Channel {
@@ -269,6 +274,11 @@ impl SidecarProcess {
 
     pub fn socket_path(&self) -> &Path {
         &self.kind.socket
+    }
+
+    /// The process's id, for reading what it uses (its memory, say).
+    pub fn pid(&self) -> u32 {
+        self.kind.process.0.as_ref().expect("the child is running").id()
     }
 
     /// Whether the process is still running: it has not exited by itself.
