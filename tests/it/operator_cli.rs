@@ -793,3 +793,58 @@ async fn records_rm_needs_the_write_role_and_turns_rm_records_the_admin_role() {
     assert_eq!((removed.code, removed.stdout.as_str()), (0, "{\"deleted\":4,\"turn_ids\":[\"t1\"]}\n"), "{removed:?}");
     assert_eq!(rows(socket, &ls), Vec::<Value>::new());
 }
+
+#[tokio::test]
+async fn waits_ls_show_signal_and_cancel_act_on_a_sidecars_waits() {
+    use stepwell::api::pb::CreateWaitRequest;
+
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    let mut waits = server.waits();
+    for (turn, name) in [("t1", "approve"), ("t1", "review"), ("t2", "approve")] {
+        let request = CreateWaitRequest {
+            turn_id: turn.to_owned(),
+            name: name.to_owned(),
+            metadata: br#"{"ticket": 7}"#.to_vec(),
+            ..Default::default()
+        };
+        waits.create_wait(request).await.expect("wait created");
+    }
+    let socket = server.socket_path();
+    let names = |rows: &[Value]| -> Vec<String> {
+        rows.iter().map(|r| format!("{}/{}={}", r["turn_id"], r["name"], r["status"]).replace('"', "")).collect()
+    };
+    let pending = ["t1/approve=pending", "t1/review=pending", "t2/approve=pending"];
+    assert_eq!(names(&rows(socket, &["waits", "ls", "--json"])), pending);
+    assert_eq!(names(&rows(socket, &["waits", "ls", "t1", "--json", "--limit", "1"])), ["t1/approve=pending"]);
+
+    let signalled = rows(socket, &["waits", "signal", "t1", "approve", "--payload", r#"{"ok": true}"#, "--json"]);
+    assert_eq!(
+        (signalled[0]["status"].as_str(), signalled[0]["resolved"].as_str()),
+        (Some("resolved"), Some("by this call"))
+    );
+    assert_eq!(signalled[0]["payload"], json!({"ok": true}), "a JSON payload is shown as JSON");
+    let repeat = rows(socket, &["waits", "signal", "t1", "approve", "--payload", r#"{"ok": true}"#, "--json"]);
+    assert_eq!(repeat[0]["resolved"].as_str(), Some("before: the same payload"));
+    let other = cli(socket, &["waits", "signal", "t1", "approve", "--payload", "no"]);
+    assert_eq!((other.code, other.stdout.as_str()), (4, ""), "{other:?}");
+    assert!(other.stderr.starts_with("stepwell waits signal: ALREADY_EXISTS (WAIT_SETTLED): "), "{}", other.stderr);
+
+    let cancelled = rows(socket, &["waits", "cancel", "t1", "review", "--json"]);
+    assert_eq!(
+        (cancelled[0]["status"].as_str(), cancelled[0]["cancelled"].as_str()),
+        (Some("cancelled"), Some("by this call"))
+    );
+    assert_eq!(names(&rows(socket, &["waits", "ls", "--status", "pending", "--json"])), ["t2/approve=pending"]);
+
+    let shown = rows(socket, &["waits", "show", "t2", "approve", "--json"]);
+    assert_eq!((shown[0]["metadata"].clone(), shown[0]["settled_by"].as_str()), (json!({"ticket": 7}), Some("")));
+    let handle = shown[0]["handle"].as_str().expect("a handle").to_owned();
+    let by_handle = rows(socket, &["waits", "signal", "--handle", &handle, "--payload", "yes", "--json"]);
+    assert_eq!((by_handle[0]["turn_id"].as_str(), by_handle[0]["payload"].as_str()), (Some("t2"), Some("yes")));
+
+    let missing = cli(socket, &["waits", "show", "t9", "nothing"]);
+    assert_eq!((missing.code, missing.stdout.as_str()), (2, ""), "{missing:?}");
+    let both = cli(socket, &["waits", "show", "t1", "approve", "--handle", &handle]);
+    assert_eq!(both.code, 64, "a turn and a handle together are refused before dialling: {both:?}");
+}

@@ -85,8 +85,16 @@ fn wait_row(wait: &Wait) -> Map<String, Value> {
     row.insert("settled_by".to_owned(), wait.settled_by.clone().into());
     row.insert("content_type".to_owned(), wait.content_type.clone().into());
     row.insert("payload_bytes".to_owned(), wait.payload.len().into());
-    row.insert("payload".to_owned(), json_or_null(&wait.payload));
+    row.insert("payload".to_owned(), payload_value(&wait.payload));
     row
+}
+
+/// A payload as JSON when it is a JSON document, else as text; null when empty.
+fn payload_value(payload: &[u8]) -> Value {
+    if payload.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_slice(payload).unwrap_or_else(|_| String::from_utf8_lossy(payload).into_owned().into())
 }
 
 /// Prints one wait, as a record or an NDJSON row.
