@@ -14,6 +14,8 @@
 mod checker;
 mod profile;
 mod proxy;
+mod wait_checker;
+mod waits;
 mod workload;
 
 mod ambiguous;
