@@ -161,6 +161,32 @@ impl WaitFigures {
     }
 }
 
+/// A payload as text (every payload of the run is), quoted.
+fn text(bytes: &[u8]) -> String {
+    format!("{:?}", String::from_utf8_lossy(bytes))
+}
+
+/// A wait in one line, every field the checker compares: its status, what
+/// settled it, when, with what, and its times and metadata.
+fn show(wait: &Wait) -> String {
+    let at = |t: &Option<prost_types::Timestamp>| {
+        t.as_ref().map_or("-".to_owned(), |t| format!("{}.{:09}", t.seconds, t.nanos))
+    };
+    format!(
+        "[{:?} payload {} ({:?}) by {:?} at {}; created {}, resolve_at {}, expire_at {}, metadata {}, handle {:?}]",
+        wait.status(),
+        text(&wait.payload),
+        wait.content_type,
+        wait.settled_by,
+        at(&wait.settled_at),
+        at(&wait.created_at),
+        at(&wait.resolve_at),
+        at(&wait.expire_at),
+        text(&wait.metadata),
+        wait.handle
+    )
+}
+
 fn id_of(wait: &Wait) -> WaitId {
     WaitId { turn: wait.turn_id.clone(), name: wait.name.clone() }
 }
@@ -177,7 +203,9 @@ fn verify_wait(id: &WaitId, history: &WaitHistory, stored: Option<&Wait>, verdic
     match stored.status() {
         WaitStatus::Pending => {
             if history.timer {
-                verdict.violations.push(format!("{id}: a timer wait still PENDING after the settle phase: {stored:?}"));
+                verdict
+                    .violations
+                    .push(format!("{id}: a timer wait still PENDING after the settle phase: {}", show(stored)));
             }
             if history.signals.iter().any(|(_, a)| !matches!(a, SignalAnswer::Failed(_))) {
                 verdict.lost += 1;
@@ -185,7 +213,9 @@ fn verify_wait(id: &WaitId, history: &WaitHistory, stored: Option<&Wait>, verdic
             }
         }
         WaitStatus::Resolved => verify_resolution(id, history, stored, verdict),
-        other => verdict.violations.push(format!("{id}: {other:?}, which nothing in the run asked for: {stored:?}")),
+        other => {
+            verdict.violations.push(format!("{id}: {other:?}, which nothing in the run asked for: {}", show(stored)))
+        }
     }
     verify_signals(id, history, stored, verdict);
     for awaited in &history.awaited {
@@ -196,9 +226,11 @@ fn verify_wait(id: &WaitId, history: &WaitHistory, stored: Option<&Wait>, verdic
                     .violations
                     .push(format!("{id}: an Await answered NOT_FOUND after its creation was acknowledged"));
             }
-            Some(seen) if seen != stored => verdict
-                .violations
-                .push(format!("{id}: an Await came back settled with {seen:?}, but the store holds {stored:?}")),
+            Some(seen) if seen != stored => verdict.violations.push(format!(
+                "{id}: an Await came back settled with {}, but the store holds {}",
+                show(seen),
+                show(stored)
+            )),
             Some(_) => {}
         }
     }
@@ -212,13 +244,14 @@ fn verify_resolution(id: &WaitId, history: &WaitHistory, stored: &Wait, verdict:
             verdict.violations.push(format!("{id}: resolved by the timer, but it was created without one"));
         }
         if !stored.payload.is_empty() {
-            verdict.violations.push(format!("{id}: resolved by the timer with a payload: {stored:?}"));
+            verdict.violations.push(format!("{id}: resolved by the timer with a payload: {}", show(stored)));
         }
     } else if !history.signals.iter().any(|(sent, _)| *sent == stored.payload) {
-        verdict.violations.push(format!("{id}: resolved with a payload no Signal sent: {stored:?}"));
+        verdict.violations.push(format!("{id}: resolved with a payload no Signal sent: {}", show(stored)));
     } else if !history.may_have_signalled(&stored.payload) {
         verdict.violations.push(format!(
-            "{id}: resolved by a Signal none of whose attempts was acknowledged or indeterminate: {stored:?}"
+            "{id}: resolved by a Signal none of whose attempts was acknowledged or indeterminate: {}",
+            show(stored)
         ));
     }
 }
@@ -233,14 +266,20 @@ fn verify_signals(id: &WaitId, history: &WaitHistory, stored: &Wait, verdict: &m
                 if wait != stored || *sent != stored.payload {
                     verdict.lost += 1;
                     verdict.violations.push(format!(
-                        "{id}: a Signal of {sent:?} was acknowledged settled=true with {wait:?}, but the store holds {stored:?}"
+                        "{id}: a Signal of {} was acknowledged settled=true with {}, but the store holds {}",
+                        text(sent),
+                        show(wait),
+                        show(stored)
                     ));
                 }
             }
             SignalAnswer::Answered { settled: false, wait } => {
                 if wait != stored || *sent != stored.payload {
                     verdict.violations.push(format!(
-                        "{id}: a Signal of {sent:?} was acknowledged as a repeat of the winner with {wait:?}, but the store holds {stored:?}"
+                        "{id}: a Signal of {} was acknowledged as a repeat of the winner with {}, but the store holds {}",
+                        text(sent),
+                        show(wait),
+                        show(stored)
                     ));
                 }
             }
@@ -272,11 +311,15 @@ fn verify_refusal(id: &WaitId, sent: &[u8], carried: &Wait, omitted: bool, store
     }
     if *carried != expected {
         verdict.violations.push(format!(
-            "{id}: a Signal refused WAIT_SETTLED carried {carried:?} as the winner, but the store holds {stored:?}"
+            "{id}: a Signal refused WAIT_SETTLED carried {} as the winner, but the store holds {}",
+            show(carried),
+            show(stored)
         ));
     }
     if sent == stored.payload.as_slice() {
-        verdict.violations.push(format!("{id}: a Signal of the winning payload {sent:?} was refused WAIT_SETTLED"));
+        verdict
+            .violations
+            .push(format!("{id}: a Signal of the winning payload {} was refused WAIT_SETTLED", text(sent)));
     }
 }
 
@@ -289,12 +332,14 @@ fn verify_unchanged(first: &[Wait], again: &[Wait], verdict: &mut Verdict) {
         match again.get(&id) {
             None => {
                 verdict.lost += 1;
-                verdict.violations.push(format!("{id}: stored after the run, gone after a restart: {wait:?}"));
+                verdict.violations.push(format!("{id}: stored after the run, gone after a restart: {}", show(wait)));
             }
             Some(later) if wait.status() != WaitStatus::Pending && *later != wait => {
                 verdict.duplicated += 1;
                 verdict.violations.push(format!(
-                    "{id}: changed after it was settled: {wait:?} after the run, {later:?} after a restart"
+                    "{id}: changed after it was settled: {} after the run, {} after a restart",
+                    show(wait),
+                    show(later)
                 ));
             }
             Some(_) => {}
