@@ -257,10 +257,13 @@ impl History {
         self.waits.awaited(id, wait);
     }
 
-    /// A wait call that changes nothing the checker follows: an Await that
-    /// came back with its wait still pending, or with an error.
-    pub fn wait_call(&self, start: Instant, outcome: Outcome) {
+    /// An Await that came back with its wait still pending, or with an
+    /// error (counted when indeterminate).
+    pub fn await_unsettled(&self, start: Instant, outcome: Outcome) {
         self.call(start, &outcome);
+        if matches!(outcome, Outcome::Indeterminate(_)) {
+            self.waits.await_indeterminate();
+        }
     }
 
     /// A call on a key that changes nothing the checker follows (e.g. IN_PROGRESS).

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stepwell::api::pb::{Wait, WaitStatus};
 
@@ -85,6 +86,8 @@ impl WaitHistory {
 #[derive(Default)]
 pub struct WaitLog {
     waits: Mutex<BTreeMap<WaitId, WaitHistory>>,
+    /// Awaits that ended indeterminate: cut in flight, or sent while the sidecar was down.
+    awaits_indeterminate: AtomicUsize,
 }
 
 impl WaitLog {
@@ -100,6 +103,10 @@ impl WaitLog {
         waits.entry(id.clone()).or_default().signals.push((payload.to_vec(), answer));
     }
 
+    pub fn await_indeterminate(&self) {
+        self.awaits_indeterminate.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn awaited(&self, id: &WaitId, wait: Option<Wait>) {
         self.waits.lock().unwrap().entry(id.clone()).or_default().awaited.push(wait);
     }
@@ -109,7 +116,8 @@ impl WaitLog {
     pub fn verify(&self, first: &[Wait], again: Option<&[Wait]>, verdict: &mut Verdict) {
         let waits = self.waits.lock().unwrap();
         let mut stored: BTreeMap<WaitId, &Wait> = first.iter().map(|w| (id_of(w), w)).collect();
-        let mut figures = WaitFigures { waits: waits.len(), ..Default::default() };
+        let awaits_indeterminate = self.awaits_indeterminate.load(Ordering::Relaxed);
+        let mut figures = WaitFigures { waits: waits.len(), awaits_indeterminate, ..Default::default() };
         for (id, history) in waits.iter() {
             figures.count(history, stored.get(id).copied());
             verify_wait(id, history, stored.remove(id), verdict);
@@ -135,6 +143,7 @@ struct WaitFigures {
     signals_refused_wait_settled: usize,
     signals_indeterminate: usize,
     awaits_settled: usize,
+    awaits_indeterminate: usize,
     pending_at_end: usize,
 }
 

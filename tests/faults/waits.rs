@@ -264,14 +264,14 @@ async fn awaiter(
             Ok(answer) => {
                 let wait = answer.into_inner().wait.expect("an Await answers a wait");
                 if wait.status() == WaitStatus::Pending {
-                    history.wait_call(start, Outcome::Ok);
+                    history.await_unsettled(start, Outcome::Ok);
                 } else {
                     history.wait_awaited(&id, start, Some(wait));
                 }
             }
             Err(status) if status.code() == Code::NotFound => history.wait_awaited(&id, start, None),
             Err(status) => {
-                history.wait_call(start, Outcome::of(&status));
+                history.await_unsettled(start, Outcome::of(&status));
                 tokio::time::sleep(BACKOFF).await;
             }
         }
