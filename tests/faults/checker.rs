@@ -19,13 +19,20 @@
 //! For record puts (RecordService, several records inserted if absent in
 //! one call) the same rules hold for each record, and a put is all or
 //! nothing: its records are read back all present or all absent.
+//!
+//! For waits (WaitService) the rules are `wait_checker`'s: no settlement
+//! lost, none doubled, every timer fired. A WAIT_SETTLED refusal is the
+//! answer a contended Signal expects, so it counts as a call that succeeded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use stepwell::api::pb::Wait;
 use tonic::{Code, Status};
+
+use crate::wait_checker::{SignalAnswer, WaitId, WaitLog};
 
 /// What a client learned from one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +128,7 @@ pub struct History {
     /// Every attempt of each record put, by (turn, put number): its records'
     /// (id, payload hash), and each attempt's outcome.
     record_puts: Mutex<HashMap<(String, u64), PutAttempts>>,
+    waits: WaitLog,
     windows: Mutex<Vec<(Instant, Instant)>>,
 }
 
@@ -139,6 +147,8 @@ pub struct Verdict {
     pub lost: usize,
     pub duplicated: usize,
     pub violations: Vec<String>,
+    /// The figures of the run's waits (`wait_checker`).
+    pub waits: serde_json::Value,
 }
 
 impl Verdict {
@@ -182,6 +192,19 @@ pub struct StoredRecord {
     pub hash: u64,
 }
 
+/// Everything a run stored, as read back through the API.
+pub struct ReadBack {
+    pub checkpoints: Vec<Stored>,
+    pub records: Vec<Record>,
+    pub stored_records: Vec<StoredRecord>,
+    /// Every wait of the run's namespace, once the run's timers have fired.
+    pub waits: Vec<Wait>,
+    /// The same, read again after one more restart, where the test made one.
+    pub waits_again: Option<Vec<Wait>>,
+    /// How long the run's timers took to fire after it stopped.
+    pub timers_settled: std::time::Duration,
+}
+
 /// A key's record, as read back.
 pub struct Record {
     pub key: String,
@@ -209,6 +232,38 @@ impl History {
         self.call(start, &outcome);
         let mut puts = self.record_puts.lock().unwrap();
         puts.entry((turn.to_owned(), n)).or_insert_with(|| (records, Vec::new())).1.push(outcome);
+    }
+
+    /// One CreateWait attempt of wait `id`, with a timer or without.
+    pub fn wait_created(&self, id: &WaitId, timer: bool, start: Instant, outcome: Outcome) {
+        self.call(start, &outcome);
+        self.waits.created(id, timer, outcome);
+    }
+
+    /// One Signal attempt of wait `id` with `payload`, and what it heard.
+    pub fn wait_signalled(&self, id: &WaitId, payload: &[u8], start: Instant, answer: SignalAnswer) {
+        let outcome = match &answer {
+            SignalAnswer::Answered { .. } | SignalAnswer::Refused { .. } => Outcome::Ok,
+            SignalAnswer::Failed(outcome) => outcome.clone(),
+        };
+        self.call(start, &outcome);
+        self.waits.signalled(id, payload, answer);
+    }
+
+    /// An Await of wait `id` that came back settled, or NOT_FOUND (None).
+    pub fn wait_awaited(&self, id: &WaitId, start: Instant, wait: Option<Wait>) {
+        let outcome = if wait.is_some() { Outcome::Ok } else { Outcome::Definite(Code::NotFound) };
+        self.call(start, &outcome);
+        self.waits.awaited(id, wait);
+    }
+
+    /// An Await that came back with its wait still pending, or with an
+    /// error (counted when indeterminate).
+    pub fn await_unsettled(&self, start: Instant, outcome: Outcome) {
+        self.call(start, &outcome);
+        if matches!(outcome, Outcome::Indeterminate(_)) {
+            self.waits.await_indeterminate();
+        }
     }
 
     /// A call on a key that changes nothing the checker follows (e.g. IN_PROGRESS).
@@ -274,12 +329,13 @@ impl History {
     }
 
     /// Holds the log to what the store returned.
-    pub fn verify(&self, stored: &[Stored], records: &[Record], stored_records: &[StoredRecord]) -> Verdict {
+    pub fn verify(&self, read: &ReadBack) -> Verdict {
         let mut verdict = Verdict::default();
         self.verify_calls(&mut verdict);
-        self.verify_checkpoints(stored, &mut verdict);
-        self.verify_keys(records, &mut verdict);
-        self.verify_record_puts(stored_records, &mut verdict);
+        self.verify_checkpoints(&read.checkpoints, &mut verdict);
+        self.verify_keys(&read.records, &mut verdict);
+        self.verify_record_puts(&read.stored_records, &mut verdict);
+        self.waits.verify(&read.waits, read.waits_again.as_deref(), &mut verdict);
         verdict
     }
 

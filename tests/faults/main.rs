@@ -3,9 +3,11 @@
 //! reported, tested under faults. Writers run while the sidecar is killed
 //! (`kill_loop`), while Postgres crashes (`postgres_only`), while replies
 //! are lost after the commit (`ambiguous`), and while the disk fills or
-//! fails (`sqlite_only`); the `checker` holds every logged outcome to what
-//! the store holds afterwards. Runs once per backend, one test at a time;
-//! `profile` picks the CI or the long profile.
+//! fails (`sqlite_only`); the `checker` (with `wait_checker` for waits)
+//! holds every logged outcome to what the store holds afterwards. The
+//! `workload` writes checkpoints, idempotent operations, records and, through
+//! `waits`, waits with timers, contended Signals and Awaits. Runs once per
+//! backend, one test at a time; `profile` picks the CI or the long profile.
 //!
 //! How a sidecar is started and which store it runs on come from the
 //! `stepwell-test-support` crate (tests/support), shared with the
@@ -14,6 +16,8 @@
 mod checker;
 mod profile;
 mod proxy;
+mod wait_checker;
+mod waits;
 mod workload;
 
 mod ambiguous;

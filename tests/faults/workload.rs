@@ -7,8 +7,10 @@
 //! of Begins revisit an older key, which must be COMPLETED with its one
 //! result, or be taken over only after its lease ran out. One writer in
 //! four puts records instead (three per PutRecords, inserted if absent,
-//! retried as a client would). Afterwards `read_back` reads the whole run
-//! back through the API.
+//! retried as a client would). One writer in eight, taken from the
+//! checkpoint writers, writes waits instead, with an awaiter beside it
+//! (`waits`). Afterwards `settle` waits for the run's timers to fire and
+//! reads the whole run back through the API.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,8 +30,9 @@ use tonic::transport::Channel;
 use stepwell_test_support::requests::{T0, complete, duration, nanos, restore_all, ts};
 use stepwell_test_support::rng::Rng;
 
-use crate::checker::{Acquisition, History, Outcome, Record as KeyRecord, Stored, StoredRecord, Tuple, hash};
+use crate::checker::{Acquisition, History, Outcome, ReadBack, Record as KeyRecord, Stored, StoredRecord, Tuple, hash};
 use crate::profile::report;
+use crate::waits;
 
 /// The namespace of every fault run's writes.
 pub const NAMESPACE: &str = "faults";
@@ -42,7 +45,7 @@ pub const LEASE: Duration = Duration::from_secs(1);
 const CALL_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Pause after an error, so that writers do not spin while the sidecar is down.
-const BACKOFF: Duration = Duration::from_millis(5);
+pub const BACKOFF: Duration = Duration::from_millis(5);
 
 /// Checkpoints per turn.
 const TURN_LENGTH: u64 = 500;
@@ -53,7 +56,7 @@ pub struct Workload {
     tasks: Vec<JoinHandle<()>>,
 }
 
-fn deadline<T>(message: T) -> tonic::Request<T> {
+pub fn deadline<T>(message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(CALL_DEADLINE);
     request
@@ -64,19 +67,21 @@ impl Workload {
     pub fn start(writers: usize, seed: u64, history: &Arc<History>, channel: impl Fn() -> Channel) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let next_key = Arc::new(AtomicU64::new(0));
-        let tasks = (0..writers)
-            .map(|w| {
-                let (stop, history, channel) = (stop.clone(), history.clone(), channel());
-                let rng = Rng::new(seed.wrapping_add(w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                if w % 4 == 3 {
-                    tokio::spawn(record_puts(w, channel, history, stop, rng))
-                } else if w % 2 == 0 {
-                    tokio::spawn(checkpoints(w, channel, history, stop, rng))
-                } else {
-                    tokio::spawn(operations(channel, history, stop, rng, next_key.clone()))
-                }
-            })
-            .collect();
+        let mut tasks = Vec::with_capacity(writers + writers / 8);
+        for w in 0..writers {
+            let (stop, history, own) = (stop.clone(), history.clone(), channel());
+            let rng = Rng::new(seed.wrapping_add(w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            if w % 4 == 3 {
+                tasks.push(tokio::spawn(record_puts(w, own, history, stop, rng)));
+            } else if w % 8 == 6 {
+                // The awaiter gets a channel of its own, as a separate client would.
+                tasks.extend(waits::start(w, (own, channel()), &history, &stop, rng));
+            } else if w % 2 == 0 {
+                tasks.push(tokio::spawn(checkpoints(w, own, history, stop, rng)));
+            } else {
+                tasks.push(tokio::spawn(operations(own, history, stop, rng, next_key.clone())));
+            }
+        }
         Workload { stop, tasks }
     }
 
@@ -255,18 +260,18 @@ async fn finish(
     }
 }
 
-/// Ends a run: reads it back, holds it to the log, reports the checker's
-/// figures with the test's own `figures`, and asserts that the checker found
-/// no violation.
-pub async fn settle_and_assert_clean(
-    test: &str,
-    seed: u64,
-    channel: Channel,
-    history: &History,
-    figures: serde_json::Value,
-) {
-    let (stored, records, stored_records) = read_back(channel, history).await;
-    let verdict = history.verify(&stored, &records, &stored_records);
+/// Ends a run: waits for its timers to fire and reads it back.
+pub async fn settle(channel: Channel, history: &History) -> ReadBack {
+    let timers_settled = waits::until_timers_fired(channel.clone()).await;
+    let (checkpoints, records, stored_records) = read_back(channel.clone(), history).await;
+    let waits = waits::read_waits(channel).await;
+    ReadBack { checkpoints, records, stored_records, waits, waits_again: None, timers_settled }
+}
+
+/// Holds the log to what the run stored, reports the checker's figures with
+/// the test's own `figures`, and asserts that the checker found no violation.
+pub fn assert_clean(test: &str, seed: u64, history: &History, read: &ReadBack, figures: serde_json::Value) {
+    let verdict = history.verify(read);
     let mut all = serde_json::json!({
         "seed": seed,
         "calls": verdict.calls,
@@ -277,6 +282,8 @@ pub async fn settle_and_assert_clean(
         "checkpoint_tuples": verdict.tuples,
         "idempotency_keys": verdict.keys,
         "record_puts": verdict.record_puts,
+        "waits": verdict.waits,
+        "timers_settled_ms": read.timers_settled.as_millis(),
         "lost": verdict.lost,
         "duplicated": verdict.duplicated,
         "violations": verdict.violations.len(),
@@ -287,6 +294,18 @@ pub async fn settle_and_assert_clean(
     }
     report(test, all);
     verdict.assert_clean(&format!("{test} (seed {seed})"));
+}
+
+/// Ends a run with no restart after it: `settle`, then `assert_clean`.
+pub async fn settle_and_assert_clean(
+    test: &str,
+    seed: u64,
+    channel: Channel,
+    history: &History,
+    figures: serde_json::Value,
+) {
+    let read = settle(channel, history).await;
+    assert_clean(test, seed, history, &read, figures);
 }
 
 /// Reads back every checkpoint of the run's turns, every key's record and
