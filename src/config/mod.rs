@@ -73,8 +73,8 @@ pub enum Command {
     /// List and delete the records (RecordService) of a running sidecar.
     #[command(subcommand)]
     Records(RecordsCommand),
-    /// Copy every checkpoint, turn and idempotency key from one store to
-    /// another (SQLite to Postgres or back), with the sidecars stopped.
+    /// Copy every checkpoint, turn, idempotency key, record and wait from one
+    /// store to another (SQLite to Postgres or back), with the sidecars stopped.
     Migrate(MigrateArgs),
     /// Write every record of a store as NDJSON, for backups and moves.
     Export(ExportArgs),
