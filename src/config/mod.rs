@@ -77,8 +77,8 @@ pub enum Command {
     /// sidecar.
     #[command(subcommand)]
     Waits(WaitsCommand),
-    /// Copy every checkpoint, turn and idempotency key from one store to
-    /// another (SQLite to Postgres or back), with the sidecars stopped.
+    /// Copy every checkpoint, turn, idempotency key, record and wait from one
+    /// store to another (SQLite to Postgres or back), with the sidecars stopped.
     Migrate(MigrateArgs),
     /// Write every record of a store as NDJSON, for backups and moves.
     Export(ExportArgs),

@@ -1,9 +1,10 @@
 //! Moving a store (`stepwell migrate`, `export`, `import`): a store built
 //! through a real sidecar with every kind of row (checkpoints, idempotency
-//! keys, RecordService records) is moved with the sidecar stopped, and a
-//! sidecar on the copy must answer Restore, ListTurns, Get, Begin and
-//! ListRecords exactly as on the original, and issue tokens above every old
-//! one.
+//! keys, RecordService records, waits of every status) is moved with the
+//! sidecar stopped, and a sidecar on the copy must answer Restore,
+//! ListTurns, Get, Begin, ListRecords, ListWaits and GetWait exactly as on
+//! the original, issue tokens above every old one, and fire the pending
+//! timers and expiries it was moved with when their time comes.
 //! Moves between SQLite and Postgres need both backends, so they live in
 //! `postgres_only` below and run in the Postgres pass of scripts/test; the
 //! export/import round trip, the failed verification, the chunks bounded
@@ -17,9 +18,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 use stepwell::api::pb::{
-    BeginOutcome, BeginRequest, CheckpointRequest, GetRequest, ListRecordsRequest, PutRecordsRequest, Record,
-    ReleaseRequest, TurnStatus,
+    AwaitRequest, BeginOutcome, BeginRequest, CancelWaitRequest, CheckpointRequest, CreateWaitRequest, GetRequest,
+    GetWaitRequest, ListRecordsRequest, ListWaitsRequest, PutRecordsRequest, Record, ReleaseRequest, SignalRequest,
+    TurnStatus, Wait, WaitStatus,
 };
+use stepwell::domain::clock::{Clock, system_now};
 use stepwell::ops::moving::{self, Plan, migrate_stores};
 use stepwell::store::Database;
 use stepwell_test_support::backend::TestStore;
@@ -27,7 +30,7 @@ use stepwell_test_support::requests::{
     T0, begin, begin_leased, complete, duration, list_all, list_turns, restore, restore_all, ts,
 };
 use stepwell_test_support::sidecar::Sidecar;
-use stepwell_test_support::{IdempotencyClient, RecordClient};
+use stepwell_test_support::{IdempotencyClient, RecordClient, WAIT_LIMIT, WaitClient};
 
 use crate::STEPWELL;
 
@@ -40,6 +43,9 @@ const RECORD_KINDS: [&str; 3] = ["checkpoint", "blob", "write"];
 const RECORD_SCOPES: [&str; 2] = ["", "sub|graph:ü"];
 /// Records `populate` puts per namespace.
 const RECORDS_PER_NAMESPACE: u64 = 14;
+/// Waits `create_waits` leaves per namespace.
+const WAITS_PER_NAMESPACE: usize = 8;
+const DAY: i64 = 86_400_000_000_000;
 
 /// Fills `store` through a sidecar: in each namespace, an open turn, a
 /// terminal one, a turn whose checkpoints share a timestamp (so their
@@ -114,6 +120,142 @@ async fn populate(sidecar: &Sidecar) -> u64 {
         put_records(&mut sidecar.records(), namespace).await;
     }
     max_token
+}
+
+/// Leaves `WAITS_PER_NAMESPACE` waits in `namespace`, of every status:
+/// pending with no time, pending with a timer (a day away, expiring in
+/// two), pending with an expiry (in a turn and name that sort bytewise);
+/// resolved by a Signal that came before its wait (a binary payload), by
+/// one after it, and by its timer (already due); cancelled; and expired.
+async fn create_waits(waits: &mut WaitClient, namespace: &str) {
+    let now = system_now();
+    let create = |turn: &str, name: &str| CreateWaitRequest {
+        namespace: namespace.to_owned(),
+        turn_id: turn.to_owned(),
+        name: name.to_owned(),
+        metadata: format!(r#"{{ "ask" : "{namespace}/{name}", "n": 2.50 }}"#).into_bytes(),
+        ..Default::default()
+    };
+    let signal = |turn: &str, name: &str, payload: &[u8], content_type: &str| SignalRequest {
+        namespace: namespace.to_owned(),
+        turn_id: turn.to_owned(),
+        name: name.to_owned(),
+        payload: payload.to_vec(),
+        content_type: content_type.to_owned(),
+        ..Default::default()
+    };
+    let created = [
+        create("open", "approve"),
+        CreateWaitRequest {
+            resolve_at: Some(ts(now + DAY)),
+            expire_at: Some(ts(now + 2 * DAY)),
+            ..create("open", "nap")
+        },
+        CreateWaitRequest { expire_at: Some(ts(now + DAY)), ..create("tür|2", "wäit|1") },
+        create("open", "asked"),
+        CreateWaitRequest { resolve_at: Some(ts(T0)), ..create("open", "alarm") },
+        create("done", "stop"),
+        CreateWaitRequest { expire_at: Some(ts(T0)), ..create("done", "late") },
+    ];
+    for request in created {
+        assert!(waits.create_wait(request).await.expect("CreateWait").into_inner().created);
+    }
+    for request in
+        [signal("open", "go", b"\x00yes\xff", "application/octet-stream"), signal("open", "asked", b"ok", "")]
+    {
+        assert!(waits.signal(request).await.expect("Signal").into_inner().settled);
+    }
+    let cancel = CancelWaitRequest {
+        namespace: namespace.to_owned(),
+        turn_id: "done".into(),
+        name: "stop".into(),
+        ..Default::default()
+    };
+    assert!(waits.cancel_wait(cancel).await.expect("CancelWait").into_inner().cancelled);
+    let alarm = settled(waits, namespace, "open", "alarm").await;
+    assert_eq!((alarm.status(), alarm.settled_by.as_str()), (WaitStatus::Resolved, "stepwell:timer"));
+    let late = settled(waits, namespace, "done", "late").await;
+    assert_eq!((late.status(), late.settled_by.as_str()), (WaitStatus::Expired, "stepwell:expiry"));
+}
+
+/// The wait, once settled: Awaited again while it comes back pending, for
+/// at most `WAIT_LIMIT`.
+async fn settled(waits: &mut WaitClient, namespace: &str, turn: &str, name: &str) -> Wait {
+    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
+    loop {
+        let request = AwaitRequest {
+            namespace: namespace.to_owned(),
+            turn_id: turn.to_owned(),
+            name: name.to_owned(),
+            timeout: Some(duration(Duration::from_secs(5))),
+            ..Default::default()
+        };
+        let wait = waits.r#await(request).await.expect("Await").into_inner().wait.expect("a wait");
+        if wait.status() != WaitStatus::Pending {
+            return wait;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{namespace}/{turn}/{name} was not settled in time");
+    }
+}
+
+/// Every page of a ListWaits.
+async fn list_waits(waits: &mut WaitClient, mut request: ListWaitsRequest) -> Vec<Wait> {
+    let mut all = Vec::new();
+    loop {
+        let page = waits.list_waits(request.clone()).await.expect("ListWaits").into_inner();
+        all.extend(page.waits);
+        if page.next_page_token.is_empty() {
+            return all;
+        }
+        request.page_token = page.next_page_token;
+    }
+}
+
+/// What WaitService answers in `namespace`: every wait, paged by three;
+/// the pending ones; those with a timer; and each wait read by its handle.
+async fn wait_answers(sidecar: &Sidecar, namespace: &str) -> String {
+    let mut waits = sidecar.waits();
+    let base = ListWaitsRequest { namespace: namespace.to_owned(), page_size: 3, ..Default::default() };
+    let all = list_waits(&mut waits, base.clone()).await;
+    assert_eq!(all.len(), WAITS_PER_NAMESPACE, "{all:?}");
+    let pending = ListWaitsRequest { status: WaitStatus::Pending as i32, ..base.clone() };
+    let pending = list_waits(&mut waits, pending).await;
+    let timed = ListWaitsRequest { resolve_before: Some(ts(T0 + 100 * 365 * DAY)), ..base };
+    let timed = list_waits(&mut waits, timed).await;
+    let mut text = format!("{namespace} waits: {all:?}\npending: {pending:?}\ntimed: {timed:?}\n");
+    for wait in &all {
+        let request = GetWaitRequest { handle: wait.handle.clone(), ..Default::default() };
+        let got = waits.get_wait(request).await.expect("GetWait by handle").into_inner().wait;
+        text += &format!("{}: {got:?}\n", wait.handle);
+    }
+    text
+}
+
+/// On a store `populate` filled and a move copied: a sidecar whose clock is
+/// three days on fires every pending timer and expiry the move carried,
+/// once, and a pending wait is signalled by the handle it had.
+async fn moved_waits_fall_due(store: &TestStore) {
+    let clock = Clock::system();
+    clock.advance(Duration::from_secs(3 * 86_400));
+    let sidecar = Sidecar::builder().store(store).configure(move |config| config.store.clock = clock).start().await;
+    let mut waits = sidecar.waits();
+    for namespace in NAMESPACES {
+        let nap = settled(&mut waits, namespace, "open", "nap").await;
+        assert_eq!((nap.status(), nap.settled_by.as_str()), (WaitStatus::Resolved, "stepwell:timer"));
+        let expired = settled(&mut waits, namespace, "tür|2", "wäit|1").await;
+        assert_eq!((expired.status(), expired.settled_by.as_str()), (WaitStatus::Expired, "stepwell:expiry"));
+        let get = GetWaitRequest {
+            namespace: namespace.to_owned(),
+            turn_id: "open".into(),
+            name: "approve".into(),
+            ..Default::default()
+        };
+        let approve = waits.get_wait(get).await.expect("GetWait").into_inner().wait.expect("a wait");
+        assert_eq!(approve.status(), WaitStatus::Pending, "a wait with no time stays pending");
+        let by_handle = SignalRequest { handle: approve.handle, payload: b"yes".to_vec(), ..Default::default() };
+        assert!(waits.signal(by_handle).await.expect("Signal by handle").into_inner().settled);
+    }
+    sidecar.stop().await.expect("stop the sidecar");
 }
 
 /// Puts `RECORDS_PER_NAMESPACE` records in `namespace`: in two turns and
@@ -320,6 +462,7 @@ async fn answers(sidecar: &Sidecar) -> String {
             all += &format!("{namespace}/{key} get: {answer:?}\n");
         }
         all += &record_answers(sidecar, namespace).await;
+        all += &wait_answers(sidecar, namespace).await;
     }
     all
 }
@@ -331,11 +474,14 @@ async fn new_token(sidecar: &Sidecar, key: &str) -> u64 {
     answer.lease_token
 }
 
-/// A store built by `populate`, its answers, and its greatest token; the
-/// sidecar is stopped.
+/// A store built by `populate` and `create_waits`, its answers, and its
+/// greatest token; the sidecar is stopped.
 async fn populated(store: &TestStore) -> (String, u64) {
     let sidecar = Sidecar::builder().store(store).start().await;
     let max_token = populate(&sidecar).await;
+    for namespace in NAMESPACES {
+        create_waits(&mut sidecar.waits(), namespace).await;
+    }
     let before = answers(&sidecar).await;
     sidecar.stop().await.expect("stop the sidecar");
     (before, max_token)
@@ -381,18 +527,21 @@ async fn export_then_import_gives_a_store_that_answers_alike() {
     let file = source.dir().join("backup.ndjson");
     let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("exported 27 checkpoints, 12 turns, 15 idempotency records and 42 records"), "{stderr}");
+    let exported = "exported 27 checkpoints, 12 turns, 15 idempotency records, 42 records and 24 waits";
+    assert!(stderr.contains(exported), "{stderr}");
 
     let target = sqlite_in(source.dir(), "imported.db");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("nothing to copy"), "a second import copies nothing: {stderr}");
     assert!(stderr.contains("records (RecordService): 0 copied, 42 already present"), "{stderr}");
+    assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
 
     let again = source.dir().join("again.ndjson");
     let (code, stderr) = run(&["export", "--from", &target.url(), "--out", again.to_str().unwrap()]);
@@ -402,38 +551,62 @@ async fn export_then_import_gives_a_store_that_answers_alike() {
     let (after, token) = answers_on(&target, "new").await;
     assert_eq!(before, after);
     assert!(token > max_token, "a new token {token} is above every old one ({max_token})");
+    moved_waits_fall_due(&target).await;
+}
+
+/// An export as an older stepwell wrote it: format 1 (before records) or 2
+/// (before waits), without the lines of what came later and without their
+/// counts on the end line. Returns its lines, and the lines left out.
+fn as_format(text: &str, format: u32) -> (Vec<String>, Vec<String>) {
+    let (later, counts): (&[&str], &[&str]) =
+        if format == 1 { (&["record", "wait"], &["stored_records", "waits"]) } else { (&["wait"], &["waits"]) };
+    let (mut kept, mut left_out) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        let mut value: Value = serde_json::from_str(line).unwrap();
+        let kind = value["kind"].as_str().unwrap().to_owned();
+        if later.contains(&kind.as_str()) {
+            left_out.push(line.to_owned());
+            continue;
+        }
+        if kind == "header" {
+            value["format"] = format.into();
+        }
+        if kind == "end" {
+            for count in counts {
+                value.as_object_mut().unwrap().remove(*count).expect("format 3 counts it");
+            }
+        }
+        kept.push(value.to_string());
+    }
+    (kept, left_out)
+}
+
+/// A populated store's export, as text, in its directory.
+async fn exported(source: &TestStore) -> String {
+    let file = source.dir().join("backup.ndjson");
+    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    std::fs::read_to_string(&file).unwrap()
+}
+
+/// Imports `lines` into a new SQLite store `name` beside `source`; returns
+/// the store, the exit code and stderr.
+fn import_lines(source: &TestStore, name: &str, lines: &[String]) -> (TestStore, i32, String) {
+    let file = source.dir().join(format!("{name}.ndjson"));
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let target = sqlite_in(source.dir(), name);
+    let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
+    (target, code, stderr)
 }
 
 #[tokio::test]
 async fn an_export_in_format_1_still_imports_and_holds_no_records() {
     let source = TestStore::new().await;
     populated(&source).await;
-    let file = source.dir().join("backup.ndjson");
-    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
-    // As stepwell wrote it before records: format 1, no record lines, no count of them.
-    let text = std::fs::read_to_string(&file).unwrap();
-    let (mut old, mut with_a_record) = (Vec::new(), Vec::new());
-    for line in text.lines() {
-        let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
-        match value["kind"].as_str().unwrap() {
-            "header" => value["format"] = 1.into(),
-            "end" => {
-                value.as_object_mut().unwrap().remove("stored_records").expect("format 2 counts records");
-            }
-            "record" => {
-                with_a_record.push(line.to_owned());
-                continue;
-            }
-            _ => {}
-        }
-        old.push(value.to_string());
-    }
-    assert_eq!(with_a_record.len(), 42);
-    let old_file = source.dir().join("format-1.ndjson");
-    std::fs::write(&old_file, old.join("\n")).unwrap();
-    let target = sqlite_in(source.dir(), "imported.db");
-    let (code, stderr) = run(&["import", "--to", &target.url(), "--in", old_file.to_str().unwrap()]);
+    // As stepwell wrote it before records: format 1, no record or wait lines, no count of them.
+    let (old, left_out) = as_format(&exported(&source).await, 1);
+    assert_eq!(left_out.len(), 42 + 24);
+    let (target, code, stderr) = import_lines(&source, "imported.db", &old);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("records (RecordService): 0 copied, 0 already present"), "{stderr}");
@@ -442,13 +615,62 @@ async fn an_export_in_format_1_still_imports_and_holds_no_records() {
 
     // A record line in a format 1 file is refused, before anything of it is written.
     let mut bad = old.clone();
-    bad.insert(old.len() - 1, with_a_record[0].clone());
-    std::fs::write(&old_file, bad.join("\n")).unwrap();
-    let other = sqlite_in(source.dir(), "other.db");
-    let (code, stderr) = run(&["import", "--to", &other.url(), "--in", old_file.to_str().unwrap()]);
+    let record = left_out.iter().find(|line| line.contains(r#""kind":"record""#)).expect("a record line");
+    bad.insert(old.len() - 1, record.clone());
+    let (other, code, stderr) = import_lines(&source, "other.db", &bad);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("a record in a format 1 file"), "{stderr}");
     assert_eq!(other.inspect().await.count("records").await, 0);
+}
+
+#[tokio::test]
+async fn an_export_in_format_2_still_imports_and_holds_no_waits() {
+    let source = TestStore::new().await;
+    populated(&source).await;
+    // As stepwell wrote it before waits: format 2, no wait lines, no count of them.
+    let (old, waits) = as_format(&exported(&source).await, 2);
+    assert_eq!(waits.len(), 24);
+    let (target, code, stderr) = import_lines(&source, "imported.db", &old);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("waits (WaitService): 0 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
+    assert_eq!(target.inspect().await.count("waits").await, 0);
+
+    // A wait line in a format 2 file is refused, before anything of it is written.
+    let mut bad = old.clone();
+    bad.insert(old.len() - 1, waits[0].clone());
+    let (other, code, stderr) = import_lines(&source, "other.db", &bad);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("a wait in a format 2 file"), "{stderr}");
+    assert_eq!(other.inspect().await.count("waits").await, 0);
+    // So is a format 2 end line that counts waits.
+    let mut end: Value = serde_json::from_str(old.last().unwrap()).unwrap();
+    end["waits"] = 0.into();
+    let counted = [&old[..old.len() - 1], &[end.to_string()]].concat();
+    let (_, code, stderr) = import_lines(&source, "counted.db", &counted);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("the end line does not match the header's format"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_wait_line_of_an_unknown_status_is_refused() {
+    let source = TestStore::new().await;
+    populated(&source).await;
+    let text = exported(&source).await;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let mut value: Value = serde_json::from_str(line).unwrap();
+            if value["kind"] == "wait" && value["name"] == "approve" {
+                value["status"] = 9.into();
+            }
+            value.to_string()
+        })
+        .collect();
+    let (_, code, stderr) = import_lines(&source, "imported.db", &lines);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("wait status 9 is not known"), "{stderr}");
 }
 
 #[tokio::test]
@@ -471,11 +693,14 @@ async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
     assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 27));
     assert_eq!((copied.records_copied, copied.records_present), (0, 15));
     assert_eq!((copied.stored_records_copied, copied.stored_records_present), (34, 8));
+    assert_eq!((copied.waits_copied, copied.waits_present), (24, 0));
     assert_eq!(expected, found, "the target tallies as the source");
     assert_eq!(found.values().map(|t| t.stored_records).collect::<Vec<_>>(), [14, 14, 14]);
+    assert_eq!(found.values().map(|t| t.waits).collect::<Vec<_>>(), [8, 8, 8]);
 
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
     assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 42), "nothing left to copy");
+    assert_eq!((copied.waits_copied, copied.waits_present), (0, 24));
     assert_eq!(expected, found);
 
     let (after, token) = answers_on(&target, "new").await;
@@ -518,7 +743,31 @@ async fn a_target_that_disagrees_fails_verification() {
     assert!(stderr.lines().any(|l| l.starts_with("alpha") && l.ends_with(" ok")), "other namespaces match: {stderr}");
 }
 
-/// Bytes of each large row's state, result or payload.
+#[tokio::test]
+async fn a_wait_missing_from_the_target_fails_verification() {
+    let source = TestStore::new().await;
+    populated(&source).await;
+    // A target that silently drops one wait of "alpha" as it is inserted.
+    let target = sqlite_in(source.dir(), "target.db");
+    Sidecar::builder().store(&target).start().await.stop().await.expect("stop");
+    target
+        .execute(
+            "CREATE TRIGGER drop_one_wait BEFORE INSERT ON waits \
+             WHEN NEW.namespace = 'alpha' AND NEW.name = 'nap' BEGIN SELECT RAISE(IGNORE); END",
+            "",
+        )
+        .await;
+    let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("waits (WaitService): 23 copied, 1 already present"), "{stderr}");
+    assert!(stderr.contains("verification FAILED"), "{stderr}");
+    let alpha = stderr.lines().find(|l| l.starts_with("alpha")).expect("a row for alpha");
+    assert!(alpha.ends_with("DIFFERS"), "{stderr}");
+    assert!(alpha.split_whitespace().collect::<Vec<_>>()[9..11] == ["8", "7"], "waits src and dst: {alpha}");
+    assert!(stderr.lines().any(|l| l.starts_with("beta") && l.ends_with(" ok")), "other namespaces match: {stderr}");
+}
+
+/// Bytes of each large row's state, result or payload (records' and waits').
 const LARGE_BYTES: usize = 40_000;
 /// Large rows of each kind `populate_large` puts.
 const LARGE_ROWS: i64 = 6;
@@ -526,7 +775,7 @@ const LARGE_ROWS: i64 = 6;
 const THREE_LARGE_ROWS: usize = 100_000;
 
 /// Fills `store` through a sidecar with `LARGE_ROWS` checkpoints, completed
-/// idempotency keys and records, each some `LARGE_BYTES` long.
+/// idempotency keys, records and resolved waits, each some `LARGE_BYTES` long.
 async fn populate_large(store: &TestStore) {
     let sidecar = Sidecar::builder().store(store).start().await;
     let (mut client, mut keys) = (sidecar.client(), sidecar.idempotency());
@@ -550,13 +799,23 @@ async fn populate_large(store: &TestStore) {
         .collect();
     let request = PutRecordsRequest { namespace: String::new(), records, fence: None };
     sidecar.records().put_records(request).await.expect("PutRecords");
+    for i in 0..LARGE_ROWS {
+        let signal = SignalRequest {
+            turn_id: "big".to_owned(),
+            name: format!("w{i}"),
+            payload: vec![i as u8; LARGE_BYTES],
+            ..Default::default()
+        };
+        sidecar.waits().signal(signal).await.expect("Signal");
+    }
     sidecar.stop().await.expect("stop the sidecar");
 }
 
-/// The rows `target` holds: checkpoints, idempotency records, records.
-async fn held(target: &TestStore) -> (i64, i64, i64) {
+/// The rows `target` holds: checkpoints, idempotency records, records, waits.
+async fn held(target: &TestStore) -> (i64, i64, i64, i64) {
     let inspect = target.inspect().await;
-    (inspect.count("checkpoints").await, inspect.count("idempotency").await, inspect.count("records").await)
+    let (checkpoints, keys) = (inspect.count("checkpoints").await, inspect.count("idempotency").await);
+    (checkpoints, keys, inspect.count("records").await, inspect.count("waits").await)
 }
 
 /// Runs `migrate_stores` with `plan` until it stops after `stop` chunks.
@@ -577,18 +836,21 @@ async fn a_chunk_holds_only_the_rows_that_fit_its_byte_budget() {
     let plan = Plan { chunk_bytes: THREE_LARGE_ROWS, ..Plan::default() };
     assert_eq!(plan.chunk_rows, 500);
     migrate_stopped(&source, &target, plan, 1).await;
-    assert_eq!(held(&target).await, (3, 0, 0), "the first chunk held three checkpoints");
+    assert_eq!(held(&target).await, (3, 0, 0, 0), "the first chunk held three checkpoints");
     migrate_stopped(&source, &target, plan, 3).await;
-    assert_eq!(held(&target).await, (6, 3, 0), "then three idempotency records");
+    assert_eq!(held(&target).await, (6, 3, 0, 0), "then three idempotency records");
     migrate_stopped(&source, &target, plan, 5).await;
-    assert_eq!(held(&target).await, (6, 6, 3), "then three records");
+    assert_eq!(held(&target).await, (6, 6, 3, 0), "then three records");
+    migrate_stopped(&source, &target, plan, 7).await;
+    assert_eq!(held(&target).await, (6, 6, 6, 3), "then three waits");
 
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
     assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 6));
     assert_eq!((copied.records_copied, copied.records_present), (0, 6));
-    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (3, 3));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 6));
+    assert_eq!((copied.waits_copied, copied.waits_present), (3, 3));
     assert_eq!(expected, found, "the target tallies as the source");
-    assert_eq!(held(&target).await, (6, 6, 6));
+    assert_eq!(held(&target).await, (6, 6, 6, 6));
 }
 
 #[tokio::test]
@@ -598,16 +860,19 @@ async fn a_row_larger_than_the_byte_budget_moves_alone() {
     let target = sqlite_in(source.dir(), "target.db");
     let plan = Plan { chunk_bytes: 1_000, ..Plan::default() };
     migrate_stopped(&source, &target, plan, 1).await;
-    assert_eq!(held(&target).await, (1, 0, 0), "one checkpoint, larger than the budget, made a chunk");
+    assert_eq!(held(&target).await, (1, 0, 0, 0), "one checkpoint, larger than the budget, made a chunk");
     migrate_stopped(&source, &target, plan, 7).await;
-    assert_eq!(held(&target).await, (6, 1, 0), "a chunk per checkpoint, then one idempotency record");
+    assert_eq!(held(&target).await, (6, 1, 0, 0), "a chunk per checkpoint, then one idempotency record");
     migrate_stopped(&source, &target, plan, 13).await;
-    assert_eq!(held(&target).await, (6, 6, 1), "a chunk per idempotency record, then one record");
+    assert_eq!(held(&target).await, (6, 6, 1, 0), "a chunk per idempotency record, then one record");
+    migrate_stopped(&source, &target, plan, 19).await;
+    assert_eq!(held(&target).await, (6, 6, 6, 1), "a chunk per record, then one wait");
 
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
-    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (5, 1));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 6));
+    assert_eq!((copied.waits_copied, copied.waits_present), (5, 1));
     assert_eq!(expected, found, "the target tallies as the source");
-    assert_eq!(held(&target).await, (6, 6, 6));
+    assert_eq!(held(&target).await, (6, 6, 6, 6));
 }
 
 #[tokio::test]
@@ -620,7 +885,8 @@ async fn an_import_writes_chunks_bounded_by_bytes() {
     let (code, stderr) =
         run(&["export", "--from", &source.url(), "--out", out, "--chunk-rows", "1", "--chunk-bytes-max", "1048576"]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("exported 6 checkpoints, 1 turns, 6 idempotency records and 6 records"), "{stderr}");
+    let exported = "exported 6 checkpoints, 1 turns, 6 idempotency records, 6 records and 6 waits";
+    assert!(stderr.contains(exported), "{stderr}");
 
     let target = sqlite_in(source.dir(), "imported.db");
     let database = target.database();
@@ -631,16 +897,20 @@ async fn an_import_writes_chunks_bounded_by_bytes() {
     let plan = Plan { chunk_bytes: THREE_LARGE_ROWS, ..Plan::default() };
     let stopped = import(Plan { stop_after_chunks: Some(1), ..plan }).await;
     assert!(matches!(stopped, Err(moving::Error::Stopped(1))), "{stopped:?}");
-    assert_eq!(held(&target).await, (3, 0, 0), "the first chunk held three checkpoints");
+    assert_eq!(held(&target).await, (3, 0, 0, 0), "the first chunk held three checkpoints");
     let stopped = import(Plan { stop_after_chunks: Some(3), ..plan }).await;
     assert!(matches!(stopped, Err(moving::Error::Stopped(3))), "{stopped:?}");
-    assert_eq!(held(&target).await, (6, 3, 0), "then three idempotency records");
+    assert_eq!(held(&target).await, (6, 3, 0, 0), "then three idempotency records");
+    let stopped = import(Plan { stop_after_chunks: Some(7), ..plan }).await;
+    assert!(matches!(stopped, Err(moving::Error::Stopped(7))), "{stopped:?}");
+    assert_eq!(held(&target).await, (6, 6, 6, 3), "then three waits");
 
     let (copied, expected, found) = import(plan).await.unwrap();
-    assert_eq!((copied.records_copied, copied.records_present), (3, 3));
-    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (6, 0));
+    assert_eq!((copied.records_copied, copied.records_present), (0, 6));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 6));
+    assert_eq!((copied.waits_copied, copied.waits_present), (3, 3));
     assert_eq!(expected, found, "the target tallies as the file");
-    assert_eq!(held(&target).await, (6, 6, 6));
+    assert_eq!(held(&target).await, (6, 6, 6, 6));
 }
 
 #[tokio::test]
@@ -650,28 +920,33 @@ async fn a_chunk_of_the_most_rows_fits_one_sqlite_statement() {
     let file = source.dir().join("backup.ndjson");
     let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
-    // 2000 idempotency records (the most --chunk-rows takes), each binding
-    // 13 values: one chunk, one statement.
+    // 2000 idempotency records or waits (the most --chunk-rows takes), each
+    // binding 13 or 14 values: one chunk, one statement.
     let text = std::fs::read_to_string(&file).unwrap();
-    let mut lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
-    let template = lines.iter().find(|line| line["kind"] == "idempotency").unwrap().clone();
-    lines.retain(|line| line["kind"] == "header");
-    for i in 0..2000 {
-        let mut line = template.clone();
-        line["key"] = format!("k{i:04}").into();
-        line["result"] = "".into();
-        lines.push(line);
-    }
-    lines.push(serde_json::json!({"kind": "end", "checkpoints": 0, "turns": 0, "records": 2000, "stored_records": 0}));
-    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
-    std::fs::write(&file, text.join("\n")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    for (kind, key, held_after) in [("idempotency", "key", (0, 2000, 0, 0)), ("wait", "name", (0, 0, 0, 2000))] {
+        let template = lines.iter().find(|line| line["kind"] == kind).unwrap().clone();
+        let mut many: Vec<Value> = lines.iter().filter(|line| line["kind"] == "header").cloned().collect();
+        for i in 0..2000 {
+            let mut line = template.clone();
+            line[key] = format!("k{i:04}").into();
+            line[if kind == "wait" { "payload" } else { "result" }] = "".into();
+            many.push(line);
+        }
+        let (keys, waits) = if kind == "wait" { (0, 2000) } else { (2000, 0) };
+        let end = serde_json::json!({"kind": "end", "checkpoints": 0, "turns": 0, "records": keys,
+                                     "stored_records": 0, "waits": waits});
+        many.push(end);
+        let text: Vec<String> = many.iter().map(Value::to_string).collect();
+        std::fs::write(&file, text.join("\n")).unwrap();
 
-    let target = sqlite_in(source.dir(), "imported.db");
-    let input = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
-    let plan = Plan { chunk_rows: 2000, stop_after_chunks: Some(1), ..Plan::default() };
-    let stopped = stepwell::ops::moving::import_into(&target.database(), input, plan).await;
-    assert!(matches!(stopped, Err(moving::Error::Stopped(1))), "{stopped:?}");
-    assert_eq!(held(&target).await, (0, 2000, 0), "one chunk wrote every record");
+        let target = sqlite_in(source.dir(), &format!("imported-{kind}.db"));
+        let input = std::io::BufReader::new(std::fs::File::open(&file).unwrap());
+        let plan = Plan { chunk_rows: 2000, stop_after_chunks: Some(1), ..Plan::default() };
+        let stopped = stepwell::ops::moving::import_into(&target.database(), input, plan).await;
+        assert!(matches!(stopped, Err(moving::Error::Stopped(1))), "{stopped:?}");
+        assert_eq!(held(&target).await, held_after, "one chunk wrote every {kind}");
+    }
 }
 
 #[test]
@@ -705,7 +980,7 @@ fn chunk_flags_are_documented_and_bounded() {
 mod postgres_only {
     use stepwell_test_support::backend::{TestStore, fresh_postgres_database};
 
-    use super::{Plan, answers_on, migrate_stores, moving, populated, run, sqlite_in};
+    use super::{Plan, answers_on, migrate_stores, moved_waits_fall_due, moving, populated, run, sqlite_in};
     use stepwell::store::Database;
 
     #[tokio::test]
@@ -720,6 +995,7 @@ mod postgres_only {
         assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("idempotency records: 15 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         assert!(stderr.lines().filter(|l| l.ends_with(" ok")).count() == 3, "a row per namespace: {stderr}");
 
@@ -727,6 +1003,7 @@ mod postgres_only {
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 0 copied, 27 already present"), "{stderr}");
         assert!(stderr.contains("records (RecordService): 0 copied, 42 already present"), "{stderr}");
+        assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
         assert!(stderr.contains("nothing to copy"), "a second run copies nothing: {stderr}");
 
         let (after, token) = answers_on(&target, "new").await;
@@ -737,10 +1014,12 @@ mod postgres_only {
         let (code, stderr) = run(&["migrate", "--from", &target.url(), "--to", &back.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (again, newer) = answers_on(&back, "newer").await;
         assert_eq!(before, again, "back on SQLite, the same answers");
         assert!(newer > token, "the fence moved back with the store: {newer} > {token}");
+        moved_waits_fall_due(&back).await;
     }
 
     #[tokio::test]
@@ -759,6 +1038,7 @@ mod postgres_only {
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 15 copied, 12 already present"), "{stderr}");
         assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (after, token) = answers_on(&target, "new").await;
         assert_eq!(before, after);

@@ -1,6 +1,6 @@
 //! Moving a store: `stepwell migrate --from URL --to URL` copies every
-//! checkpoint, turn summary, idempotency key and record (RecordService)
-//! from one store to another, and `stepwell export` / `stepwell import`
+//! checkpoint, turn summary, idempotency key, record (RecordService) and
+//! wait (WaitService) from one store to another, and `stepwell export` / `stepwell import`
 //! write and read them as NDJSON, with the sidecars stopped. The move works
 //! on the databases directly, not through a sidecar, through `store::bulk`,
 //! which holds its SQL; this module decides what is copied in what order,
@@ -15,9 +15,12 @@
 //! order within a turn (they are copied in the source's insertion order);
 //! turn summaries are rebuilt by the target from the checkpoints it holds,
 //! as its own appends would; the fencing sequence only moves forward, past
-//! every token copied; records (RecordService), copied last, keep their
-//! timestamps, metadata and refs (Postgres keeps the JSON as jsonb, which
-//! normalizes its text). At the end both sides are counted and checksummed
+//! every token copied; records (RecordService) keep their timestamps,
+//! metadata and refs (Postgres keeps the JSON as jsonb, which normalizes
+//! its text); waits, copied last, keep every column, so a pending one is
+//! still pending and its timer or expiry falls due on the target at the
+//! same time (a wait the target holds already is left as it is, settled
+//! or not). At the end both sides are counted and checksummed
 //! per namespace (SHA-256 over a canonical ordered serialization) and the
 //! table is printed; any difference exits 1.
 
@@ -31,7 +34,7 @@ pub use tally::{Tallies, Tally};
 
 use crate::config::moving::{ChunkArgs, ExportArgs, ImportArgs, MigrateArgs};
 use crate::store::Database;
-use crate::store::bulk::{self, ChunkSize, RecordKey, Table, Tables};
+use crate::store::bulk::{self, ChunkSize, RecordKey, Table, Tables, WaitKey};
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +106,9 @@ pub struct Copied {
     /// Records of RecordService.
     pub stored_records_copied: u64,
     pub stored_records_present: u64,
+    /// Waits of WaitService.
+    pub waits_copied: u64,
+    pub waits_present: u64,
     /// The target's fencing sequence before and after.
     pub fence_before: i64,
     pub fence_after: i64,
@@ -113,6 +119,7 @@ impl Copied {
         self.checkpoints_copied == 0
             && self.records_copied == 0
             && self.stored_records_copied == 0
+            && self.waits_copied == 0
             && self.fence_before == self.fence_after
     }
 
@@ -123,6 +130,7 @@ impl Copied {
             "records (RecordService): {} copied, {} already present",
             self.stored_records_copied, self.stored_records_present
         );
+        eprintln!("waits (WaitService): {} copied, {} already present", self.waits_copied, self.waits_present);
         if self.fence_after > self.fence_before {
             eprintln!("fencing sequence: moved from {} to {}", self.fence_before, self.fence_after);
         } else {
@@ -194,6 +202,7 @@ pub async fn migrate_stores(from: &Database, to: &Database, plan: Plan) -> Resul
     copy_checkpoints(&source, &target, plan, &mut copied, &mut progress).await?;
     copy_keys(&source, &target, plan, &mut copied, &mut progress).await?;
     copy_records(&source, &target, plan, &mut copied, &mut progress).await?;
+    copy_waits(&source, &target, plan, &mut copied, &mut progress).await?;
     let expected = tally::tally(&source).await?;
     let found = tally::tally(&target).await?;
     source.close().await;
@@ -268,6 +277,28 @@ async fn copy_records(
     }
 }
 
+/// Copies every wait (WaitService), chunk by chunk in key order.
+async fn copy_waits(
+    source: &Tables,
+    target: &Tables,
+    plan: Plan,
+    copied: &mut Copied,
+    progress: &mut Progress,
+) -> Result<(), Error> {
+    let total = source.count(Table::Waits).await?;
+    let (mut after, mut read): (Option<WaitKey>, Plan) = (None, plan);
+    loop {
+        let page = source.waits_after(after.as_ref(), read.chunk()).await?;
+        read = plan.after(page.len());
+        let Some(last) = page.last() else { return Ok(()) };
+        after = Some(last.key());
+        let inserted = target.insert_waits(&page).await?;
+        copied.waits_copied += inserted;
+        copied.waits_present += page.len() as u64 - inserted;
+        progress.chunk_done("waits", copied.waits_copied + copied.waits_present, Some(total))?;
+    }
+}
+
 /// Prints the verification table and says whether both sides agree; the
 /// target's fence must also be at least the source's.
 fn verified(source_name: &str, target_name: &str, expected: &Tallies, found: &Tallies) -> bool {
@@ -317,10 +348,10 @@ pub fn export(args: &ExportArgs) -> ExitCode {
         written
     });
     match outcome {
-        Ok(ndjson::Exported { checkpoints, turns, records, stored_records }) => {
+        Ok(ndjson::Exported { checkpoints, turns, records, stored_records, waits }) => {
             eprintln!(
-                "exported {checkpoints} checkpoints, {turns} turns, {records} idempotency records and \
-                 {stored_records} records"
+                "exported {checkpoints} checkpoints, {turns} turns, {records} idempotency records, \
+                 {stored_records} records and {waits} waits"
             );
             ExitCode::SUCCESS
         }

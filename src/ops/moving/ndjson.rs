@@ -2,15 +2,20 @@
 //! A `header` line first (format version, the source's backend and its
 //! fencing sequence), then every `checkpoint` in the source's insertion
 //! order, every `turn` summary, every `idempotency` record, every `record`
-//! of RecordService in key order, and an `end` line with the counts
-//! (`records` counts the idempotency lines, `stored_records` the record
-//! lines), so a truncated file is told from a whole one. Bytes are base64;
-//! a record's metadata and refs are its JSON as text, and its kind is
-//! `record_kind`. Turn lines serve to verify an import: the target rebuilds
-//! its summaries from the checkpoints, and they must come out equal.
+//! of RecordService in key order, every `wait` of WaitService in key order,
+//! and an `end` line with the counts (`records` counts the idempotency
+//! lines, `stored_records` the record lines, `waits` the wait lines), so a
+//! truncated file is told from a whole one. Bytes are base64; a record's
+//! metadata and refs are its JSON as text, and its kind is `record_kind`; a
+//! wait's times are integers (nanoseconds) or null. Turn lines serve to
+//! verify an import: the target rebuilds its summaries from the
+//! checkpoints, and they must come out equal.
 //!
-//! Format 2 added the record lines and `stored_records`; a format 1 file,
-//! written before records existed, holds neither and still imports.
+//! Format 2 added the record lines and `stored_records`; format 3, the wait
+//! lines and `waits`. Files of formats 1 and 2, written before records or
+//! waits existed, hold neither of what came later and still import; an
+//! importer older than a file's format refuses it at its header, before
+//! writing anything, rather than meet lines it does not know.
 //!
 //! An export reads the store in chunks bounded by rows and bytes, as a
 //! migration does; an import writes a chunk once it holds `Plan::chunk_rows`
@@ -20,13 +25,18 @@ use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::tally::{Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest};
+use super::tally::{
+    Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest, wait_digest,
+};
 use super::{Copied, Error, Plan, Progress};
-use crate::store::bulk::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, Tables, TurnRow};
+use crate::store::bulk::{
+    CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, Tables, TurnRow, WaitKey, WaitRow,
+};
 
 /// The version of the format this stepwell writes.
-pub const FORMAT: u32 = 2;
-/// The oldest version it reads: format 1 lacks only the records.
+pub const FORMAT: u32 = 3;
+/// The oldest version it reads: format 1 lacks only the records and waits,
+/// format 2 only the waits.
 pub const FORMAT_OLDEST: u32 = 1;
 
 /// What an export wrote, by kind of line.
@@ -38,6 +48,8 @@ pub struct Exported {
     pub records: u64,
     /// Records of RecordService.
     pub stored_records: u64,
+    /// Waits of WaitService.
+    pub waits: u64,
 }
 
 #[derive(Serialize)]
@@ -48,7 +60,8 @@ enum Out<'a> {
     Turn(&'a TurnRow),
     Idempotency(&'a KeyRow),
     Record(&'a StoredRecordRow),
-    End { checkpoints: u64, turns: u64, records: u64, stored_records: u64 },
+    Wait(&'a WaitRow),
+    End { checkpoints: u64, turns: u64, records: u64, stored_records: u64, waits: u64 },
 }
 
 #[derive(Deserialize)]
@@ -62,12 +75,14 @@ enum In {
     Turn(TurnRow),
     Idempotency(KeyRow),
     Record(StoredRecordRow),
-    /// `stored_records` is absent in format 1.
+    Wait(WaitRow),
+    /// `stored_records` is absent in format 1, `waits` before format 3.
     End {
         checkpoints: u64,
         turns: u64,
         records: u64,
         stored_records: Option<u64>,
+        waits: Option<u64>,
     },
 }
 
@@ -82,61 +97,96 @@ pub async fn export(source: &Tables, out: impl Write, plan: Plan) -> Result<Expo
     let mut out = std::io::BufWriter::new(out);
     let fence = source.fence().await?.max(source.max_token().await?);
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
-    let (mut checkpoints, mut turns, mut records) = (0, 0, 0);
-    let mut after = i64::MIN;
-    let mut read = plan;
+    let exported = Exported {
+        checkpoints: export_checkpoints(source, &mut out, plan).await?,
+        turns: export_turns(source, &mut out).await?,
+        records: export_keys(source, &mut out, plan).await?,
+        stored_records: export_records(source, &mut out, plan).await?,
+        waits: export_waits(source, &mut out, plan).await?,
+    };
+    let Exported { checkpoints, turns, records, stored_records, waits } = exported;
+    write_line(&mut out, &Out::End { checkpoints, turns, records, stored_records, waits })?;
+    out.flush()?;
+    Ok(exported)
+}
+
+/// Writes every checkpoint, in the source's insertion order; returns how many.
+async fn export_checkpoints(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
+    let (mut after, mut read, mut written) = (i64::MIN, plan, 0);
     loop {
         let page = source.checkpoints_after(after, read.chunk()).await?;
         read = plan.after(page.len());
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else { return Ok(written) };
         after = last.seq;
         for row in &page {
-            write_line(&mut out, &Out::Checkpoint(row))?;
+            write_line(out, &Out::Checkpoint(row))?;
         }
-        checkpoints += page.len() as u64;
+        written += page.len() as u64;
     }
-    let mut failed = None;
+}
+
+/// Writes every turn summary, in key order; returns how many.
+async fn export_turns(source: &Tables, out: &mut impl Write) -> Result<u64, Error> {
+    let (mut written, mut failed) = (0, None);
     source
         .each_turn(|row| {
             if failed.is_none()
-                && let Err(error) = write_line(&mut out, &Out::Turn(&row))
+                && let Err(error) = write_line(out, &Out::Turn(&row))
             {
                 failed = Some(error);
             }
-            turns += 1;
+            written += 1;
         })
         .await?;
-    if let Some(error) = failed {
-        return Err(error);
+    match failed {
+        Some(error) => Err(error),
+        None => Ok(written),
     }
-    let mut after: Option<(String, String)> = None;
-    let mut read = plan;
+}
+
+/// Writes every idempotency key, in key order; returns how many.
+async fn export_keys(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
+    let (mut after, mut read, mut written): (Option<(String, String)>, Plan, u64) = (None, plan, 0);
     loop {
         let page = source.keys_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else { return Ok(written) };
         after = Some((last.namespace.clone(), last.key.clone()));
         for row in &page {
-            write_line(&mut out, &Out::Idempotency(row))?;
+            write_line(out, &Out::Idempotency(row))?;
         }
-        records += page.len() as u64;
+        written += page.len() as u64;
     }
-    let mut stored_records = 0;
-    let mut after: Option<RecordKey> = None;
-    let mut read = plan;
+}
+
+/// Writes every record (RecordService), in key order; returns how many.
+async fn export_records(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
+    let (mut after, mut read, mut written): (Option<RecordKey>, Plan, u64) = (None, plan, 0);
     loop {
         let page = source.records_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else { return Ok(written) };
         after = Some(last.key());
         for row in &page {
-            write_line(&mut out, &Out::Record(row))?;
+            write_line(out, &Out::Record(row))?;
         }
-        stored_records += page.len() as u64;
+        written += page.len() as u64;
     }
-    write_line(&mut out, &Out::End { checkpoints, turns, records, stored_records })?;
-    out.flush()?;
-    Ok(Exported { checkpoints, turns, records, stored_records })
+}
+
+/// Writes every wait (WaitService), in key order; returns how many.
+async fn export_waits(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
+    let (mut after, mut read, mut written): (Option<WaitKey>, Plan, u64) = (None, plan, 0);
+    loop {
+        let page = source.waits_after(after.as_ref(), read.chunk()).await?;
+        read = plan.after(page.len());
+        let Some(last) = page.last() else { return Ok(written) };
+        after = Some(last.key());
+        for row in &page {
+            write_line(out, &Out::Wait(row))?;
+        }
+        written += page.len() as u64;
+    }
 }
 
 /// Loads an export into `target` in chunks, with the same idempotent
@@ -163,11 +213,12 @@ struct Import<'t> {
     checkpoints: Chunk<CheckpointRow>,
     keys: Chunk<KeyRow>,
     records: Chunk<StoredRecordRow>,
+    waits: Chunk<WaitRow>,
     digests: FileDigests,
     /// The header's format, once read.
     header: Option<u32>,
-    /// The end line's counts (checkpoints, turns, keys, records), once read.
-    end: Option<(u64, u64, u64, u64)>,
+    /// The end line's counts, once read.
+    end: Option<Counts>,
 }
 
 impl<'t> Import<'t> {
@@ -181,6 +232,7 @@ impl<'t> Import<'t> {
             checkpoints: Chunk::default(),
             keys: Chunk::default(),
             records: Chunk::default(),
+            waits: Chunk::default(),
             digests: FileDigests::default(),
             header: None,
             end: None,
@@ -206,8 +258,9 @@ impl<'t> Import<'t> {
             }
             In::Idempotency(row) => self.key(row).await,
             In::Record(row) => self.record(number, row).await,
-            In::End { checkpoints, turns, records, stored_records } => {
-                self.end(number, (checkpoints, turns, records), stored_records)
+            In::Wait(row) => self.wait(number, row).await,
+            In::End { checkpoints, turns, records, stored_records, waits } => {
+                self.end(number, (checkpoints, turns, records), (stored_records, waits))
             }
         }
     }
@@ -269,22 +322,44 @@ impl<'t> Import<'t> {
         Ok(())
     }
 
-    /// The end line's counts: format 1 has no records to count; format 2
-    /// must count them.
+    /// A wait (WaitService), written after the rows read before it.
+    async fn wait(&mut self, number: usize, row: WaitRow) -> Result<(), Error> {
+        match self.header {
+            Some(format) if format < 3 => {
+                return Err(Error::Format(format!("line {number}: a wait in a format {format} file")));
+            }
+            _ if !(1..=4).contains(&row.status) => {
+                return Err(Error::Format(format!("line {number}: wait status {} is not known", row.status)));
+            }
+            _ => {}
+        }
+        self.digests.waits.push((row.key(), wait_digest(&row)));
+        if self.waits.push(row, self.plan) {
+            self.flush_checkpoints().await?;
+            self.flush_keys().await?;
+            self.flush_records().await?;
+            self.flush_waits().await?;
+        }
+        Ok(())
+    }
+
+    /// The end line's counts: format 1 counts neither records nor waits,
+    /// format 2 records only, format 3 both.
     fn end(
         &mut self,
         number: usize,
         (checkpoints, turns, keys): (u64, u64, u64),
-        records: Option<u64>,
+        later: (Option<u64>, Option<u64>),
     ) -> Result<(), Error> {
-        let records = match (self.header, records) {
-            (Some(1), None) => 0,
-            (Some(1), Some(_)) | (_, None) => {
+        let (records, waits) = match (self.header, later) {
+            (Some(1), (None, None)) => (0, 0),
+            (Some(2), (Some(records), None)) => (records, 0),
+            (Some(3), (Some(records), Some(waits))) => (records, waits),
+            _ => {
                 return Err(Error::Format(format!("line {number}: the end line does not match the header's format")));
             }
-            (_, Some(count)) => count,
         };
-        self.end = Some((checkpoints, turns, keys, records));
+        self.end = Some((checkpoints, turns, keys, records, waits));
         Ok(())
     }
 
@@ -294,13 +369,14 @@ impl<'t> Import<'t> {
         self.flush_checkpoints().await?;
         self.flush_keys().await?;
         self.flush_records().await?;
+        self.flush_waits().await?;
         let counted = self.digests.counted();
         match self.end {
             None => return Err(Error::Format("the file has no end line: it was cut short".into())),
             Some(end) if end != counted => {
                 return Err(Error::Format(format!(
-                    "the end line counts {end:?} (checkpoints, turns, idempotency records, records) but the file \
-                     holds {counted:?}"
+                    "the end line counts {end:?} (checkpoints, turns, idempotency records, records, waits) but \
+                     the file holds {counted:?}"
                 )));
             }
             Some(_) => {}
@@ -343,7 +419,23 @@ impl<'t> Import<'t> {
         copied.stored_records_present += rows.len() as u64 - inserted;
         self.progress.chunk_done("records", copied.stored_records_copied + copied.stored_records_present, None)
     }
+
+    async fn flush_waits(&mut self) -> Result<(), Error> {
+        let rows = self.waits.take();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let inserted = self.target.insert_waits(&rows).await?;
+        let copied = &mut self.copied;
+        copied.waits_copied += inserted;
+        copied.waits_present += rows.len() as u64 - inserted;
+        self.progress.chunk_done("waits", copied.waits_copied + copied.waits_present, None)
+    }
 }
+
+/// Counts of a file's rows: checkpoints, turns, idempotency keys, records
+/// and waits.
+type Counts = (u64, u64, u64, u64, u64);
 
 /// Each row of the file by its canonical order key, with its digest, to be
 /// sorted and tallied once the whole file is read.
@@ -354,13 +446,14 @@ struct FileDigests {
     turns: Vec<(String, String, [u8; 32])>,
     keys: Vec<(String, String, [u8; 32])>,
     records: Vec<(RecordKey, [u8; 32])>,
+    waits: Vec<(WaitKey, [u8; 32])>,
 }
 
 impl FileDigests {
-    /// How many rows of each kind the file held: checkpoints, turns, keys, records.
-    fn counted(&self) -> (u64, u64, u64, u64) {
+    /// How many rows of each kind the file held.
+    fn counted(&self) -> Counts {
         let (checkpoints, turns) = (self.checkpoints.len() as u64, self.turns.len() as u64);
-        (checkpoints, turns, self.keys.len() as u64, self.records.len() as u64)
+        (checkpoints, turns, self.keys.len() as u64, self.records.len() as u64, self.waits.len() as u64)
     }
 
     /// The file's tally, each kind of row in canonical order.
@@ -381,6 +474,10 @@ impl FileDigests {
         self.records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         for ((namespace, ..), digest) in self.records {
             tallier.stored_record(&namespace, digest);
+        }
+        self.waits.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for ((namespace, ..), digest) in self.waits {
+            tallier.wait(&namespace, digest);
         }
         tallier.finish()
     }

@@ -1,15 +1,17 @@
 //! Verifying a move: per namespace, the counts of checkpoints, turns,
-//! idempotency keys and records (RecordService) and a SHA-256 checksum
-//! of their content, computed the same way on both sides and shown as a
+//! idempotency keys, records (RecordService) and waits (WaitService) and a
+//! SHA-256 checksum of their content, computed the same way on both sides and shown as a
 //! table.
 //!
 //! Each row is serialized canonically (every column but the store-local
 //! `seq`, each field length-prefixed) and hashed; a namespace's checksum
 //! hashes its rows' digests in canonical order: checkpoints by (turn,
-//! timestamp, insertion order), turns and both kinds of records by key. A
+//! timestamp, insertion order), turns, both kinds of records and waits by
+//! key. A
 //! record's metadata and refs are hashed as canonical JSON (keys sorted, no
 //! whitespace, numbers by value), since Postgres's jsonb rewrites the text
-//! SQLite keeps as written. A store's rows come from `store::bulk`, read
+//! SQLite keeps as written; a wait's metadata is text on both backends and
+//! hashed as it is. A store's rows come from `store::bulk`, read
 //! whole in canonical order; an import's, from the file.
 
 use std::collections::BTreeMap;
@@ -19,7 +21,7 @@ use sha2::{Digest, Sha256};
 use serde_json::Value;
 
 use super::Error;
-use crate::store::bulk::{CheckpointRow, KeyRow, StoredRecordRow, Tables, TurnRow};
+use crate::store::bulk::{CheckpointRow, KeyRow, StoredRecordRow, Tables, TurnRow, WaitRow};
 
 /// One namespace's figures.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -30,7 +32,10 @@ pub struct Tally {
     pub records: u64,
     /// Records of RecordService.
     pub stored_records: u64,
-    /// Hex SHA-256 over the namespace's checkpoints, turns and both kinds of records.
+    /// Waits of WaitService.
+    pub waits: u64,
+    /// Hex SHA-256 over the namespace's checkpoints, turns, both kinds of
+    /// records and waits.
     pub checksum: String,
 }
 
@@ -46,6 +51,7 @@ struct Hashes {
     turns: (u64, Sha256),
     records: (u64, Sha256),
     stored_records: (u64, Sha256),
+    waits: (u64, Sha256),
 }
 
 /// Takes row digests in canonical order, per namespace.
@@ -84,12 +90,20 @@ impl Tallier {
         hash.update(digest);
     }
 
+    pub fn wait(&mut self, namespace: &str, digest: RowDigest) {
+        let (count, hash) = &mut self.hashes(namespace).waits;
+        *count += 1;
+        hash.update(digest);
+    }
+
     pub fn finish(self) -> Tallies {
         self.0
             .into_iter()
             .map(|(namespace, hashes)| {
                 let mut all = Sha256::new();
-                for (_, hash) in [&hashes.checkpoints, &hashes.turns, &hashes.records, &hashes.stored_records] {
+                let tables =
+                    [&hashes.checkpoints, &hashes.turns, &hashes.records, &hashes.stored_records, &hashes.waits];
+                for (_, hash) in tables {
                     all.update(hash.clone().finalize());
                 }
                 let checksum = all.finalize().iter().map(|b| format!("{b:02x}")).collect();
@@ -98,6 +112,7 @@ impl Tallier {
                     turns: hashes.turns.0,
                     records: hashes.records.0,
                     stored_records: hashes.stored_records.0,
+                    waits: hashes.waits.0,
                     checksum,
                 };
                 (namespace, tally)
@@ -108,14 +123,15 @@ impl Tallier {
 
 /// Counts and checksums every namespace of a store, reading each table in
 /// its canonical order: checkpoints as Restore orders them (namespace, turn,
-/// timestamp, insertion), turns, idempotency keys and records
-/// (RecordService) by key.
+/// timestamp, insertion), turns, idempotency keys, records (RecordService)
+/// and waits (WaitService) by key.
 pub async fn tally(tables: &Tables) -> Result<Tallies, Error> {
     let mut tallier = Tallier::default();
     tables.each_checkpoint(|row| tallier.checkpoint(&row.namespace, checkpoint_digest(&row))).await?;
     tables.each_turn(|row| tallier.turn(&row.namespace, turn_digest(&row))).await?;
     tables.each_key(|row| tallier.record(&row.namespace, record_digest(&row))).await?;
     tables.each_record(|row| tallier.stored_record(&row.namespace, stored_record_digest(&row))).await?;
+    tables.each_wait(|row| tallier.wait(&row.namespace, wait_digest(&row))).await?;
     Ok(tallier.finish())
 }
 
@@ -139,6 +155,14 @@ impl Canonical {
     fn flag(mut self, value: bool) -> Self {
         self.0.update([u8::from(value)]);
         self
+    }
+    /// A value that may be absent: a flag, then the value if present, so
+    /// that absent and empty (or zero) differ.
+    fn maybe<T>(self, value: Option<T>, write: impl FnOnce(Self, T) -> Self) -> Self {
+        match value {
+            None => self.flag(false),
+            Some(value) => write(self.flag(true), value),
+        }
     }
     fn done(self) -> RowDigest {
         self.0.finalize().into()
@@ -208,6 +232,25 @@ pub fn stored_record_digest(r: &StoredRecordRow) -> RowDigest {
         Some(metadata) => row.flag(true).text(&canonical_json(metadata)),
     };
     row.text(&canonical_json(&r.refs)).int(r.recorded_at_ns).done()
+}
+
+pub fn wait_digest(r: &WaitRow) -> RowDigest {
+    Canonical::default()
+        .text(&r.namespace)
+        .text(&r.turn_id)
+        .text(&r.name)
+        .int(r.status)
+        .maybe(r.metadata.as_deref(), Canonical::text)
+        .int(r.created_at_ns)
+        .maybe(r.expire_at_ns, Canonical::int)
+        .maybe(r.resolve_at_ns, Canonical::int)
+        .maybe(r.due_at_ns, Canonical::int)
+        .maybe(r.settled_at_ns, Canonical::int)
+        .bytes(&r.payload)
+        .text(&r.content_type)
+        .text(&r.settled_by)
+        .maybe(r.settled_span.as_deref(), Canonical::text)
+        .done()
 }
 
 /// JSON text in one form whatever wrote it: keys sorted (bytewise), no
@@ -283,7 +326,7 @@ pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies)
     namespaces.dedup();
     eprintln!("src = the {left}, dst = the {right}; sum = SHA-256 of the namespace's rows (first 16 hex digits)");
     eprintln!(
-        "{:<20} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:<16} {:<16} verdict",
+        "{:<20} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:<16} {:<16} verdict",
         "namespace",
         "ckpt src",
         "ckpt dst",
@@ -293,6 +336,8 @@ pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies)
         "keys dst",
         "recs src",
         "recs dst",
+        "waits src",
+        "waits dst",
         "sum src",
         "sum dst",
     );
@@ -304,7 +349,7 @@ pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies)
         same &= equal;
         let shown = if namespace.is_empty() { "(default)" } else { namespace.as_str() };
         eprintln!(
-            "{:<20} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:<16} {:<16} {}",
+            "{:<20} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:<16} {:<16} {}",
             shown,
             a.checkpoints,
             b.checkpoints,
@@ -314,6 +359,8 @@ pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies)
             b.records,
             a.stored_records,
             b.stored_records,
+            a.waits,
+            b.waits,
             &a.checksum[..16],
             &b.checksum[..16],
             if equal { "ok" } else { "DIFFERS" }

@@ -1,7 +1,7 @@
 //! A store's tables opened for a move (`stepwell migrate`, `export`,
 //! `import`), with the sidecars stopped: connections of the move's own (not
-//! a sidecar's store), the rows of checkpoints, turns, idempotency keys and
-//! records (RecordService) read in key order, in chunks bounded by rows and
+//! a sidecar's store), the rows of checkpoints, turns, idempotency keys,
+//! records (RecordService) and waits (WaitService) read in key order, in chunks bounded by rows and
 //! by bytes (each row's size counted by `RowBytes`), the idempotent inserts,
 //! the fencing sequence, and every table read whole in the canonical order
 //! a move's tally hashes. `ops::moving` drives a move through this API and
@@ -21,7 +21,7 @@ use futures::{Stream, TryStreamExt};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-pub use rows::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, TurnRow};
+pub use rows::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, TurnRow, WaitKey, WaitRow};
 
 use super::{Database, DbError, Options};
 use crate::domain::clock::Clock;
@@ -57,6 +57,7 @@ pub enum Table {
     Checkpoints,
     Keys,
     Records,
+    Waits,
 }
 
 impl Table {
@@ -65,6 +66,7 @@ impl Table {
             Table::Checkpoints => "checkpoints",
             Table::Keys => "idempotency",
             Table::Records => "records",
+            Table::Waits => "waits",
         }
     }
 }
@@ -81,6 +83,11 @@ const SQLITE_RECORD_COLUMNS: &str =
 /// Postgres's jsonb read as text, so both backends give the same row type.
 const PG_RECORD_COLUMNS: &str = "namespace, turn_id, kind, scope, id, parent_id, content_type, payload, \
                                  CAST(metadata AS text) AS metadata, CAST(refs AS text) AS refs, recorded_at_ns";
+
+const WAIT_KEY: &str = "namespace, turn_id, name";
+/// Every column of `waits`, the same text on both backends.
+const WAIT_COLUMNS: &str = "namespace, turn_id, name, status, metadata, created_at_ns, expire_at_ns, resolve_at_ns, \
+                            due_at_ns, settled_at_ns, payload, content_type, settled_by, settled_span";
 
 /// A store's tables, through connections of the move's own.
 pub enum Tables {
@@ -293,6 +300,22 @@ impl Tables {
         })
     }
 
+    /// The next chunk of waits (WaitService) after the key `after`, as
+    /// bounded as `checkpoints_after`, in key order: bytewise on both
+    /// backends, as `records_after`.
+    pub async fn waits_after(&self, after: Option<&WaitKey>, size: ChunkSize) -> Result<Vec<WaitRow>, Error> {
+        let (namespace, turn_id, name) = after.cloned().unwrap_or_default();
+        let filter =
+            if after.is_some() { format!("({WAIT_KEY}) > ($1, $2, $3)") } else { "$1 = $2 AND $2 = $3".to_owned() };
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {WAIT_COLUMNS} FROM waits WHERE {filter} ORDER BY {WAIT_KEY} LIMIT $4"
+        ));
+        on_both!(self, |pool| {
+            let rows = sqlx::query_as(sql).bind(namespace).bind(turn_id).bind(name).bind(size.rows as i64).fetch(pool);
+            take_chunk(rows, size).await
+        })
+    }
+
     /// Inserts checkpoints in the order given, skipping keys already stored,
     /// and keeps the summaries of their turns, in one transaction. Returns
     /// how many were inserted.
@@ -333,6 +356,20 @@ impl Tables {
         Ok(inserted.map_err(DbError::sqlx)?)
     }
 
+    /// Inserts waits (WaitService) not stored yet, in one transaction; a
+    /// wait the target holds is left as it is, whatever its status. Returns
+    /// how many were inserted.
+    pub async fn insert_waits(&self, rows: &[WaitRow]) -> Result<u64, Error> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let inserted = match self {
+            Tables::Sqlite(pool) => sqlite::insert_waits(pool, rows).await,
+            Tables::Postgres(pool) => postgres::insert_waits(pool, rows).await,
+        };
+        Ok(inserted.map_err(DbError::sqlx)?)
+    }
+
     /// Calls `each` with every checkpoint in Restore's order: namespace,
     /// turn, timestamp, insertion.
     pub async fn each_checkpoint(&self, each: impl FnMut(CheckpointRow)) -> Result<(), Error> {
@@ -358,6 +395,12 @@ impl Tables {
     pub async fn each_record(&self, each: impl FnMut(StoredRecordRow)) -> Result<(), Error> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT {} FROM records ORDER BY {RECORD_KEY}", self.record_columns()));
         on_both!(self, |pool| each_row(sqlx::query_as::<_, StoredRecordRow>(sql).fetch(pool), each).await)
+    }
+
+    /// Calls `each` with every wait (WaitService) in key order.
+    pub async fn each_wait(&self, each: impl FnMut(WaitRow)) -> Result<(), Error> {
+        let sql = sqlx::AssertSqlSafe(format!("SELECT {WAIT_COLUMNS} FROM waits ORDER BY {WAIT_KEY}"));
+        on_both!(self, |pool| each_row(sqlx::query_as::<_, WaitRow>(sql).fetch(pool), each).await)
     }
 }
 

@@ -5,7 +5,7 @@
 
 use sqlx::PgPool;
 
-use super::rows::{CheckpointRow, KeyRow, StoredRecordRow};
+use super::rows::{CheckpointRow, KeyRow, StoredRecordRow, WaitRow};
 
 /// Rebuilds the summaries of the given turns from the checkpoints Postgres
 /// holds: the latest checkpoint by (timestamp, seq) decides phase and
@@ -59,6 +59,17 @@ const INSERT_RECORDS: &str = "WITH ins AS ( \
        FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
                    $8::bytea[], $9::text[], $10::text[], $11::bigint[]) AS u(n, t, k, s, i, p, c, b, m, f, r) \
        ON CONFLICT (namespace, turn_id, kind, scope, id) DO NOTHING RETURNING 1) \
+     SELECT count(*) FROM ins";
+
+/// Each row's columns in `WAIT_COLUMNS` order; the times a wait may lack
+/// are NULL in their arrays.
+const INSERT_WAITS: &str = "WITH ins AS ( \
+       INSERT INTO waits (namespace, turn_id, name, status, metadata, created_at_ns, expire_at_ns, resolve_at_ns, \
+                          due_at_ns, settled_at_ns, payload, content_type, settled_by, settled_span) \
+       SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[], \
+                            $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bytea[], $12::text[], \
+                            $13::text[], $14::text[]) \
+       ON CONFLICT (namespace, turn_id, name) DO NOTHING RETURNING 1) \
      SELECT count(*) FROM ins";
 
 /// The last token Postgres issued (0 before the first).
@@ -154,6 +165,35 @@ pub(super) async fn insert_records(pool: &PgPool, rows: &[StoredRecordRow]) -> R
         .bind(rows.iter().map(|r| r.metadata.as_deref()).collect::<Vec<Option<&str>>>())
         .bind(text(|r| &r.refs))
         .bind(rows.iter().map(|r| r.recorded_at_ns).collect::<Vec<i64>>())
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(inserted.max(0) as u64)
+}
+
+/// Inserts waits (WaitService) not stored yet, in one transaction. Returns
+/// how many were inserted.
+pub(super) async fn insert_waits(pool: &PgPool, rows: &[WaitRow]) -> Result<u64, sqlx::Error> {
+    // Borrowed, so the chunk's bytes are not copied once more.
+    let text = |f: fn(&WaitRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
+    let maybe_text = |f: fn(&WaitRow) -> Option<&str>| rows.iter().map(f).collect::<Vec<Option<&str>>>();
+    let time = |f: fn(&WaitRow) -> Option<i64>| rows.iter().map(f).collect::<Vec<Option<i64>>>();
+    let mut tx = pool.begin().await?;
+    let inserted: i64 = sqlx::query_scalar(INSERT_WAITS)
+        .bind(text(|r| &r.namespace))
+        .bind(text(|r| &r.turn_id))
+        .bind(text(|r| &r.name))
+        .bind(rows.iter().map(|r| r.status).collect::<Vec<i64>>())
+        .bind(maybe_text(|r| r.metadata.as_deref()))
+        .bind(rows.iter().map(|r| r.created_at_ns).collect::<Vec<i64>>())
+        .bind(time(|r| r.expire_at_ns))
+        .bind(time(|r| r.resolve_at_ns))
+        .bind(time(|r| r.due_at_ns))
+        .bind(time(|r| r.settled_at_ns))
+        .bind(rows.iter().map(|r| &r.payload[..]).collect::<Vec<&[u8]>>())
+        .bind(text(|r| &r.content_type))
+        .bind(text(|r| &r.settled_by))
+        .bind(maybe_text(|r| r.settled_span.as_deref()))
         .fetch_one(&mut *tx)
         .await?;
     tx.commit().await?;

@@ -91,6 +91,39 @@ impl StoredRecordRow {
 /// (namespace, turn_id, kind, scope, id): a record's key; compared bytewise.
 pub type RecordKey = (String, String, String, String, String);
 
+/// A row of `waits` (WaitService), every column: `status` is the
+/// contract's WaitStatus number, `due_at_ns` the earlier of the timer and
+/// the expiry (kept as stored, so the target's timer finds what is due), and
+/// `metadata` the JSON text as given (a text column on both backends).
+#[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
+pub struct WaitRow {
+    pub namespace: String,
+    pub turn_id: String,
+    pub name: String,
+    pub status: i64,
+    pub metadata: Option<String>,
+    pub created_at_ns: i64,
+    pub expire_at_ns: Option<i64>,
+    pub resolve_at_ns: Option<i64>,
+    pub due_at_ns: Option<i64>,
+    pub settled_at_ns: Option<i64>,
+    #[serde(with = "base64_bytes")]
+    pub payload: Vec<u8>,
+    pub content_type: String,
+    pub settled_by: String,
+    pub settled_span: Option<String>,
+}
+
+impl WaitRow {
+    /// The row's key, in the order rows are read and tallied.
+    pub fn key(&self) -> WaitKey {
+        (self.namespace.clone(), self.turn_id.clone(), self.name.clone())
+    }
+}
+
+/// (namespace, turn_id, name): a wait's key; compared bytewise.
+pub type WaitKey = (String, String, String);
+
 /// What a row counts against a chunk's byte budget: the lengths of its
 /// variable-length columns, plus the row's own size in memory as a fixed
 /// overhead (its fixed-width columns and the headers of the others).
@@ -134,6 +167,20 @@ impl RowBytes for StoredRecordRow {
             + self.payload.len()
             + self.metadata.as_ref().map_or(0, String::len)
             + self.refs.len()
+    }
+}
+
+impl RowBytes for WaitRow {
+    fn bytes(&self) -> usize {
+        size_of::<Self>()
+            + self.namespace.len()
+            + self.turn_id.len()
+            + self.name.len()
+            + self.metadata.as_ref().map_or(0, String::len)
+            + self.payload.len()
+            + self.content_type.len()
+            + self.settled_by.len()
+            + self.settled_span.as_ref().map_or(0, String::len)
     }
 }
 

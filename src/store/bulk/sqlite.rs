@@ -6,8 +6,8 @@
 
 use sqlx::{QueryBuilder, SqlitePool};
 
-use super::rows::{CheckpointRow, KeyRow, StoredRecordRow};
-use super::{KEY_COLUMNS, RECORD_KEY, SQLITE_RECORD_COLUMNS};
+use super::rows::{CheckpointRow, KeyRow, StoredRecordRow, WaitRow};
+use super::{KEY_COLUMNS, RECORD_KEY, SQLITE_RECORD_COLUMNS, WAIT_COLUMNS, WAIT_KEY};
 
 /// The last token issued (0 before the first).
 pub(super) async fn fence(pool: &SqlitePool) -> Result<i64, sqlx::Error> {
@@ -91,6 +91,33 @@ pub(super) async fn insert_records(pool: &SqlitePool, rows: &[StoredRecordRow]) 
             .push_bind(r.recorded_at_ns);
     });
     builder.push(format!(" ON CONFLICT ({RECORD_KEY}) DO NOTHING"));
+    let mut tx = pool.begin().await?;
+    let inserted = builder.build().execute(&mut *tx).await?.rows_affected();
+    tx.commit().await?;
+    Ok(inserted)
+}
+
+/// Inserts waits (WaitService) not stored yet, in one transaction. Returns
+/// how many were inserted.
+pub(super) async fn insert_waits(pool: &SqlitePool, rows: &[WaitRow]) -> Result<u64, sqlx::Error> {
+    let mut builder = QueryBuilder::new(format!("INSERT INTO waits ({WAIT_COLUMNS}) "));
+    builder.push_values(rows, |mut b, r| {
+        b.push_bind(&r.namespace)
+            .push_bind(&r.turn_id)
+            .push_bind(&r.name)
+            .push_bind(r.status)
+            .push_bind(&r.metadata)
+            .push_bind(r.created_at_ns)
+            .push_bind(r.expire_at_ns)
+            .push_bind(r.resolve_at_ns)
+            .push_bind(r.due_at_ns)
+            .push_bind(r.settled_at_ns)
+            .push_bind(&r.payload)
+            .push_bind(&r.content_type)
+            .push_bind(&r.settled_by)
+            .push_bind(&r.settled_span);
+    });
+    builder.push(format!(" ON CONFLICT ({WAIT_KEY}) DO NOTHING"));
     let mut tx = pool.begin().await?;
     let inserted = builder.build().execute(&mut *tx).await?.rows_affected();
     tx.commit().await?;
