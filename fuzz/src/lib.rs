@@ -1,8 +1,9 @@
 //! What stepwell's fuzz targets and its seed generator share: the table from
 //! the first byte of a `request` input to the RPC it calls, a real SQLite
 //! store opened once per process in a temporary directory, and the call of
-//! the real handlers (`CheckpointApi`, `IdempotencyApi`, `RecordApi`) with
-//! the checks every successful answer must pass.
+//! the real handlers (`CheckpointApi`, `IdempotencyApi`, `RecordApi`,
+//! `WaitApi`) with the checks every successful answer must pass. An Await
+//! waits at most a millisecond, so that no input stalls the fuzzer.
 //!
 //! The store lives as long as the process, so one input can see the records
 //! earlier inputs left: a Begin followed later by a Complete with its lease
@@ -19,15 +20,17 @@ use stepwell::api::idempotency::IdempotencyApi;
 use stepwell::api::pb::checkpoint_service_server::CheckpointService;
 use stepwell::api::pb::idempotency_service_server::IdempotencyService;
 use stepwell::api::pb::record_service_server::RecordService;
+use stepwell::api::pb::wait_service_server::WaitService;
 use stepwell::api::pb::{self, *};
 use stepwell::api::records::RecordApi;
+use stepwell::api::waits::WaitApi;
 use stepwell::api::{Shared, validate};
 use stepwell::config::sections::Config;
 use stepwell::store::Database;
 use stepwell::store::Handle;
 use stepwell::store::writer::Writer;
 
-/// The RPCs of stepwell's three services; a selector byte picks one by its
+/// The RPCs of stepwell's four services; a selector byte picks one by its
 /// place in `Rpc::ALL`.
 pub use stepwell::domain::rpc::Rpc;
 
@@ -67,6 +70,7 @@ pub struct Harness {
     checkpoints: CheckpointApi,
     idempotency: IdempotencyApi,
     records: RecordApi,
+    waits: WaitApi,
     shared: Arc<Shared>,
     /// The directory of the store's files.
     pub dir: PathBuf,
@@ -108,6 +112,7 @@ impl Harness {
             checkpoints: CheckpointApi::new(shared.clone()),
             idempotency: IdempotencyApi::new(shared.clone()),
             records: RecordApi::new(shared.clone()),
+            waits: WaitApi::new(shared.clone()),
             shared,
             dir,
         }
@@ -138,6 +143,55 @@ impl Harness {
             Rpc::CopyTurn => {
                 let request = CopyTurnRequest::decode(body).ok()?;
                 self.runtime.block_on(self.records.copy_turn(Request::new(request))).map(drop)
+            }
+            wait => self.wait_call(wait, body)?,
+        };
+        Some(answer)
+    }
+
+    /// The WaitService RPCs, each answer checked against its request where
+    /// the request names the wait.
+    fn wait_call(&self, rpc: Rpc, body: &[u8]) -> Option<Result<(), Status>> {
+        let waits = &self.waits;
+        let answer = match rpc {
+            Rpc::CreateWait => {
+                let request = CreateWaitRequest::decode(body).ok()?;
+                let named = request.name.clone();
+                self.runtime.block_on(waits.create_wait(Request::new(request))).map(|answer| {
+                    let wait = answer.into_inner().wait.expect("CreateWait answers the wait");
+                    assert!(named.is_empty() || wait.name == named, "CreateWait answered another wait");
+                    assert!(!wait.handle.is_empty(), "every wait has a handle");
+                })
+            }
+            Rpc::Signal => {
+                let request = SignalRequest::decode(body).ok()?;
+                let payload = request.payload.clone();
+                self.runtime.block_on(waits.signal(Request::new(request))).map(|answer| {
+                    let answer = answer.into_inner();
+                    let wait = answer.wait.expect("Signal answers the wait");
+                    assert_eq!(wait.status(), WaitStatus::Resolved, "an accepted Signal leaves the wait resolved");
+                    assert_eq!(wait.payload, payload, "an accepted Signal's payload is the winner's");
+                })
+            }
+            Rpc::Await => {
+                let mut request = AwaitRequest::decode(body).ok()?;
+                request.timeout = Some(prost_types::Duration { seconds: 0, nanos: 1_000_000 });
+                self.runtime.block_on(waits.r#await(Request::new(request))).map(drop)
+            }
+            Rpc::GetWait => {
+                let request = GetWaitRequest::decode(body).ok()?;
+                self.runtime.block_on(waits.get_wait(Request::new(request))).map(drop)
+            }
+            Rpc::ListWaits => {
+                let request = ListWaitsRequest::decode(body).ok()?;
+                let limit = effective_page_size(request.page_size, self.shared.limits());
+                self.runtime.block_on(waits.list_waits(Request::new(request))).map(|answer| {
+                    assert!(answer.into_inner().waits.len() <= limit, "ListWaits answered more than a page");
+                })
+            }
+            _ => {
+                let request = CancelWaitRequest::decode(body).ok()?;
+                self.runtime.block_on(waits.cancel_wait(Request::new(request))).map(drop)
             }
         };
         Some(answer)
