@@ -17,10 +17,10 @@ use async_trait::async_trait;
 
 use super::waits::{self, WaitStatements};
 use super::{DbError, Deleted, Error, Expired, Fenced, Write, Written};
-use crate::domain::keys::{self, BeginPlan, KeyRecord, Plan};
+use crate::domain::keys::{self, BeginPlan, Fence, KeyRecord, Plan};
 use crate::domain::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{self, NewRecord, RecordDelete};
-use crate::domain::waits::WaitWrite;
+use crate::domain::waits::{WaitDone, WaitRefusal, WaitWrite};
 
 /// The deduplication key of a checkpoint.
 pub type CheckpointKey<'a> = (&'a str, &'a str, &'a str, i64);
@@ -432,7 +432,7 @@ pub async fn run(statements: &mut impl Statements, batch: &[Write], recorded_at:
         statements.save_records(&changed).await?;
     }
     put_records(statements, batch, recorded_at, &mut written).await?;
-    waits::run(statements, batch, recorded_at, now, &mut written).await?;
+    run_waits(statements, batch, recorded_at, now, &mut written).await?;
     for write in batch {
         match write {
             Write::DeleteTurn { namespace, turn_id, rows, after, only_if } => {
@@ -446,6 +446,43 @@ pub async fn run(statements: &mut impl Statements, batch: &[Write], recorded_at:
         }
     }
     Ok(Ran { written, sources })
+}
+
+/// Runs the batch's wait writes in order, answering each in `written.waits`.
+/// `now` is the store's time the batch's key locks read (for a fence).
+async fn run_waits(
+    statements: &mut impl Statements,
+    batch: &[Write],
+    recorded_at: UnixNanos,
+    now: UnixNanos,
+    written: &mut Written,
+) -> Result<(), DbError> {
+    for write in batch {
+        let Write::Wait(write) = write else { continue };
+        let answer = match write {
+            WaitWrite::Create(new) => waits::create(statements, new, recorded_at).await?,
+            WaitWrite::Settle(settle) => match wait_fence(statements, settle.fence.as_ref(), now).await? {
+                Ok(()) => waits::settle_one(statements, settle, recorded_at).await?,
+                Err(refusal) => Err(WaitRefusal::Fence(refusal)),
+            },
+            WaitWrite::FireDue { now, limit } => Ok(WaitDone::Fired(statements.fire_due(*now, *limit).await?)),
+        };
+        written.waits.push(answer);
+    }
+    Ok(())
+}
+
+/// Whether a Signal's fence lets it through: the key's lease, read under
+/// the lock the batch took on the key.
+async fn wait_fence(
+    statements: &mut impl Statements,
+    fence: Option<&Fence>,
+    now: UnixNanos,
+) -> Result<Result<(), keys::Refusal>, DbError> {
+    let Some(fence) = fence else { return Ok(Ok(())) };
+    let records = statements.load_records(&[(fence.namespace.as_str(), fence.key.as_str())]).await?;
+    let record = records.get(&(fence.namespace.clone(), fence.key.clone())).filter(|r| !r.is_purgeable(now));
+    Ok(keys::check_fence(record, fence))
 }
 
 /// Writes the records of the batch's PutRecords that their fences let

@@ -3,17 +3,15 @@
 //! statement (an UPDATE, or an upsert whose update is conditional, on
 //! `status = PENDING`), so the first settlement wins atomically however many
 //! sidecars share the store: a later one changes no row, reads the winner,
-//! and answers a repeat or a refusal. Wait writes run one after another in
-//! the batch's transaction, after its other writes.
+//! and answers a repeat or a refusal. `batch` runs a batch's wait writes
+//! through `create` and `settle_one`, one after another in the batch's
+//! transaction, after its other writes, and checks a Signal's fence first.
 
 use async_trait::async_trait;
 
-use super::batch::Statements;
-use super::{DbError, Write, Written};
-use crate::domain::keys::{self, Fence};
+use super::DbError;
 use crate::domain::model::UnixNanos;
-use crate::domain::waits::{NewWait, Settle, Wait, WaitDone, WaitKey, WaitRefusal, WaitStatus, WaitWrite};
-use crate::store::rows::decode_error;
+use crate::domain::waits::{NewWait, Settle, Wait, WaitDone, WaitKey, WaitRefusal, WaitStatus};
 
 /// A wait's columns, in the order `WaitRow` reads them.
 macro_rules! wait_columns {
@@ -144,7 +142,7 @@ impl WaitRow {
 
     pub fn into_wait(self) -> Result<Wait, DbError> {
         let status = WaitStatus::from_code(self.status)
-            .ok_or_else(|| decode_error(format!("wait status {} is not known", self.status)))?;
+            .ok_or_else(|| DbError::decode(format!("wait status {} is not known", self.status)))?;
         Ok(Wait {
             key: WaitKey { namespace: self.namespace, turn_id: self.turn_id, name: self.name },
             status,
@@ -184,46 +182,9 @@ pub trait WaitStatements: Send {
     async fn delete_turn_waits(&mut self, namespace: &str, turn_id: &str) -> Result<(), DbError>;
 }
 
-/// Runs the batch's wait writes in order, answering each in `written.waits`.
-/// `now` is the store's time the batch's key locks read (for a fence).
-pub(super) async fn run(
-    statements: &mut impl Statements,
-    batch: &[Write],
-    recorded_at: UnixNanos,
-    now: UnixNanos,
-    written: &mut Written,
-) -> Result<(), DbError> {
-    for write in batch {
-        let Write::Wait(write) = write else { continue };
-        let answer = match write {
-            WaitWrite::Create(new) => create(statements, new, recorded_at).await?,
-            WaitWrite::Settle(settle) => match fence(statements, settle.fence.as_ref(), now).await? {
-                Ok(()) => settle_one(statements, settle, recorded_at).await?,
-                Err(refusal) => Err(WaitRefusal::Fence(refusal)),
-            },
-            WaitWrite::FireDue { now, limit } => Ok(WaitDone::Fired(statements.fire_due(*now, *limit).await?)),
-        };
-        written.waits.push(answer);
-    }
-    Ok(())
-}
-
-/// Whether a Signal's fence lets it through: the key's lease, read under
-/// the lock the batch took on the key.
-async fn fence(
-    statements: &mut impl Statements,
-    fence: Option<&Fence>,
-    now: UnixNanos,
-) -> Result<Result<(), keys::Refusal>, DbError> {
-    let Some(fence) = fence else { return Ok(Ok(())) };
-    let records = statements.load_records(&[(fence.namespace.as_str(), fence.key.as_str())]).await?;
-    let record = records.get(&(fence.namespace.clone(), fence.key.clone())).filter(|r| !r.is_purgeable(now));
-    Ok(keys::check_fence(record, fence))
-}
-
 /// A CreateWait: the first creation stands, a repeat finds it.
-async fn create(
-    statements: &mut impl Statements,
+pub(super) async fn create(
+    statements: &mut impl WaitStatements,
     new: &NewWait,
     at: UnixNanos,
 ) -> Result<Result<WaitDone, WaitRefusal>, DbError> {
@@ -244,8 +205,8 @@ async fn create(
 /// A Signal or CancelWait: settle it if PENDING; else create it settled if
 /// absent; else it was settled before, by this settlement (a repeat) or
 /// another (a refusal carrying the winner).
-async fn settle_one(
-    statements: &mut impl Statements,
+pub(super) async fn settle_one(
+    statements: &mut impl WaitStatements,
     settle: &Settle,
     at: UnixNanos,
 ) -> Result<Result<WaitDone, WaitRefusal>, DbError> {

@@ -78,6 +78,7 @@ import {
   type WaitForSignalOptions,
   type WaitRef,
 } from "./waits.js";
+import type { CallOptions } from "./options.js";
 import { msToDuration, toTimestamp, type TimeLike } from "./time.js";
 import { traceContextAvailable, traceContextInterceptor } from "./tracing.js";
 
@@ -131,17 +132,7 @@ export interface TlsOptions {
   serverName?: string;
 }
 
-/** Per-call options. */
-export interface CallOptions {
-  /** Namespace of this call (overrides the client's). */
-  namespace?: string;
-  /** Deadline of each attempt, in ms (overrides the client's). */
-  timeoutMs?: number;
-  /** Attempts on UNAVAILABLE / OVERLOADED (overrides the client's). */
-  maxAttempts?: number;
-  /** Aborts the call. */
-  signal?: AbortSignal;
-}
+export type { CallOptions } from "./options.js";
 
 export interface CheckpointInput {
   turnId: string;

@@ -8,7 +8,7 @@ import { WaitStatus, type Wait } from "./gen/stepwell/v1/waits_pb.js";
 import { FenceSchema } from "./gen/stepwell/v1/records_pb.js";
 import { Code } from "@connectrpc/connect";
 import { WaitCancelled, WaitExpired, WaitTimeout, type WaitError } from "./errors.js";
-import type { CallOptions } from "./client.js";
+import type { CallOptions } from "./options.js";
 import type { TimeLike } from "./time.js";
 
 /** A wait, by its turn and name, or by its handle. */
