@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import * as net from "node:net";
 import * as tls from "node:tls";
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
@@ -37,6 +37,17 @@ import {
   type GetResponse,
   type ReleaseResponse,
 } from "./gen/stepwell/v1/idempotency_pb.js";
+import {
+  CopyTurnRequestSchema,
+  DeleteRecordsRequestSchema,
+  ListRecordsRequestSchema,
+  PutRecordsRequestSchema,
+  RecordService,
+  type CopyTurnResponse,
+  type DeleteRecordsResponse,
+  type ListRecordsResponse,
+  type PutRecordsResponse,
+} from "./gen/stepwell/v1/records_pb.js";
 import {
   AwaitRequestSchema,
   CancelWaitRequestSchema,
@@ -81,6 +92,9 @@ import {
 import type { CallOptions } from "./options.js";
 import { msToDuration, toTimestamp, type TimeLike } from "./time.js";
 import { traceContextAvailable, traceContextInterceptor } from "./tracing.js";
+
+/** A RecordService request's fields, as create() takes them. */
+export type RecordsInit<S extends Parameters<typeof create>[0]> = MessageInitShape<S>;
 
 export interface StepwellClientOptions {
   /** "host:port", "unix:/path/to.sock", or an "http://host:port" URL. Default "127.0.0.1:50051". */
@@ -400,6 +414,7 @@ export class StepwellClient {
     checkpoints: Client<typeof CheckpointService>;
     idempotency: Client<typeof IdempotencyService>;
     waits: Client<typeof WaitService>;
+    records: Client<typeof RecordService>;
   };
   readonly namespace: string;
   private readonly timeoutMs: number;
@@ -422,6 +437,7 @@ export class StepwellClient {
       checkpoints: createClient(CheckpointService, transport),
       idempotency: createClient(IdempotencyService, transport),
       waits: createClient(WaitService, transport),
+      records: createClient(RecordService, transport),
     };
     this.namespace = o.namespace ?? "";
     this.timeoutMs = o.timeoutMs ?? 10_000;
@@ -539,6 +555,35 @@ export class StepwellClient {
   deleteTurn(turnId: string, opts?: CallOptions): Promise<DeleteTurnResponse> {
     const req = create(DeleteTurnRequestSchema, { namespace: this.ns(opts), turnId });
     return this.call(opts, (o) => this.raw.checkpoints.deleteTurn(req, o));
+  }
+
+  // ---- RecordService ----
+  // The generic records a framework adapter keeps (the LangGraph saver's
+  // checkpoints, blobs and writes). Each takes the request's fields; the
+  // namespace, when not given, is the call's or the client's.
+
+  /** Stores records in one commit, each by its mode; with a fence, only while the lease is the caller's. */
+  putRecords(input: RecordsInit<typeof PutRecordsRequestSchema>, opts?: CallOptions): Promise<PutRecordsResponse> {
+    const req = create(PutRecordsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.records.putRecords(req, o));
+  }
+
+  /** One page of records, newest first, with each one's children and refs when asked. */
+  listRecords(input: RecordsInit<typeof ListRecordsRequestSchema>, opts?: CallOptions): Promise<ListRecordsResponse> {
+    const req = create(ListRecordsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.records.listRecords(req, o));
+  }
+
+  /** Deletes turns' records, or the records of a kind matching metadata, with their children and unused refs. */
+  deleteRecords(input: RecordsInit<typeof DeleteRecordsRequestSchema>, opts?: CallOptions): Promise<DeleteRecordsResponse> {
+    const req = create(DeleteRecordsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.records.deleteRecords(req, o));
+  }
+
+  /** Copies every record of one turn into another, in one commit. */
+  copyTurn(sourceTurnId: string, targetTurnId: string, opts?: CallOptions): Promise<CopyTurnResponse> {
+    const req = create(CopyTurnRequestSchema, { namespace: this.ns(opts), sourceTurnId, targetTurnId });
+    return this.call(opts, (o) => this.raw.records.copyTurn(req, o));
   }
 
   // ---- WaitService ----

@@ -87,6 +87,22 @@ export class WorkflowVersionMismatch extends StepwellError {}
 export class KeyReused extends StepwellError {}
 /** ABORTED / LEASE_LOST: the token is not the current holder's. */
 export class LeaseLost extends StepwellError {}
+/**
+ * FAILED_PRECONDITION / IN_PROGRESS, raised by a fenced LangGraph saver
+ * (`@stepwell/client/langgraph`) when another worker holds the lease of the
+ * thread: the thread is being run elsewhere right now, and nothing of this
+ * worker's was stored. `metadata` has `key`, `thread_id` and, when known,
+ * `lease_expires_at` (RFC 3339).
+ */
+export class ThreadBusy extends StepwellError {
+  get threadId(): string {
+    return this.metadata.thread_id ?? "";
+  }
+  /** When the holder's lease runs out unless it is extended, if the sidecar said. */
+  get leaseExpiresAt(): string | undefined {
+    return this.metadata.lease_expires_at || undefined;
+  }
+}
 /** FAILED_PRECONDITION / NOT_ACQUIRED: Complete/Release/Extend on a key that is not held. */
 export class NotAcquired extends StepwellError {}
 /** ALREADY_EXISTS / RESULT_MISMATCH: Complete repeated with another result. */

@@ -9,6 +9,8 @@ export { BeginOutcome, RecordState } from "./gen/stepwell/v1/idempotency_pb.js";
 export { TurnStatus } from "./gen/stepwell/v1/checkpoint_pb.js";
 export type { Checkpoint, TurnSummary } from "./gen/stepwell/v1/checkpoint_pb.js";
 export * from "./waits.js";
+export * as recordsPb from "./gen/stepwell/v1/records_pb.js";
+export { PutMode } from "./gen/stepwell/v1/records_pb.js";
 export * as waitsPb from "./gen/stepwell/v1/waits_pb.js";
 export { WaitStatus } from "./gen/stepwell/v1/waits_pb.js";
 export type { Wait } from "./gen/stepwell/v1/waits_pb.js";

@@ -135,7 +135,7 @@ export async function healthStatus(target: string, security?: Security, timeoutM
  * `env` adds to (or overrides) its environment.
  */
 export async function startSidecar(
-  opts: { unix?: boolean; extraArgs?: string[]; security?: Security; env?: Record<string, string> } = {},
+  opts: { unix?: boolean; extraArgs?: string[]; security?: Security; env?: Record<string, string>; databaseUrl?: string } = {},
 ): Promise<Sidecar> {
   const security = "security" in opts ? opts.security : securityFromEnv();
   const connect: Sidecar["connect"] = security ? { token: security.token, tls: security.tls() } : {};
@@ -148,7 +148,7 @@ export async function startSidecar(
     "--listen",
     target,
     "--database-url",
-    `sqlite://${join(dir, "x.db")}`,
+    opts.databaseUrl ?? `sqlite://${join(dir, "x.db")}`,
     ...(security?.serveArgs() ?? []),
     ...(opts.extraArgs ?? []),
   ];

@@ -1,0 +1,16 @@
+// Vitest runs the LangGraph saver's specs (test/langgraph/*.spec.ts, as tsc
+// compiled them into dist/test/langgraph): the official checkpoint validator
+// needs Vitest's globals. Everything else is tested with node's own runner
+// (test.sh).
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["dist/test/langgraph/**/*.spec.js"],
+    globals: true,
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
+    // One file at a time: each starts its own sidecars, and CI has two cores.
+    fileParallelism: false,
+  },
+});
