@@ -52,6 +52,11 @@ fi
 echo "== pass 1: plaintext sidecar"
 node --test dist/test/*.test.js
 
+echo "== pass 1: the LangGraph saver (Vitest: the official validator, and the saver's own specs) on SQLite and on a throwaway Postgres"
+# ../../scripts/with-postgres starts the cluster (or uses STEPWELL_TEST_POSTGRES_URL);
+# every spec runs on both stores and fails, never skips, without one.
+(cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run --reporter=dot)
+
 ../../scripts/make-test-pki "$security_dir" spiffe://stepwell.test/typescript-client
 echo "== pass 2: TLS with client certificates and token auth"
 STEPWELL_TEST_SECURITY_DIR="$security_dir" node --test dist/test/scenarios.test.js dist/test/secure-checks.js dist/test/connection-lost.test.js
