@@ -172,6 +172,58 @@ printf '{ "extends": "./tsconfig.json", "compilerOptions": { "noEmit": false, "o
 (cd "$install_dir/app" && node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.contract.json)
 STEPWELL_TEST_SIDECAR_MODULE="$PWD/dist/test/sidecar.js" node --test "$install_dir/app/contract/durable-executor-contract.test.js"
 
+echo "== pass 3: the README's LangGraph.js install and example, in a fresh project"
+# The example the README shows is examples/langgraph-approval.mjs (after its
+# three comment lines); the install command is the sh block of the section.
+lg_section="$(awk '/^## Use stepwell with LangGraph.js/{s=1; next} s && /^## /{exit} s' README.md)"
+lg_install="$(printf '%s\n' "$lg_section" | awk '/^```sh/{f=1; next} f && /^```/{exit} f')"
+lg_example="$(printf '%s\n' "$lg_section" | awk '/<!-- langgraph-example: /{m=1; next} m && /^```js/{f=1; next} f && /^```/{exit} f')"
+if [ "$lg_example" != "$(tail -n +4 examples/langgraph-approval.mjs)" ]; then
+  echo "README.md's LangGraph.js example differs from examples/langgraph-approval.mjs" >&2
+  exit 1
+fi
+(
+  app="$install_dir/app-langgraph"
+  mkdir "$app" && cd "$app"
+  printf '{ "name": "fresh-langgraph-app", "version": "1.0.0", "private": true, "type": "module" }\n' >package.json
+  export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error npm_config_engine_strict=true
+  cmd="${lg_install//\/path\/to\/stepwell/$install_dir/stepwell}"
+  echo "+ $cmd (engine-strict)"
+  bash -euo pipefail -c "$cmd"
+  test ! -L node_modules/@stepwell/client
+  # One copy of LangGraph's checkpoint package: the app's, which the client's saver extends.
+  test "$(find node_modules -path '*/@langchain/langgraph-checkpoint/package.json' | wc -l)" -eq 1
+  cp "$OLDPWD/examples/langgraph-approval.mjs" .
+  cat >run-example.mjs <<'JS'
+// Runs the README's LangGraph.js example beside a sidecar of its own and checks what it prints.
+import { execFileSync } from "node:child_process";
+import { pathToFileURL } from "node:url";
+const { startSidecar } = await import(pathToFileURL(process.env.STEPWELL_TEST_SIDECAR_MODULE).href);
+const sidecar = await startSidecar({ security: undefined });
+try {
+  const out = execFileSync(process.execPath, ["langgraph-approval.mjs"], { env: { ...process.env, STEPWELL_TARGET: sidecar.target }, encoding: "utf8" });
+  if (out !== "ship A-17?\napproved\n") throw new Error(`the example printed ${JSON.stringify(out)}`);
+  console.log("fresh app (LangGraph.js): the README's example paused at interrupt() and resumed through @stepwell/client/langgraph");
+} finally {
+  await sidecar.stop();
+}
+JS
+  STEPWELL_TEST_SIDECAR_MODULE="$OLDPWD/dist/test/sidecar.js" node run-example.mjs
+  node -e 'const { StepwellSaver, ThreadBusy } = require("@stepwell/client/langgraph"); const { BaseCheckpointSaver } = require("@langchain/langgraph-checkpoint"); if (!(StepwellSaver.fromAddress("127.0.0.1:1") instanceof BaseCheckpointSaver) || typeof ThreadBusy !== "function") process.exit(1)'
+  cat >consumer.ts <<'TS'
+// The subpath's declarations, type-checked against the installed packages.
+import type { BaseCheckpointSaver } from "@langchain/langgraph-checkpoint";
+import { StepwellSaver, ThreadBusy } from "@stepwell/client/langgraph";
+export const saver: BaseCheckpointSaver = StepwellSaver.fromAddress("127.0.0.1:50051", { namespace: "agents", fenced: true, leaseMs: 10_000 });
+export const busy = (err: unknown): string | undefined => (err instanceof ThreadBusy ? err.threadId : undefined);
+// @ts-expect-error: the namespace is a string
+StepwellSaver.fromAddress("127.0.0.1:50051", { namespace: 1 });
+TS
+  printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022"], "strict": true, "skipLibCheck": true, "noEmit": true, "types": ["node"], "typeRoots": ["%s/node_modules/@types"] }, "files": ["consumer.ts"] }\n' "$OLDPWD" >tsconfig.json
+  node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json
+  echo "fresh app (LangGraph.js): require() of the subpath and its TypeScript declarations work"
+)
+
 echo "== pass 4: the README's allowScripts entry under strict-allow-scripts, npm install --install-links, and npm pack's tarball"
 (
   # The entry the README gives, for an npm that refuses unlisted install scripts.
