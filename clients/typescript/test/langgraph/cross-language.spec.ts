@@ -189,5 +189,51 @@ for (const backend of BACKENDS) {
       const own = await collect(saver.list({ configurable: { thread_id: jsThread } }, { filter: LOOP }));
       expect(own.map((t) => t.metadata?.step)).toEqual([3, 2, 1, 0]);
     });
+
+    it("Python's serializer reads a JavaScript thread: its channel values and metadata", async () => {
+      const mine = await saver.getTuple({ configurable: { thread_id: jsThread } });
+      const got = await py(shared, "get", { thread: jsThread });
+      expect(got.found).toBe(true);
+      expect(got.id).toBe(mine!.checkpoint.id);
+      expect(got.values.log).toEqual(["js:in", "js:s1", "js:s2", "js:s3"]);
+      expect(got.metadata).toEqual({ source: "loop", step: 3, parents: {} });
+    });
+
+    it("the JavaScript serializer cannot read a Python thread: getTuple fails, naming the format", async () => {
+      await expect(saver.getTuple({ configurable: { thread_id: pyThread } })).rejects.toThrow("Unknown serialization type: msgpack");
+      // Nor can a JavaScript graph continue it: it reads the thread's newest checkpoint first.
+      await expect(jsGraph(saver).invoke({ log: ["js:more"] }, jsConfig(pyThread, tag))).rejects.toThrow("Unknown serialization type: msgpack");
+    });
+
+    it("a Python graph cannot continue a thread a JavaScript graph started, and leaves it as it was", async () => {
+      const thread = "js-then-py";
+      await jsGraph(saver).invoke({ log: ["js:in"] }, jsConfig(thread, "cont"));
+      const jsNewest = await saver.getTuple({ configurable: { thread_id: thread } });
+      // LangGraph.js numbers channel versions 1, 2, 3 ...; Python's saver makes them strings, which Python cannot compare with numbers.
+      expect(Object.values(jsNewest!.checkpoint.channel_versions).every((v) => typeof v === "number")).toBe(true);
+      const out = await py(shared, "run", { thread, tag: "cont", input: ["py:in"] });
+      expect(out).toEqual({ error: "TypeError: '>' not supported between instances of 'str' and 'int'" });
+      // Nothing of the failed run was stored: both sides still read the JavaScript graph's last checkpoint.
+      const after = await py(shared, "get", { thread });
+      expect(after.id).toBe(jsNewest!.checkpoint.id);
+      expect((await saver.getTuple({ configurable: { thread_id: thread } }))?.checkpoint.id).toBe(jsNewest!.checkpoint.id);
+    });
+
+    it("Python's delete_thread removes a JavaScript thread", async () => {
+      const config = { configurable: { thread_id: jsThread } };
+      expect(await saver.getTuple(config)).toBeDefined();
+      expect(await py(shared, "delete", { thread: jsThread })).toEqual({ deleted: jsThread });
+      expect(await saver.getTuple(config)).toBeUndefined();
+      expect(await collect(saver.list(config))).toEqual([]);
+      expect((await recordsLs(shared, {})).filter((r) => r.turn_id === jsThread)).toEqual([]);
+    });
+
+    it("JavaScript's deleteThread removes a Python thread", async () => {
+      expect((await py(shared, "get", { thread: pyThread })).found).toBe(true);
+      await saver.deleteThread(pyThread);
+      expect(await py(shared, "get", { thread: pyThread })).toEqual({ found: false });
+      expect(await py(shared, "list", { filter: { xlang: tag } })).toEqual([]);
+      expect((await recordsLs(shared, {})).filter((r) => r.turn_id === pyThread)).toEqual([]);
+    });
   });
 }
