@@ -8,7 +8,12 @@
 // languages' threads. What each side can read of the other's checkpoints
 // depends on LangGraph's two serializers, and the spec states what holds:
 // Python reads the JSON the JavaScript serializer writes, while the
-// JavaScript serializer cannot read Python's msgpack.
+// JavaScript serializer cannot read Python's msgpack. Neither language's
+// graph continues the other's thread: JavaScript cannot read it, and Python
+// cannot compare its own string channel versions with LangGraph.js's numbers.
+// LangGraph.js does not copy a run's config metadata into its checkpoints (as
+// Python's LangGraph does), so the filter both languages' checkpoints match
+// is one on LangGraph's own keys.
 import { execFile, spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
@@ -119,121 +124,152 @@ async function startShared(backend: string): Promise<Shared> {
   return { sidecar, security, namespace: freshNamespace(`lgjs-xlang-${backend}`) };
 }
 
+/** One backend's shared sidecar, the JavaScript saver, and what the two graphs returned when they ran at once. */
+interface Run {
+  shared: Shared;
+  saver: StepwellSaver;
+  /** The tag in the Python run's config metadata. */
+  tag: string;
+  pyRun: { log: string[] };
+  jsRun: { log: string[] };
+}
+
+const pyThread = "py-thread";
+const jsThread = "js-thread";
+
+/** The two graphs' runs, and the auth both passed. */
+function ranTogether(run: Run): void {
+  it("both graphs ran their steps at once, on one sidecar that refuses a caller without the token", async () => {
+    const { shared, pyRun, jsRun } = run;
+    expect(pyRun).toEqual({ log: ["py:in", "py:s1", "py:s2", "py:s3"] });
+    expect(jsRun.log).toEqual(["js:in", "js:s1", "js:s2", "js:s3"]);
+    const anonymous = new StepwellClient({ target: shared.sidecar.target, namespace: shared.namespace, tls: shared.security.tls(), maxAttempts: 1 });
+    try {
+      const err = await anonymous.listRecords({ kind: "checkpoint", pageSize: 1 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(StepwellError);
+      expect((err as StepwellError).code).toBe("UNAUTHENTICATED");
+    } finally {
+      anonymous.close();
+    }
+  });
+}
+
+/** What the operator CLI and each saver's cross-thread list see of both languages' threads. */
+function listsSeeBoth(run: Run): void {
+  it("stepwell records ls lists both languages' threads, each checkpoint in its serializer's format", async () => {
+    const { shared, tag } = run;
+    const rows = await recordsLs(shared, LOOP);
+    const byThread = (t: string) => rows.filter((r) => r.turn_id === t);
+    // One checkpoint after __start__ and one per node: four a thread.
+    expect(byThread(pyThread)).toHaveLength(4);
+    expect(byThread(jsThread)).toHaveLength(4);
+    expect(rows).toHaveLength(8);
+    expect(new Set(byThread(pyThread).map((r) => `${r.metadata.lang} ${r.content_type}`))).toEqual(new Set(["py msgpack"]));
+    // LangGraph.js does not copy a run's config metadata into its checkpoints (Python's LangGraph does).
+    expect(new Set(byThread(jsThread).map((r) => `${r.metadata.lang} ${r.content_type}`))).toEqual(new Set(["undefined json"]));
+    expect((await recordsLs(shared, { xlang: tag })).map((r) => r.turn_id)).toEqual(Array(5).fill(pyThread));
+  });
+
+  it("Python's cross-thread list with a metadata filter sees both languages' checkpoints", async () => {
+    const { shared } = run;
+    const listed: Array<{ thread_id: string; lang: string | null; step: number }> = await py(shared, "list", { filter: LOOP });
+    expect(listed).toHaveLength(8);
+    const steps = (t: string) => listed.filter((c) => c.thread_id === t).map((c) => `${c.lang} ${c.step}`);
+    expect(steps(pyThread)).toEqual(["py 3", "py 2", "py 1", "py 0"]);
+    expect(steps(jsThread)).toEqual(["null 3", "null 2", "null 1", "null 0"]);
+  });
+
+  it("JavaScript's cross-thread list selects both languages' checkpoints, and can decode only its own", async () => {
+    const { shared, saver } = run;
+    // The store finds Python's checkpoints for the JavaScript saver too ...
+    const page = await saver.client.listRecords({ namespace: shared.namespace, kind: "checkpoint", metadataContains: new TextEncoder().encode(JSON.stringify(LOOP)) });
+    expect(page.entries.map((e) => e.record!.turnId).sort()).toEqual([...Array(4).fill(jsThread), ...Array(4).fill(pyThread)]);
+    // ... but its serializer cannot decode them, so a list that reaches one fails, naming the format.
+    await expect(collect(saver.list({}, { filter: LOOP }))).rejects.toThrow("Unknown serialization type: msgpack");
+    const own = await collect(saver.list({ configurable: { thread_id: jsThread } }, { filter: LOOP }));
+    expect(own.map((t) => t.metadata?.step)).toEqual([3, 2, 1, 0]);
+  });
+}
+
+/** What each language's serializer reads of the other's threads, and whether a graph continues the other's thread. */
+function serializers(run: Run): void {
+  it("Python's serializer reads a JavaScript thread: its channel values and metadata", async () => {
+    const { shared, saver } = run;
+    const mine = await saver.getTuple({ configurable: { thread_id: jsThread } });
+    const got = await py(shared, "get", { thread: jsThread });
+    expect(got.found).toBe(true);
+    expect(got.id).toBe(mine!.checkpoint.id);
+    expect(got.values.log).toEqual(["js:in", "js:s1", "js:s2", "js:s3"]);
+    expect(got.metadata).toEqual({ source: "loop", step: 3, parents: {} });
+  });
+
+  it("the JavaScript serializer cannot read a Python thread: getTuple fails, naming the format", async () => {
+    const { saver, tag } = run;
+    await expect(saver.getTuple({ configurable: { thread_id: pyThread } })).rejects.toThrow("Unknown serialization type: msgpack");
+    // Nor can a JavaScript graph continue it: it reads the thread's newest checkpoint first.
+    await expect(jsGraph(saver).invoke({ log: ["js:more"] }, jsConfig(pyThread, tag))).rejects.toThrow("Unknown serialization type: msgpack");
+  });
+
+  it("a Python graph cannot continue a thread a JavaScript graph started, and leaves it as it was", async () => {
+    const { shared, saver } = run;
+    const thread = "js-then-py";
+    await jsGraph(saver).invoke({ log: ["js:in"] }, jsConfig(thread, "cont"));
+    const jsNewest = await saver.getTuple({ configurable: { thread_id: thread } });
+    // LangGraph.js numbers channel versions 1, 2, 3 ...; Python's saver makes them strings, which Python cannot compare with numbers.
+    expect(Object.values(jsNewest!.checkpoint.channel_versions).every((v) => typeof v === "number")).toBe(true);
+    const out = await py(shared, "run", { thread, tag: "cont", input: ["py:in"] });
+    expect(out).toEqual({ error: "TypeError: '>' not supported between instances of 'str' and 'int'" });
+    // Nothing of the failed run was stored: both sides still read the JavaScript graph's last checkpoint.
+    const after = await py(shared, "get", { thread });
+    expect(after.id).toBe(jsNewest!.checkpoint.id);
+    expect((await saver.getTuple({ configurable: { thread_id: thread } }))?.checkpoint.id).toBe(jsNewest!.checkpoint.id);
+  });
+}
+
+/** deleteThread from either language removes the other's thread. */
+function deletesReachBoth(run: Run): void {
+  it("Python's delete_thread removes a JavaScript thread", async () => {
+    const { shared, saver } = run;
+    const config = { configurable: { thread_id: jsThread } };
+    expect(await saver.getTuple(config)).toBeDefined();
+    expect(await py(shared, "delete", { thread: jsThread })).toEqual({ deleted: jsThread });
+    expect(await saver.getTuple(config)).toBeUndefined();
+    expect(await collect(saver.list(config))).toEqual([]);
+    expect((await recordsLs(shared, {})).filter((r) => r.turn_id === jsThread)).toEqual([]);
+  });
+
+  it("JavaScript's deleteThread removes a Python thread", async () => {
+    const { shared, saver, tag } = run;
+    expect((await py(shared, "get", { thread: pyThread })).found).toBe(true);
+    await saver.deleteThread(pyThread);
+    expect(await py(shared, "get", { thread: pyThread })).toEqual({ found: false });
+    expect(await py(shared, "list", { filter: { xlang: tag } })).toEqual([]);
+    expect((await recordsLs(shared, {})).filter((r) => r.turn_id === pyThread)).toEqual([]);
+  });
+}
+
 for (const backend of BACKENDS) {
   describe(`one store, two languages (${backend})`, () => {
-    let shared: Shared;
-    let saver: StepwellSaver;
-    // The two threads of the run both languages make at once, and the tag in the metadata of every checkpoint of it.
-    const tag = `run-${backend}-${process.pid}`;
-    const pyThread = "py-thread";
-    const jsThread = "js-thread";
-    let pyRun: { log: string[] };
-    let jsRun: { log: string[] };
-
+    const run = { tag: `run-${backend}-${process.pid}` } as Run;
     beforeAll(async () => {
       python(); // fails the whole describe, clearly, without a Python to drive
-      shared = await startShared(backend);
-      saver = StepwellSaver.fromAddress(shared.sidecar.target, { namespace: shared.namespace, token: shared.security.token, tls: shared.security.tls() });
+      run.shared = await startShared(backend);
+      const { shared, tag } = run;
+      run.saver = StepwellSaver.fromAddress(shared.sidecar.target, { namespace: shared.namespace, token: shared.security.token, tls: shared.security.tls() });
       // Each graph's second node waits for the other's thread, so neither finishes before the other has started.
-      [pyRun, jsRun] = await Promise.all([
+      [run.pyRun, run.jsRun] = await Promise.all([
         py(shared, "run", { thread: pyThread, tag, peer: jsThread, input: ["py:in"] }),
-        jsGraph(saver, pyThread).invoke({ log: ["js:in"] }, jsConfig(jsThread, tag)),
+        jsGraph(run.saver, pyThread).invoke({ log: ["js:in"] }, jsConfig(jsThread, tag)),
       ]);
     });
     afterAll(async () => {
-      await saver?.close();
-      await shared?.sidecar.stop();
-      if (shared) rmSync(shared.security.dir, { recursive: true, force: true });
+      await run.saver?.close();
+      await run.shared?.sidecar.stop();
+      if (run.shared) rmSync(run.shared.security.dir, { recursive: true, force: true });
     });
-
-    it("both graphs ran their steps at once, on one sidecar that refuses a caller without the token", async () => {
-      expect(pyRun).toEqual({ log: ["py:in", "py:s1", "py:s2", "py:s3"] });
-      expect(jsRun.log).toEqual(["js:in", "js:s1", "js:s2", "js:s3"]);
-      const anonymous = new StepwellClient({ target: shared.sidecar.target, namespace: shared.namespace, tls: shared.security.tls(), maxAttempts: 1 });
-      try {
-        const err = await anonymous.listRecords({ kind: "checkpoint", pageSize: 1 }).catch((e: unknown) => e);
-        expect(err).toBeInstanceOf(StepwellError);
-        expect((err as StepwellError).code).toBe("UNAUTHENTICATED");
-      } finally {
-        anonymous.close();
-      }
-    });
-
-    it("stepwell records ls lists both languages' threads, each checkpoint in its serializer's format", async () => {
-      const rows = await recordsLs(shared, LOOP);
-      const byThread = (t: string) => rows.filter((r) => r.turn_id === t);
-      // One checkpoint after __start__ and one per node: four a thread.
-      expect(byThread(pyThread)).toHaveLength(4);
-      expect(byThread(jsThread)).toHaveLength(4);
-      expect(rows).toHaveLength(8);
-      expect(new Set(byThread(pyThread).map((r) => `${r.metadata.lang} ${r.content_type}`))).toEqual(new Set(["py msgpack"]));
-      // LangGraph.js does not copy a run's config metadata into its checkpoints (Python's LangGraph does).
-      expect(new Set(byThread(jsThread).map((r) => `${r.metadata.lang} ${r.content_type}`))).toEqual(new Set(["undefined json"]));
-      expect((await recordsLs(shared, { xlang: tag })).map((r) => r.turn_id)).toEqual(Array(5).fill(pyThread));
-    });
-
-    it("Python's cross-thread list with a metadata filter sees both languages' checkpoints", async () => {
-      const listed: Array<{ thread_id: string; lang: string | null; step: number }> = await py(shared, "list", { filter: LOOP });
-      expect(listed).toHaveLength(8);
-      const steps = (t: string) => listed.filter((c) => c.thread_id === t).map((c) => `${c.lang} ${c.step}`);
-      expect(steps(pyThread)).toEqual(["py 3", "py 2", "py 1", "py 0"]);
-      expect(steps(jsThread)).toEqual(["null 3", "null 2", "null 1", "null 0"]);
-    });
-
-    it("JavaScript's cross-thread list selects both languages' checkpoints, and can decode only its own", async () => {
-      // The store finds Python's checkpoints for the JavaScript saver too ...
-      const page = await saver.client.listRecords({ namespace: shared.namespace, kind: "checkpoint", metadataContains: new TextEncoder().encode(JSON.stringify(LOOP)) });
-      expect(page.entries.map((e) => e.record!.turnId).sort()).toEqual([...Array(4).fill(jsThread), ...Array(4).fill(pyThread)]);
-      // ... but its serializer cannot decode them, so a list that reaches one fails, naming the format.
-      await expect(collect(saver.list({}, { filter: LOOP }))).rejects.toThrow("Unknown serialization type: msgpack");
-      const own = await collect(saver.list({ configurable: { thread_id: jsThread } }, { filter: LOOP }));
-      expect(own.map((t) => t.metadata?.step)).toEqual([3, 2, 1, 0]);
-    });
-
-    it("Python's serializer reads a JavaScript thread: its channel values and metadata", async () => {
-      const mine = await saver.getTuple({ configurable: { thread_id: jsThread } });
-      const got = await py(shared, "get", { thread: jsThread });
-      expect(got.found).toBe(true);
-      expect(got.id).toBe(mine!.checkpoint.id);
-      expect(got.values.log).toEqual(["js:in", "js:s1", "js:s2", "js:s3"]);
-      expect(got.metadata).toEqual({ source: "loop", step: 3, parents: {} });
-    });
-
-    it("the JavaScript serializer cannot read a Python thread: getTuple fails, naming the format", async () => {
-      await expect(saver.getTuple({ configurable: { thread_id: pyThread } })).rejects.toThrow("Unknown serialization type: msgpack");
-      // Nor can a JavaScript graph continue it: it reads the thread's newest checkpoint first.
-      await expect(jsGraph(saver).invoke({ log: ["js:more"] }, jsConfig(pyThread, tag))).rejects.toThrow("Unknown serialization type: msgpack");
-    });
-
-    it("a Python graph cannot continue a thread a JavaScript graph started, and leaves it as it was", async () => {
-      const thread = "js-then-py";
-      await jsGraph(saver).invoke({ log: ["js:in"] }, jsConfig(thread, "cont"));
-      const jsNewest = await saver.getTuple({ configurable: { thread_id: thread } });
-      // LangGraph.js numbers channel versions 1, 2, 3 ...; Python's saver makes them strings, which Python cannot compare with numbers.
-      expect(Object.values(jsNewest!.checkpoint.channel_versions).every((v) => typeof v === "number")).toBe(true);
-      const out = await py(shared, "run", { thread, tag: "cont", input: ["py:in"] });
-      expect(out).toEqual({ error: "TypeError: '>' not supported between instances of 'str' and 'int'" });
-      // Nothing of the failed run was stored: both sides still read the JavaScript graph's last checkpoint.
-      const after = await py(shared, "get", { thread });
-      expect(after.id).toBe(jsNewest!.checkpoint.id);
-      expect((await saver.getTuple({ configurable: { thread_id: thread } }))?.checkpoint.id).toBe(jsNewest!.checkpoint.id);
-    });
-
-    it("Python's delete_thread removes a JavaScript thread", async () => {
-      const config = { configurable: { thread_id: jsThread } };
-      expect(await saver.getTuple(config)).toBeDefined();
-      expect(await py(shared, "delete", { thread: jsThread })).toEqual({ deleted: jsThread });
-      expect(await saver.getTuple(config)).toBeUndefined();
-      expect(await collect(saver.list(config))).toEqual([]);
-      expect((await recordsLs(shared, {})).filter((r) => r.turn_id === jsThread)).toEqual([]);
-    });
-
-    it("JavaScript's deleteThread removes a Python thread", async () => {
-      expect((await py(shared, "get", { thread: pyThread })).found).toBe(true);
-      await saver.deleteThread(pyThread);
-      expect(await py(shared, "get", { thread: pyThread })).toEqual({ found: false });
-      expect(await py(shared, "list", { filter: { xlang: tag } })).toEqual([]);
-      expect((await recordsLs(shared, {})).filter((r) => r.turn_id === pyThread)).toEqual([]);
-    });
+    ranTogether(run);
+    listsSeeBoth(run);
+    serializers(run);
+    deletesReachBoth(run);
   });
 }
