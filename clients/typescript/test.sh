@@ -55,6 +55,9 @@ node --test dist/test/*.test.js
 echo "== pass 1: the LangGraph saver (Vitest: the official validator, and the saver's own specs) on SQLite and on a throwaway Postgres"
 # ../../scripts/with-postgres starts the cluster (or uses STEPWELL_TEST_POSTGRES_URL);
 # every spec runs on both stores and fails, never skips, without one.
+# The cross-language specs drive the Python saver through the Python client's
+# test venv (clients/python/test makes it), and fail without it.
+export STEPWELL_TEST_PYTHON="${STEPWELL_TEST_PYTHON:-${STEPWELL_CACHE_DIR:-$HOME/.cache/stepwell}/py-test/bin/python}"
 (cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run --reporter=dot)
 
 ../../scripts/make-test-pki "$security_dir" spiffe://stepwell.test/typescript-client
