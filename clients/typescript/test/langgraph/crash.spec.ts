@@ -1,0 +1,95 @@
+// A crash mid-run, on SQLite and on Postgres: a worker process runs the
+// chain graph (graphs.ts) and is SIGKILLed while it is inside a node, after
+// the checkpoints of the nodes before were stored; a new process resumes the
+// thread. The run must end with the right state, the nodes that completed
+// before the crash must not run again (the side-effect log, kept outside the
+// store, shows each once), and the thread's history must be one unbroken
+// chain, as if the run had never stopped.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { StateSnapshot } from "@langchain/langgraph";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { StepwellSaver } from "../../src/langgraph/index.js";
+import { freshNamespace, type Sidecar } from "../sidecar.js";
+import { BACKENDS, startBackend } from "./backends.js";
+import { chainGraph, logLines, waitFor } from "./graphs.js";
+import { startWorker } from "./workers.js";
+
+async function all<T>(it: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const x of it) out.push(x);
+  return out;
+}
+
+for (const backend of BACKENDS) {
+  describe(`a worker killed mid-run (${backend})`, () => {
+    let sidecar: Sidecar;
+    let dir: string;
+    beforeAll(async () => {
+      sidecar = await startBackend(backend);
+      dir = mkdtempSync(join(tmpdir(), "lgjs-crash-"));
+    });
+    afterAll(async () => {
+      await sidecar?.stop();
+      if (dir) rmSync(dir, { recursive: true, force: true });
+    });
+
+    it("is SIGKILLed inside a node; a new process resumes the thread without running earlier nodes again", async () => {
+      const namespace = freshNamespace(`lgjs-e2e-crash-${backend}`);
+      const logFile = join(dir, `${backend}.log`);
+      const gateFile = join(dir, `${backend}.gate`);
+      const base = { target: sidecar.target, namespace, threadId: "crash", logFile, gateFile };
+      const observer = StepwellSaver.fromAddress(sidecar.target, { namespace });
+      // The test reads the thread through a graph of its own, which never runs.
+      const graph = chainGraph({ who: "observer", logFile: join(dir, "unused.log") }, observer);
+      const config = { configurable: { thread_id: "crash" } };
+      const first = startWorker({ ...base, who: "w1", input: { topic: "t" } });
+      try {
+        await first.waitLine("blocked");
+        // Inside blocker, with the checkpoint n2 ended with stored: the store says blocker is next.
+        await waitFor(async () => (await graph.getState(config)).next.includes("blocker"), "the checkpoint before blocker to be stored");
+        expect(logLines(logFile)).toEqual(["w1:n1", "w1:n2"]);
+        await first.kill();
+      } finally {
+        await first.kill().catch(() => undefined);
+      }
+
+      writeFileSync(gateFile, "");
+      const second = startWorker({ ...base, who: "w2" });
+      try {
+        const { done } = await second.outcome();
+        expect(done?.visited).toEqual(["n1@w1", "n2@w1", "blocker@w2", "n4@w2"]);
+        expect(logLines(logFile)).toEqual(["w1:n1", "w1:n2", "w2:blocker", "w2:n4"]);
+
+        const final = await graph.getState(config);
+        expect(final.values).toEqual({ topic: "t", visited: ["n1@w1", "n2@w1", "blocker@w2", "n4@w2"] });
+        expect(final.next).toEqual([]);
+        checkUnbroken(await all(graph.getStateHistory(config)));
+        // Every checkpoint the store holds of the thread is on that chain.
+        expect(await all(observer.list({ configurable: { thread_id: "crash" } }))).toHaveLength(6);
+      } finally {
+        await second.kill().catch(() => undefined);
+        await observer.close();
+      }
+    });
+  });
+}
+
+/** One chain from the input checkpoint to the end: steps -1..4, each checkpoint the parent of the next. */
+function checkUnbroken(history: StateSnapshot[]): void {
+  expect(history.map((s) => s.metadata?.step)).toEqual([4, 3, 2, 1, 0, -1]);
+  expect(history.map((s) => s.metadata?.source)).toEqual(["loop", "loop", "loop", "loop", "loop", "input"]);
+  expect(history.map((s) => s.values.visited)).toEqual([
+    ["n1@w1", "n2@w1", "blocker@w2", "n4@w2"],
+    ["n1@w1", "n2@w1", "blocker@w2"],
+    ["n1@w1", "n2@w1"],
+    ["n1@w1"],
+    [],
+    [],
+  ]);
+  for (let i = 0; i + 1 < history.length; i++) {
+    expect(history[i].parentConfig?.configurable?.checkpoint_id).toBe(history[i + 1].config.configurable?.checkpoint_id);
+  }
+  expect(history.at(-1)!.parentConfig).toBeUndefined();
+}
