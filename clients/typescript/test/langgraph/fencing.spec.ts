@@ -9,7 +9,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StepwellSaver, ThreadBusy } from "../../src/langgraph/index.js";
+import { RecordState } from "../../src/index.js";
+import { LeaseLost, StepwellSaver, ThreadBusy, threadLeaseKey } from "../../src/langgraph/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { BACKENDS, startBackend } from "./backends.js";
 import { chainGraph, logLines, storeSnapshot, waitFor } from "./graphs.js";
@@ -127,6 +128,47 @@ for (const backend of BACKENDS) {
         }
       } finally {
         await workerA.kill().catch(() => undefined);
+        await saverB.close();
+      }
+    });
+
+    it("a fenced saver whose lease lapsed while no one else took the thread runs it again", async () => {
+      // As when a run stops at interrupt() and the answer comes after the lease ran out.
+      const { logFile, saverB } = setup("lapsed");
+      await saverB.close();
+      const saver = StepwellSaver.fromAddress(sidecar.target, { namespace: saverB.namespace, fenced: true, leaseMs: 1000 });
+      const graph = chainGraph({ who: "A", logFile }, saver);
+      try {
+        expect((await graph.invoke({ topic: "a" }, config)).visited).toHaveLength(4);
+        const key = threadLeaseKey("t");
+        await waitFor(async () => (await saver.client.get(key, { namespace: saver.namespace })).state === RecordState.EXPIRED, "the saver's lease to lapse");
+        const out = await graph.invoke({ topic: "again" }, config);
+        expect(out.visited).toEqual(["n1@A", "n2@A", "blocker@A", "n4@A", "n1@A", "n2@A", "blocker@A", "n4@A"]);
+        // The saver leased the thread once more: the second attempt on its key.
+        const held = await saver.client.get(key, { namespace: saver.namespace });
+        expect([held.state, held.attempt]).toEqual([RecordState.IN_PROGRESS, 2]);
+      } finally {
+        await saver.close();
+      }
+    });
+
+    it("a fenced saver whose lapsed lease another worker held since gets LeaseLost, stores nothing and leaves the thread free", async () => {
+      const { namespace, logFile, saverB, graphB } = setup("held-since");
+      const saver = StepwellSaver.fromAddress(sidecar.target, { namespace, fenced: true, leaseMs: 1000 });
+      const graph = chainGraph({ who: "A", logFile }, saver);
+      try {
+        await graph.invoke({ topic: "a" }, config);
+        const key = threadLeaseKey("t");
+        await waitFor(async () => (await saver.client.get(key, { namespace })).state === RecordState.EXPIRED, "A's lease to lapse");
+        // B runs the thread in between, and lets go of it.
+        await saverB.threadLease("t", () => graphB.invoke({ topic: "b" }, config));
+        const before = await storeSnapshot(saver.client, namespace, "t");
+        const err = await graph.invoke({ topic: "again" }, config).catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(LeaseLost);
+        expect(await storeSnapshot(saver.client, namespace, "t")).toEqual(before);
+        expect((await saver.client.get(key, { namespace })).state).toBe(RecordState.RELEASED);
+      } finally {
+        await saver.close();
         await saverB.close();
       }
     });
