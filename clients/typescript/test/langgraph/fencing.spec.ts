@@ -4,7 +4,9 @@
 // client. While A runs the thread, B's invoke fails with ThreadBusy and
 // stores nothing; once A's lease lapsed (A blocked in a node, putting
 // nothing), B takes the thread over, A's next put fails with LeaseLost and
-// stores nothing, and B completes the run from A's last checkpoint.
+// stores nothing, and B completes the run from A's last checkpoint. A saver
+// whose lease lapsed between runs leases the thread again if no one else
+// leased it since, and gets LeaseLost if someone did.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
