@@ -36,6 +36,8 @@ export interface ThreadLease {
 }
 
 interface Held extends ThreadLease {
+  /** Begin's attempt: the next one on the key is ours again only if no one else leased the thread in between. */
+  attempt: number;
   extendedAt: number;
   /** Open threadLease() calls; while any is open a heartbeat extends the lease. */
   holds: number;
@@ -47,6 +49,8 @@ export class Leases {
   private readonly held = new Map<string, Held>();
   /** Begins under way, so concurrent puts of one thread share one Begin. */
   private readonly beginning = new Map<string, Promise<Held>>();
+  /** Extends under way, so concurrent puts of one thread share one Extend (and one Begin when it lapsed). */
+  private readonly extending = new Map<Held, Promise<Held>>();
 
   constructor(
     private readonly client: StepwellClient,
@@ -62,10 +66,43 @@ export class Leases {
       if (!this.fenced && !this.beginning.has(threadId)) return undefined;
       lease = await this.acquire(threadId);
     } else if (lease.holds === 0 && Date.now() - lease.extendedAt > this.leaseMs / 3) {
-      await this.client.extend(lease.key, lease.token, this.leaseMs, this.opts);
-      lease.extendedAt = Date.now();
+      const held = lease;
+      let p = this.extending.get(held);
+      if (p === undefined) {
+        p = this.extendOrRenew(threadId, held).finally(() => this.extending.delete(held));
+        this.extending.set(held, p);
+      }
+      lease = await p;
     }
     return lease;
+  }
+
+  /**
+   * Extends a lease a put took. If it lapsed (a run paused at interrupt()
+   * longer than the lease, say), the thread is leased again, but only when
+   * no one else leased it in between, which the key's attempt tells: then no
+   * other worker's put reached the thread, and the run may go on. Otherwise
+   * the lease was taken over, and the put fails with LeaseLost.
+   */
+  private async extendOrRenew(threadId: string, lease: Held): Promise<Held> {
+    try {
+      await this.client.extend(lease.key, lease.token, this.leaseMs, this.opts);
+      lease.extendedAt = Date.now();
+      return lease;
+    } catch (err) {
+      if (!(err instanceof LeaseLost || err instanceof NotAcquired)) throw err;
+      const r = await this.client.begin(lease.key, { ...this.opts, leaseMs: this.leaseMs });
+      if (r.outcome === BeginOutcome.ACQUIRED) {
+        const renewed = leased(threadId, lease.key, r);
+        if (r.attempt === lease.attempt + 1) {
+          this.held.set(threadId, renewed);
+          return renewed;
+        }
+        // Another worker held the thread since: this run's view of it may be stale.
+        await this.release(renewed);
+      }
+      throw err;
+    }
   }
 
   /** After a put was refused for its lease: a lease a put took is forgotten, so a later run asks again. */
@@ -149,7 +186,7 @@ export class Leases {
 /** Begin's answer as a lease, or ThreadBusy when another worker holds the thread. */
 function leased(threadId: string, key: string, r: BeginResponse): Held {
   if (r.outcome === BeginOutcome.ACQUIRED) {
-    return { threadId, key, token: r.leaseToken, lost: false, extendedAt: Date.now(), holds: 0 };
+    return { threadId, key, token: r.leaseToken, attempt: r.attempt, lost: false, extendedAt: Date.now(), holds: 0 };
   }
   if (r.outcome === BeginOutcome.IN_PROGRESS) {
     const until = r.leaseExpiresAt ? timestampToIso(r.leaseExpiresAt) : "";

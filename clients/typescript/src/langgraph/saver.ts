@@ -245,6 +245,23 @@ export class StepwellSaver extends BaseCheckpointSaver {
     }
   }
 
+  /**
+   * A channel's next version, as the Python saver makes it: the step count
+   * zero-padded to 32 digits, then a random fraction. Blobs are stored once
+   * per (channel, version), so a plain count would give a branch forked from
+   * a past checkpoint the versions its original branch already used, and the
+   * fork would read the original's values; the random part keeps every
+   * branch's versions its own, and the padding keeps them in order.
+   * LangGraph compares versions as strings when they are strings; the
+   * method keeps the base class's numeric type so that graph.compile()
+   * accepts the saver.
+   */
+  getNextVersion(current: number | undefined): number {
+    const c = current as string | number | undefined;
+    const count = c === undefined ? 0 : typeof c === "number" ? c : parseInt(c.split(".")[0], 10);
+    return `${String(count + 1).padStart(32, "0")}.${String(Math.random()).padStart(16, "0")}` as unknown as number;
+  }
+
   // ---- deletes and copies ----
 
   async deleteThread(threadId: string): Promise<void> {
