@@ -8,9 +8,10 @@
 // languages' threads. What each side can read of the other's checkpoints
 // depends on LangGraph's two serializers, and the spec states what holds:
 // Python reads the JSON the JavaScript serializer writes, while the
-// JavaScript serializer cannot read Python's msgpack. Neither language's
-// graph continues the other's thread: JavaScript cannot read it, and Python
-// cannot compare its own string channel versions with LangGraph.js's numbers.
+// JavaScript serializer cannot read Python's msgpack. So a Python graph
+// continues a thread a JavaScript graph started (both savers make channel
+// versions alike), and the JavaScript saver then refuses the thread's newer,
+// Python-written checkpoints by name.
 // LangGraph.js does not copy a run's config metadata into its checkpoints (as
 // Python's LangGraph does), so the filter both languages' checkpoints match
 // is one on LangGraph's own keys.
@@ -210,19 +211,23 @@ function serializers(run: Run): void {
     await expect(jsGraph(saver).invoke({ log: ["js:more"] }, jsConfig(pyThread, tag))).rejects.toThrow("Unknown serialization type: msgpack");
   });
 
-  it("a Python graph cannot continue a thread a JavaScript graph started, and leaves it as it was", async () => {
+  it("a Python graph continues a thread a JavaScript graph started; JavaScript then cannot read it", async () => {
     const { shared, saver } = run;
     const thread = "js-then-py";
     await jsGraph(saver).invoke({ log: ["js:in"] }, jsConfig(thread, "cont"));
     const jsNewest = await saver.getTuple({ configurable: { thread_id: thread } });
-    // LangGraph.js numbers channel versions 1, 2, 3 ...; Python's saver makes them strings, which Python cannot compare with numbers.
-    expect(Object.values(jsNewest!.checkpoint.channel_versions).every((v) => typeof v === "number")).toBe(true);
+    // Both savers make channel versions alike ("<32-digit count>.<random fraction>"), so Python compares them.
+    expect(Object.values(jsNewest!.checkpoint.channel_versions).every((v) => /^\d{32}\./.test(String(v)))).toBe(true);
     const out = await py(shared, "run", { thread, tag: "cont", input: ["py:in"] });
-    expect(out).toEqual({ error: "TypeError: '>' not supported between instances of 'str' and 'int'" });
-    // Nothing of the failed run was stored: both sides still read the JavaScript graph's last checkpoint.
+    // Python read the JavaScript graph's state (JSON) and went on from it.
+    expect(out).toEqual({ log: ["js:in", "js:s1", "js:s2", "js:s3", "py:in", "py:s1", "py:s2", "py:s3"] });
     const after = await py(shared, "get", { thread });
-    expect(after.id).toBe(jsNewest!.checkpoint.id);
-    expect((await saver.getTuple({ configurable: { thread_id: thread } }))?.checkpoint.id).toBe(jsNewest!.checkpoint.id);
+    expect(after.metadata).toMatchObject({ lang: "py", step: 8 });
+    expect(after.id > jsNewest!.checkpoint.id).toBe(true);
+    // Its checkpoints are msgpack: the JavaScript saver refuses them by name.
+    await expect(saver.getTuple({ configurable: { thread_id: thread } })).rejects.toThrow(/Unknown serialization type: msgpack/);
+    // The JavaScript graph's own checkpoints still read.
+    expect((await saver.getTuple({ configurable: { thread_id: thread, checkpoint_id: jsNewest!.checkpoint.id } }))?.checkpoint.id).toBe(jsNewest!.checkpoint.id);
   });
 }
 
