@@ -76,7 +76,7 @@ export function threadOf(config: RunnableConfig): { threadId: string; ns: string
 }
 
 /** An upper bound of a record's encoded size inside a PutRecordsRequest. */
-function recordBytes(r: RecordInit): number {
+export function recordBytes(r: RecordInit): number {
   const text = (s?: string) => (s === undefined ? 0 : Buffer.byteLength(s) + 6);
   const bytes = (b?: Uint8Array) => (b === undefined ? 0 : b.length + 6);
   let n = 16 + text(r.turnId) + text(r.scope) + text(r.kind) + text(r.id) + text(r.parentId) + text(r.contentType);
@@ -85,13 +85,14 @@ function recordBytes(r: RecordInit): number {
   return n;
 }
 
-/** `records` in order, in runs that each fit `budget` (a record larger than it makes a run of its own). */
-export function batches(records: RecordInit[], budget: number): RecordInit[][] {
+/** `records` in order, in runs that each fit `budget` bytes and `countMax` records (a record larger than `budget` makes a run of its own). */
+export function batches(records: RecordInit[], budget: number, countMax = Infinity): RecordInit[][] {
   const runs: RecordInit[][] = [];
   let used = 0;
   for (const r of records) {
     const size = recordBytes(r);
-    if (runs.length === 0 || (runs[runs.length - 1].length > 0 && used + size > budget)) {
+    const last = runs[runs.length - 1];
+    if (last === undefined || (last.length > 0 && (used + size > budget || last.length >= countMax))) {
       runs.push([]);
       used = 0;
     }

@@ -21,6 +21,7 @@ import { randomUUID } from "node:crypto";
 import { StepwellClient, type StepwellClientOptions } from "../client.js";
 import { LeaseLost, NotAcquired } from "../errors.js";
 import type { CallOptions } from "../options.js";
+import { PutCoalescer } from "./coalesce.js";
 import { deltaHistory } from "./history.js";
 import { Leases, type ThreadLease } from "./lease.js";
 import {
@@ -34,6 +35,7 @@ import {
   batches,
   chunks,
   jsonText,
+  recordBytes,
   needsSendsMigration,
   threadOf,
   type Entry,
@@ -53,6 +55,13 @@ export interface StepwellSaverOptions {
   timeoutMs?: number;
   /** The most one PutRecords carries (default 4 MiB less 64 KiB, for the sidecar's default --message-bytes-max). */
   requestBytesMax?: number;
+  /** The most records one PutRecords carries (default 1000, the sidecar's default --records-per-request-max). */
+  requestRecordsMax?: number;
+  /**
+   * The most PutRecords of this saver out at once (default 2): puts that
+   * come while as many are out wait, and go together in the next one.
+   */
+  putsInFlightMax?: number;
 }
 
 export type PruneStrategy = "keep_latest" | "delete";
@@ -66,9 +75,11 @@ export class StepwellSaver extends BaseCheckpointSaver {
   readonly fenced: boolean;
   readonly leaseMs: number;
   private readonly requestBytesMax: number;
+  private readonly requestRecordsMax: number;
   private readonly opts: CallOptions;
   private readonly codec: Codec;
   private readonly leases: Leases;
+  private readonly puts: PutCoalescer;
   private ownsClient = false;
 
   constructor(client: StepwellClient, options: StepwellSaverOptions = {}) {
@@ -85,6 +96,14 @@ export class StepwellSaver extends BaseCheckpointSaver {
     this.opts = { namespace: this.namespace, ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }) };
     this.codec = new Codec(this.serde);
     this.leases = new Leases(client, this.fenced, leaseMs, this.opts);
+    const recordsMax = options.requestRecordsMax ?? 1000;
+    this.requestRecordsMax = recordsMax;
+    const inFlightMax = options.putsInFlightMax ?? 2;
+    if (!(recordsMax >= 1) || !(inFlightMax >= 1)) throw new RangeError("requestRecordsMax and putsInFlightMax must be at least 1");
+    const send = async (records: RecordInit[], fence?: { key: string; leaseToken: bigint }) => {
+      await this.client.putRecords({ records, fence }, this.opts);
+    };
+    this.puts = new PutCoalescer(send, requestBytesMax, recordsMax, inFlightMax);
   }
 
   /**
@@ -93,9 +112,9 @@ export class StepwellSaver extends BaseCheckpointSaver {
    * close() releases its leases and closes the client.
    */
   static fromAddress(address: string, options: StepwellSaverOptions & Omit<StepwellClientOptions, "target" | "namespace"> = {}): StepwellSaver {
-    const { namespace, serde, fenced, leaseMs, timeoutMs, requestBytesMax, ...clientOptions } = options;
+    const { namespace, serde, fenced, leaseMs, timeoutMs, requestBytesMax, requestRecordsMax, putsInFlightMax, ...clientOptions } = options;
     const client = new StepwellClient({ ...clientOptions, target: address, namespace: namespace ?? "", timeoutMs });
-    const saver = new StepwellSaver(client, { namespace, serde, fenced, leaseMs, requestBytesMax });
+    const saver = new StepwellSaver(client, { namespace, serde, fenced, leaseMs, requestBytesMax, requestRecordsMax, putsInFlightMax });
     saver.ownsClient = true;
     return saver;
   }
@@ -218,7 +237,7 @@ export class StepwellSaver extends BaseCheckpointSaver {
     // Blobs first when they do not all fit one request: they are of versions
     // no stored checkpoint names yet, so the checkpoint appears last, with
     // every blob it uses already stored.
-    let runs = batches([...blobs, head], this.requestBytesMax);
+    let runs = batches([...blobs, head], this.requestBytesMax, this.requestRecordsMax);
     if (runs.length === 1) runs = [[head, ...blobs]];
     for (const records of runs) await this.putFenced(threadId, records);
     return { configurable: { thread_id: threadId, checkpoint_ns: ns, checkpoint_id: checkpoint.id } };
@@ -229,16 +248,17 @@ export class StepwellSaver extends BaseCheckpointSaver {
     const { threadId, ns, checkpointId } = threadOf(config);
     if (!checkpointId) throw new Error(`Missing "checkpoint_id" field in "config.configurable": writes belong to a checkpoint`);
     const records = await this.codec.writes(threadId, ns, checkpointId, writes, taskId, taskPath);
-    let runs = batches(records(), this.requestBytesMax);
+    let runs = batches(records(), this.requestBytesMax, this.requestRecordsMax);
     // Several requests: the regular writes form a group a reader counts only once all are stored.
-    if (runs.length > 1) runs = batches(records(randomUUID().replaceAll("-", "")), this.requestBytesMax);
+    if (runs.length > 1) runs = batches(records(randomUUID().replaceAll("-", "")), this.requestBytesMax, this.requestRecordsMax);
     for (const run of runs) await this.putFenced(threadId, run);
   }
 
   private async putFenced(threadId: string, records: RecordInit[]): Promise<void> {
     const lease = await this.leases.fence(threadId);
     try {
-      await this.client.putRecords({ records, fence: lease ? { key: lease.key, leaseToken: lease.token } : undefined }, this.opts);
+      const fence = lease ? { key: lease.key, leaseToken: lease.token } : undefined;
+      await this.puts.put(records, fence, records.reduce((n, r) => n + recordBytes(r), 0));
     } catch (err) {
       if (lease && (err instanceof LeaseLost || err instanceof NotAcquired)) this.leases.refused(threadId, lease);
       throw err;

@@ -2,10 +2,13 @@
 // on Postgres: a large state (5 channels of 3 MB and 4.5 MB of pending
 // writes) round-trips through getTuple and list with the default limits;
 // blobs are stored once per (channel, version); deleteForRuns, copyThread
-// and prune; a putWrites without a checkpoint is refused.
+// and prune; a putWrites without a checkpoint is refused; concurrent puts
+// of one saver share PutRecords, and a put refused in a shared request fails
+// alone.
 import { emptyCheckpoint, uuid6, type Checkpoint } from "@langchain/langgraph-checkpoint";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { StepwellClient } from "../../src/index.js";
+import type { Interceptor } from "@connectrpc/connect";
+import { InvalidArgument, StepwellClient } from "../../src/index.js";
 import { StepwellSaver } from "../../src/langgraph/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { BACKENDS, startBackend } from "./backends.js";
@@ -112,6 +115,56 @@ for (const backend of BACKENDS) {
         }
       } finally {
         await s.close();
+      }
+    });
+
+    /** A client that counts its PutRecords calls. */
+    const countingClient = () => {
+      const calls = { puts: 0 };
+      const count: Interceptor = (next) => async (req) => {
+        if (req.method.name === "PutRecords") calls.puts += 1;
+        return next(req);
+      };
+      return { calls, client: new StepwellClient({ target: sidecar.target, namespace: freshNamespace("lgjs-share"), interceptors: [count] }) };
+    };
+    const put = (s: StepwellSaver, thread: string, id = uuid6(-1)) => {
+      const v = { n: 1 };
+      return s.put({ configurable: { thread_id: thread, checkpoint_ns: "" } }, { ...checkpoint({ n: thread }, v), id }, meta(1), v);
+    };
+
+    it("concurrent puts of one saver share PutRecords, each stored", async () => {
+      const { calls, client } = countingClient();
+      try {
+        const s = new StepwellSaver(client, { putsInFlightMax: 1 });
+        const threads = Array.from({ length: 20 }, (_, i) => `t${i}`);
+        await Promise.all(threads.map((t) => put(s, t)));
+        // The first goes alone; the other 19 wait for it and go together.
+        expect(calls.puts).toBe(2);
+        for (const t of threads) {
+          expect((await s.getTuple({ configurable: { thread_id: t, checkpoint_ns: "" } }))?.checkpoint.channel_values).toEqual({ n: t });
+        }
+      } finally {
+        client.close();
+      }
+    });
+
+    it("a put the sidecar refuses in a shared request fails alone; the others are stored", async () => {
+      const { calls, client } = countingClient();
+      try {
+        const s = new StepwellSaver(client, { putsInFlightMax: 1 });
+        const threads = Array.from({ length: 10 }, (_, i) => `t${i}`);
+        // A checkpoint id over the sidecar's 1024 bytes: INVALID_ARGUMENT for the request carrying it.
+        const results = await Promise.allSettled(threads.map((t, i) => put(s, t, i === 5 ? "x".repeat(2000) : uuid6(-1))));
+        expect(results.map((r) => r.status)).toEqual(threads.map((_, i) => (i === 5 ? "rejected" : "fulfilled")));
+        expect((results[5] as PromiseRejectedResult).reason).toBeInstanceOf(InvalidArgument);
+        // One alone, one shared that was refused, then each of its nine again alone.
+        expect(calls.puts).toBe(11);
+        for (const [i, t] of threads.entries()) {
+          const tuple = await s.getTuple({ configurable: { thread_id: t, checkpoint_ns: "" } });
+          expect(tuple === undefined, t).toBe(i === 5);
+        }
+      } finally {
+        client.close();
       }
     });
 
