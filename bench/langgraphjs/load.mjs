@@ -159,7 +159,8 @@ async function measure(w, workers, opsPerLatency = 1) {
     p50_ms: percentile(lat, 0.5),
     p99_ms: percentile(lat, 0.99),
     max_ms: n ? lat[n - 1] : null,
-    harness_us_per_op: n ? (1000 * w.harnessMs) / (n * opsPerLatency) : null,
+    // Only the put points make their checkpoints here; a graph makes its own.
+    harness_us_per_op: n && w.harnessMs ? (1000 * w.harnessMs) / (n * opsPerLatency) : null,
     errors: [...counts].map(([e, c]) => (c > 1 ? `${e} (x${c})` : e)),
   };
 }
