@@ -88,7 +88,10 @@ history. ``with saver.thread_lease(thread_id):`` (``async with`` on the async
 saver) holds the lease around a run, extending it in the background, and
 releases it on exit so another worker may continue the thread at once; a
 lease taken implicitly by a put lapses ``lease`` seconds after the last put,
-or is released by ``close()``.
+or is released by ``close()``. A put after such a lease lapsed (a run paused
+at ``interrupt()`` longer than the lease) takes the thread again if no other
+worker leased it in between (the key's next attempt is this saver's), and
+otherwise fails with the error of its refused Extend.
 
 Not covered: checkpoints of format version < 4 written by old LangGraph
 versions (their pending sends are not migrated from the parent's writes), and
@@ -243,6 +246,9 @@ class ThreadLease:
     key: str
     token: int
     extended_at: float
+    # Begin's attempt on the key: a lapsed lease is taken again only when
+    # the next attempt is this saver's (no one leased the thread between).
+    attempt: int = 0
     # Open thread_lease() blocks; while any is open a heartbeat extends the lease.
     holds: int = 0
     # Set by the heartbeat when Extend found the lease taken over.
@@ -538,7 +544,7 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
     def _leased(self, thread_id: str, r: ip.BeginResponse) -> ThreadLease:
         key = thread_lease_key(thread_id)
         if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
-            return ThreadLease(thread_id, key, int(r.lease_token), time.monotonic())
+            return ThreadLease(thread_id, key, int(r.lease_token), time.monotonic(), attempt=int(r.attempt))
         if r.outcome == ip.BEGIN_OUTCOME_IN_PROGRESS:
             until = r.lease_expires_at.ToJsonString() if r.HasField("lease_expires_at") else ""
             raise ThreadBusy(
@@ -557,6 +563,13 @@ class _RecordSaverBase(BaseCheckpointSaver[str]):
 
     def _needs_extend(self, lease: ThreadLease) -> bool:
         return lease.holds == 0 and time.monotonic() - lease.extended_at > self.lease / 3.0
+
+    def _renewed(self, lease: ThreadLease, r: ip.BeginResponse) -> bool:
+        """Whether a Begin after a lapsed lease's refused Extend took the
+        thread back with no one in between: the key's next attempt is ours,
+        so no other worker's put reached the thread since (a run paused at
+        interrupt() longer than the lease, say), and the run may go on."""
+        return r.outcome == ip.BEGIN_OUTCOME_ACQUIRED and int(r.attempt) == lease.attempt + 1
 
 
 class StepwellSaver(_RecordSaverBase):
@@ -746,9 +759,26 @@ class StepwellSaver(_RecordSaverBase):
                 lease = self._begin(thread_id)
                 self._leases[thread_id] = lease
             elif self._needs_extend(lease):
-                self.client.extend(lease.key, lease.token, lease=self.lease, timeout=self.timeout)
-                lease.extended_at = time.monotonic()
+                try:
+                    self.client.extend(lease.key, lease.token, lease=self.lease, timeout=self.timeout)
+                    lease.extended_at = time.monotonic()
+                except (LeaseLost, NotAcquired) as err:
+                    lease = self._renew(thread_id, lease, err)
             return lease
+
+    def _renew(self, thread_id: str, lease: ThreadLease, err: StepwellError) -> ThreadLease:
+        """A lease a put took lapsed: taken again if no one leased the thread
+        since; otherwise forgotten (a later run asks again), and the put
+        fails with the Extend's error."""
+        r = self.client.begin(lease.key, lease=self.lease, timeout=self.timeout)
+        if self._renewed(lease, r):
+            renewed = self._leased(thread_id, r)
+            self._leases[thread_id] = renewed
+            return renewed
+        del self._leases[thread_id]
+        if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
+            self._release(ThreadLease(thread_id, lease.key, int(r.lease_token), time.monotonic()))
+        raise err
 
     def _release(self, lease: ThreadLease) -> None:
         try:
@@ -980,9 +1010,24 @@ class AsyncStepwellSaver(_RecordSaverBase):
                 lease = await self._begin(thread_id)
                 self._leases[thread_id] = lease
             elif self._needs_extend(lease):
-                await self.client.extend(lease.key, lease.token, lease=self.lease, timeout=self.timeout)
-                lease.extended_at = time.monotonic()
+                try:
+                    await self.client.extend(lease.key, lease.token, lease=self.lease, timeout=self.timeout)
+                    lease.extended_at = time.monotonic()
+                except (LeaseLost, NotAcquired) as err:
+                    lease = await self._renew(thread_id, lease, err)
             return lease
+
+    async def _renew(self, thread_id: str, lease: ThreadLease, err: StepwellError) -> ThreadLease:
+        """As :meth:`StepwellSaver._renew`."""
+        r = await self.client.begin(lease.key, lease=self.lease, timeout=self.timeout)
+        if self._renewed(lease, r):
+            renewed = self._leased(thread_id, r)
+            self._leases[thread_id] = renewed
+            return renewed
+        del self._leases[thread_id]
+        if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
+            await self._release(ThreadLease(thread_id, lease.key, int(r.lease_token), time.monotonic()))
+        raise err
 
     async def _release(self, lease: ThreadLease) -> None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any, List
 
@@ -291,3 +292,62 @@ def test_heartbeat_notices_a_takeover(lg_target: str, lg_namespace: str) -> None
         # A's exit released nothing of the new holder's.
         got = admin.get(key)
         assert got.lease_token == taken.lease_token and got.state == ip.RECORD_STATE_IN_PROGRESS
+
+
+def _until_expired(admin: Client, key: str) -> None:
+    """Waits (bounded) until the sidecar reports the key's lease lapsed."""
+    deadline = time.monotonic() + 60
+    while admin.get(key).state != ip.RECORD_STATE_EXPIRED:
+        assert time.monotonic() < deadline, "the lease did not lapse within 60 s"
+        time.sleep(0.05)
+
+
+def test_a_lapsed_lease_no_one_took_is_taken_again(lg_target: str, lg_namespace: str) -> None:
+    # As when a run stops at interrupt() and the answer comes after the lease ran out.
+    thread = new_thread()
+    key = thread_lease_key(thread)
+    with Client(lg_target, namespace=lg_namespace) as admin, StepwellSaver.from_address(
+        lg_target, namespace=lg_namespace, fenced=True, lease=1.0
+    ) as a:
+        put_one(a, thread)
+        _until_expired(admin, key)
+        put_one(a, thread)
+        got = admin.get(key)
+        assert (got.state, got.attempt) == (ip.RECORD_STATE_IN_PROGRESS, 2)
+        assert len(list(a.list(thread_config(thread)))) == 2
+
+
+def test_a_lapsed_lease_another_worker_held_since_fails_the_put(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    key = thread_lease_key(thread)
+    with Client(lg_target, namespace=lg_namespace) as admin, StepwellSaver.from_address(
+        lg_target, namespace=lg_namespace, fenced=True, lease=1.0
+    ) as a, StepwellSaver.from_address(lg_target, namespace=lg_namespace, fenced=True) as b:
+        put_one(a, thread)
+        _until_expired(admin, key)
+        # B runs the thread in between, and lets go of it.
+        with b.thread_lease(thread):
+            put_one(b, thread)
+        with pytest.raises((LeaseLost, NotAcquired)):
+            put_one(a, thread)
+        # Nothing of A's after its lease lapsed; the thread is left free.
+        assert len(list(a.list(thread_config(thread)))) == 2
+        assert admin.get(key).state == ip.RECORD_STATE_RELEASED
+        assert thread not in a._leases
+
+
+def test_async_a_lapsed_lease_no_one_took_is_taken_again(lg_target: str, lg_namespace: str) -> None:
+    thread = new_thread()
+    key = thread_lease_key(thread)
+
+    async def run() -> None:
+        async with AsyncStepwellSaver.from_address(lg_target, namespace=lg_namespace, fenced=True, lease=1.0) as a:
+            config = thread_config(thread, checkpoint_ns="")
+            await a.aput(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+            await asyncio.to_thread(_until_expired, admin, key)
+            await a.aput(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+
+    with Client(lg_target, namespace=lg_namespace) as admin:
+        asyncio.run(run())
+        got = admin.get(key)
+        assert (got.state, got.attempt) == (ip.RECORD_STATE_RELEASED, 2)
