@@ -1,12 +1,15 @@
 """What the Python benchmarks of stepwell share: the sidecars they start
 (each on free loopback ports, its admin listener included), the CPU and
-load figures they read from /proc, and the database URLs of the throwaway
-Postgres server they run on. Each benchmark puts this folder on sys.path."""
+load figures they read from /proc, the database URLs of the throwaway
+Postgres server they run on, and, for the savers' benchmarks, what the
+sidecar's metrics say of a window and how rounds become medians, spreads,
+per-round ratios and targets. Each benchmark puts this folder on sys.path."""
 
 from __future__ import annotations
 
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -148,3 +151,101 @@ class Sidecar:
 def database_url(base: str, name: str) -> str:
     u = urllib.parse.urlsplit(base)
     return urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + name, u.query, u.fragment))
+
+
+# ---------------------------------------------------------------------------
+# Windows and rounds, as the savers' benchmarks report them
+# ---------------------------------------------------------------------------
+
+
+def metric_summary(before: Dict[str, float], after: Dict[str, float], ops: int) -> Dict[str, Any]:
+    """What the sidecar's metrics say about a window: batches, writes per
+    batch, commit time and queue wait, and every counter that moved."""
+    delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
+
+    def total(prefix: str) -> float:
+        return sum(v for k, v in delta.items() if k.split("{", 1)[0] == prefix)
+
+    batches = total("stepwell_batch_writes_count")
+    out: Dict[str, Any] = {"moved": delta}
+    if batches:
+        out["batches"] = batches
+        out["writes_per_batch"] = total("stepwell_batch_writes_sum") / batches
+        out["batches_per_op"] = batches / ops if ops else None
+    commits = total("stepwell_batch_commit_duration_seconds_count")
+    if commits:
+        out["commit_ms_mean"] = 1000 * total("stepwell_batch_commit_duration_seconds_sum") / commits
+    waits = total("stepwell_write_queue_wait_seconds_count")
+    if waits:
+        out["queue_wait_ms_mean"] = 1000 * total("stepwell_write_queue_wait_seconds_sum") / waits
+    return out
+
+
+def line_of(s: Dict[str, Any], processes: tuple) -> str:
+    """One sample as the log line a run prints, with the CPU of `processes`."""
+    bits = [f"round {s['round']}", f"{s['point']:<10}", f"{s['system']:<17}"]
+    if s.get("ops_per_s") is not None:
+        unit = "steps/s" if s["point"].startswith("graph") else "puts/s"
+        bits.append(f"{s['ops_per_s']:9.0f} {unit}")
+        if s.get("p50_ms") is not None:
+            bits.append(f"p50 {s['p50_ms']:.2f} ms p99 {s['p99_ms']:.2f} ms")
+        for k in processes:
+            v = s.get(f"{k}_cpu_pct")
+            if v is not None:
+                bits.append(f"{k} {v:.0f}%")
+    for e in s.get("errors") or []:
+        bits.append(f"ERROR {e}")
+    for c in s.get("checks") or []:
+        bits.append(f"CHECK FAILED {c}")
+    return "  ".join(bits)
+
+
+def spread(values: List[Optional[float]]) -> Optional[Dict[str, float]]:
+    """The median, least, greatest and count of the values given (None left out)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return {"median": statistics.median(present), "min": min(present), "max": max(present), "n": len(present)}
+
+
+def failed(sample: Dict[str, Any]) -> bool:
+    return bool(sample.get("errors") or sample.get("checks"))
+
+
+def round_ratios(mine: List[Dict[str, Any]], samples: List[Dict[str, Any]], baseline: str, field: str) -> Optional[Dict[str, float]]:
+    """The spread of `field`'s ratio to the baseline's, taken round by round
+    (each of `mine` against the baseline's sample of its point and round)."""
+    ratios = []
+    for s in mine:
+        base = next((b for b in samples if b["point"] == s["point"] and b["system"] == baseline
+                     and b["round"] == s["round"]), None)
+        if base and base.get(field) and s.get(field) is not None:
+            ratios.append(s[field] / base[field])
+    return spread(ratios)
+
+
+def target(system: str, text: str, s: Optional[Dict[str, float]], op: str, bound: float) -> Dict[str, Any]:
+    """A target's row: whether the median of `s` is `op` (">=", "<=" or ">") `bound`."""
+    if s is None:
+        return {"system": system, "target": text, "met": None}
+    m = s["median"]
+    met = m >= bound if op == ">=" else m <= bound if op == "<=" else m > bound
+    return {"system": system, "target": text, "median": m, "min": s["min"], "max": s["max"], "met": met}
+
+
+def fmt(v: Optional[float], digits: int = 3) -> str:
+    if v is None:
+        return "–"
+    if 0 < abs(v) < 0.01:
+        return "<0.01"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"
+
+
+def fmt_spread(s: Optional[Dict[str, float]], unit: str = "", digits: int = 3) -> str:
+    if s is None:
+        return "–"
+    if s["n"] == 1:
+        return f"{fmt(s['median'], digits)}{unit}"
+    return f"{fmt(s['median'], digits)}{unit} [{fmt(s['min'], digits)}–{fmt(s['max'], digits)}]"

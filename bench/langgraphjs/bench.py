@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,8 @@ from typing import Any, Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 from harness import (  # noqa: E402 (the shared harness is found through the path set above)
-    Sidecar, cpu_seconds, database_url, log, loadavg, machine_busy, proc_stat, tree_cpu_seconds,
+    Sidecar, cpu_seconds, database_url, failed, fmt, fmt_spread, line_of, loadavg, log, machine_busy,
+    metric_summary, proc_stat, round_ratios, spread, target, tree_cpu_seconds,
 )
 
 SYSTEMS = {
@@ -57,6 +57,8 @@ SYSTEMS = {
     "stepwell-sqlite": "StepwellSaver (SQLite)",
     "memory": "MemorySaver (no store)",
 }
+# The processes whose CPU a run's log lines show.
+PROCESSES = ("node", "sidecar", "postgres")
 BASELINE = "postgres-saver"
 STEPWELL_SYSTEMS = ("stepwell-postgres", "stepwell-sqlite")
 PUT_CONCURRENCY = (1, 16, 64)
@@ -118,29 +120,6 @@ class Node:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
-
-
-def metric_summary(before: Dict[str, float], after: Dict[str, float], ops: int) -> Dict[str, Any]:
-    """What the sidecar's metrics say about a window: batches, writes per
-    batch, commit time and queue wait."""
-    delta = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
-
-    def total(prefix: str) -> float:
-        return sum(v for k, v in delta.items() if k.split("{", 1)[0] == prefix)
-
-    out: Dict[str, Any] = {}
-    batches = total("stepwell_batch_writes_count")
-    if batches:
-        out["batches"] = batches
-        out["writes_per_batch"] = total("stepwell_batch_writes_sum") / batches
-        out["batches_per_op"] = batches / ops if ops else None
-    commits = total("stepwell_batch_commit_duration_seconds_count")
-    if commits:
-        out["commit_ms_mean"] = 1000 * total("stepwell_batch_commit_duration_seconds_sum") / commits
-    waits = total("stepwell_write_queue_wait_seconds_count")
-    if waits:
-        out["queue_wait_ms_mean"] = 1000 * total("stepwell_write_queue_wait_seconds_sum") / waits
-    return out
 
 
 class Meter:
@@ -292,37 +271,8 @@ def run_rounds(args: argparse.Namespace, node: Node, results: Dict[str, Any]) ->
                             sample.setdefault("errors", []).append(
                                 f"sidecar exited with {sidecar.proc.returncode}: {sidecar.log_tail()}")
                         samples.append(sample)
-                        log(line_of(sample))
+                        log(line_of(sample, PROCESSES))
             log(f"-- round {r} done in {time.monotonic() - t_round:.0f} s (load {loadavg()})")
-
-
-def line_of(s: Dict[str, Any]) -> str:
-    bits = [f"round {s['round']}", f"{s['point']:<10}", f"{s['system']:<17}"]
-    if s.get("ops_per_s") is not None:
-        unit = "steps/s" if s["point"].startswith("graph") else "puts/s"
-        bits.append(f"{s['ops_per_s']:9.0f} {unit}")
-        if s.get("p50_ms") is not None:
-            bits.append(f"p50 {s['p50_ms']:.2f} ms p99 {s['p99_ms']:.2f} ms")
-        for k in ("node", "sidecar", "postgres"):
-            v = s.get(f"{k}_cpu_pct")
-            if v is not None:
-                bits.append(f"{k} {v:.0f}%")
-    for e in s.get("errors") or []:
-        bits.append(f"ERROR {e}")
-    for c in s.get("checks") or []:
-        bits.append(f"CHECK FAILED {c}")
-    return "  ".join(bits)
-
-
-def spread(values: List[Optional[float]]) -> Optional[Dict[str, float]]:
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
-def failed(sample: Dict[str, Any]) -> bool:
-    return bool(sample.get("errors") or sample.get("checks"))
 
 
 FIELDS = ("ops_per_s", "p50_ms", "p99_ms", "node_cpu_us_per_op", "sidecar_cpu_us_per_op", "postgres_cpu_us_per_op",
@@ -345,13 +295,7 @@ def summarize(results: Dict[str, Any]) -> Dict[str, Any]:
                 row[f] = spread([s.get("sidecar_metrics", {}).get(f) for s in mine])
             if system != BASELINE:
                 for f in ("ops_per_s", "p50_ms", "p99_ms"):
-                    ratios = []
-                    for s in mine:
-                        base = next((b for b in samples if b["point"] == point and b["system"] == BASELINE
-                                     and b["round"] == s["round"]), None)
-                        if base and base.get(f) and s.get(f) is not None:
-                            ratios.append(s[f] / base[f])
-                    row[f"ratio_{f}"] = spread(ratios)
+                    row[f"ratio_{f}"] = round_ratios(mine, samples, BASELINE, f)
             summary[f"{point} {system}"] = row
     return summary
 
@@ -367,32 +311,8 @@ def targets(results: Dict[str, Any]) -> List[Dict[str, Any]]:
             continue
         row = results["summary"].get(f"put/c64 {system}")
         for field, op, bound, text in checks:
-            s = row.get(field) if row else None
-            if s is None:
-                out.append({"system": system, "target": text, "met": None})
-                continue
-            met = s["median"] >= bound if op == ">=" else s["median"] <= bound
-            out.append({"system": system, "target": text, "median": s["median"], "min": s["min"],
-                        "max": s["max"], "met": met})
+            out.append(target(system, text, row.get(field) if row else None, op, bound))
     return out
-
-
-def fmt(v: Optional[float], digits: int = 3) -> str:
-    if v is None:
-        return "–"
-    if 0 < abs(v) < 0.01:
-        return "<0.01"
-    if abs(v) >= 100:
-        return f"{v:.0f}"
-    return f"{v:.{digits}g}"
-
-
-def fmt_spread(s: Optional[Dict[str, float]], unit: str = "") -> str:
-    if s is None:
-        return "–"
-    if s["n"] == 1:
-        return f"{fmt(s['median'])}{unit}"
-    return f"{fmt(s['median'])}{unit} [{fmt(s['min'])}–{fmt(s['max'])}]"
 
 
 def point_label(point: str) -> str:
