@@ -47,6 +47,15 @@ class _PutModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PutMode.Value
     """Replace the stored record."""
     PUT_MODE_INSERT_IF_ABSENT: _PutMode.ValueType  # 2
     """Keep the stored record; write only if the address is free."""
+    PUT_MODE_CREATE: _PutMode.ValueType  # 3
+    """Write only if the address is free; otherwise refuse the whole request,
+    with nothing of it written: ALREADY_EXISTS with reason RECORD_EXISTS,
+    its metadata naming the record (turn_id, scope, kind, id). The address
+    counts as taken when it is stored, or written by a request committed
+    before this one in the same transaction, or by an earlier record of
+    this request. With it, a writer claims the next id of a sequence
+    (contract 1.4): of two racing writers, one wins and the other learns it.
+    """
 
 class PutMode(_PutMode, metaclass=_PutModeEnumTypeWrapper):
     """PutMode says what a put does when the record's address is already stored."""
@@ -57,6 +66,15 @@ PUT_MODE_UPSERT: PutMode.ValueType  # 1
 """Replace the stored record."""
 PUT_MODE_INSERT_IF_ABSENT: PutMode.ValueType  # 2
 """Keep the stored record; write only if the address is free."""
+PUT_MODE_CREATE: PutMode.ValueType  # 3
+"""Write only if the address is free; otherwise refuse the whole request,
+with nothing of it written: ALREADY_EXISTS with reason RECORD_EXISTS,
+its metadata naming the record (turn_id, scope, kind, id). The address
+counts as taken when it is stored, or written by a request committed
+before this one in the same transaction, or by an earlier record of
+this request. With it, a writer claims the next id of a sequence
+(contract 1.4): of two racing writers, one wins and the other learns it.
+"""
 Global___PutMode: _TypeAlias = PutMode  # noqa: Y015
 
 @_typing.final
