@@ -224,6 +224,7 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
     let mode = match pb::PutMode::try_from(r.mode) {
         Ok(pb::PutMode::Unspecified | pb::PutMode::Upsert) => records::PutMode::Upsert,
         Ok(pb::PutMode::InsertIfAbsent) => records::PutMode::InsertIfAbsent,
+        Ok(pb::PutMode::Create) => records::PutMode::Create,
         Err(_) => return Err(Error::invalid(name("mode"), InvalidReason::OutOfRange, "is not a PutMode value")),
     };
     let record = NewRecord {

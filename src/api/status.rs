@@ -14,6 +14,7 @@ use prost::Message;
 
 use super::{pb, waits};
 use crate::domain::error::Error;
+use crate::domain::records::Address;
 use crate::domain::waits::Wait;
 
 /// The ErrorInfo domain of every stepwell error.
@@ -39,6 +40,7 @@ pub mod reason {
     pub const BODY_BROKEN_OFF: &str = "BODY_BROKEN_OFF";
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+    pub const RECORD_EXISTS: &str = "RECORD_EXISTS";
     pub const WAIT_NOT_FOUND: &str = "WAIT_NOT_FOUND";
     pub const WAIT_SETTLED: &str = "WAIT_SETTLED";
     pub const WAITS_PER_TURN: &str = "WAITS_PER_TURN";
@@ -73,6 +75,7 @@ pub fn reason_of(error: &Error) -> &'static str {
         Error::NotReady(_) => reason::NOT_READY,
         Error::Unauthenticated { .. } => reason::UNAUTHENTICATED,
         Error::PermissionDenied { .. } => reason::PERMISSION_DENIED,
+        Error::RecordExists(_) => reason::RECORD_EXISTS,
         Error::WaitNotFound => reason::WAIT_NOT_FOUND,
         Error::WaitSettled(_) => reason::WAIT_SETTLED,
         Error::WaitsPerTurn { .. } => reason::WAITS_PER_TURN,
@@ -137,12 +140,25 @@ impl From<Error> for Status {
                 reason,
                 HashMap::from([("namespace".to_owned(), namespace), ("role".to_owned(), role.as_str().to_owned())]),
             ),
+            Error::RecordExists(address) => record_exists(message, *address),
             Error::WaitNotFound => status(Code::NotFound, message, reason, HashMap::new()),
             Error::WaitSettled(wait) => wait_settled(message, *wait),
             Error::WaitsPerTurn { max } => limit(message, reason, max as usize),
             Error::AwaitsFull { max } => limit(message, reason, max),
         }
     }
+}
+
+/// ALREADY_EXISTS, RECORD_EXISTS, its metadata naming the record that is
+/// stored (namespace aside: the caller named it).
+fn record_exists(message: String, address: Address) -> Status {
+    let metadata = HashMap::from([
+        ("turn_id".to_owned(), address.turn_id),
+        ("scope".to_owned(), address.scope),
+        ("kind".to_owned(), address.kind),
+        ("id".to_owned(), address.id),
+    ]);
+    status(Code::AlreadyExists, message, reason::RECORD_EXISTS, metadata)
 }
 
 /// RESOURCE_EXHAUSTED for a limit of `max`, which the metadata names.

@@ -3,6 +3,7 @@
 //! into a `tonic::Status`; `store::Error` feeds in through `From`.
 
 use crate::domain::keys::Refusal;
+use crate::domain::records::{Address, PutRefusal};
 use crate::domain::rpc::{Role, Unknown};
 use crate::domain::waits::{Wait, WaitRefusal};
 use crate::store;
@@ -78,6 +79,11 @@ pub enum Error {
     /// was stored. Reads still work; writes resume once space is freed.
     #[error("the store is full")]
     StoreFull(#[source] store::Error),
+
+    /// A PutRecords creating a record found its address taken; nothing of
+    /// it was written.
+    #[error("a record is stored at turn {:?}, scope {:?}, kind {:?}, id {:?} already; nothing was written", .0.turn_id, .0.scope, .0.kind, .0.id)]
+    RecordExists(Box<Address>),
 
     /// GetWait or Await named a wait that does not exist.
     #[error("no wait of this turn has this name")]
@@ -171,6 +177,15 @@ impl From<Refusal> for Error {
             Refusal::LeaseLost => Error::LeaseLost,
             Refusal::NotAcquired => Error::NotAcquired,
             Refusal::ResultMismatch => Error::ResultMismatch,
+        }
+    }
+}
+
+impl From<PutRefusal> for Error {
+    fn from(refusal: PutRefusal) -> Self {
+        match refusal {
+            PutRefusal::Fence(refusal) => refusal.into(),
+            PutRefusal::Exists(address) => Error::RecordExists(address),
         }
     }
 }

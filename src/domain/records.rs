@@ -7,11 +7,11 @@
 //! for both backends, and so is metadata containment, which Postgres
 //! evaluates as `@>` and SQLite through `json_contains`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
-use crate::domain::keys::Fence;
+use crate::domain::keys::{Fence, Refusal};
 use crate::domain::model::UnixNanos;
 
 /// What a put does when the address is already stored.
@@ -21,6 +21,82 @@ pub enum PutMode {
     Upsert,
     /// Keep the stored record.
     InsertIfAbsent,
+    /// Write only if the address is free, else refuse the whole put
+    /// (`claims` decides, before anything is written).
+    Create,
+}
+
+impl PutMode {
+    /// What the store's statement does at a taken address: a create that
+    /// got this far found its address free, so it inserts.
+    pub fn on_conflict(self) -> PutMode {
+        match self {
+            PutMode::Upsert => PutMode::Upsert,
+            PutMode::InsertIfAbsent | PutMode::Create => PutMode::InsertIfAbsent,
+        }
+    }
+}
+
+/// Where a record lives, within a namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Address {
+    pub namespace: String,
+    pub turn_id: String,
+    pub scope: String,
+    pub kind: String,
+    pub id: String,
+}
+
+impl Address {
+    pub fn of(namespace: &str, record: &NewRecord) -> Address {
+        Address {
+            namespace: namespace.to_owned(),
+            turn_id: record.turn_id.clone(),
+            scope: record.scope.clone(),
+            kind: record.kind.clone(),
+            id: record.id.clone(),
+        }
+    }
+}
+
+/// Why a PutRecords was refused, with nothing of it written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutRefusal {
+    /// Its fence's lease is not held.
+    Fence(Refusal),
+    /// A record to create found its address taken.
+    Exists(Box<Address>),
+}
+
+/// Which of `puts` (those not already refused, in the batch's order) a
+/// create refuses: the first record of a put whose mode is `Create` and
+/// whose address is `stored`, or written by an earlier put of the batch
+/// that went through, or by an earlier record of the same put. A refused
+/// put claims nothing, so a later one may take its addresses.
+pub fn claims(puts: &[Option<&RecordPut>], stored: &HashSet<Address>) -> Vec<Option<Address>> {
+    let mut taken: HashSet<Address> = stored.clone();
+    let mut refusals = Vec::with_capacity(puts.len());
+    for put in puts {
+        let Some(put) = put else {
+            refusals.push(None);
+            continue;
+        };
+        let mut own: HashSet<Address> = HashSet::new();
+        let mut refused = None;
+        for record in &put.records {
+            let address = Address::of(&put.namespace, record);
+            if record.mode == PutMode::Create && (taken.contains(&address) || own.contains(&address)) {
+                refused = Some(address);
+                break;
+            }
+            own.insert(address);
+        }
+        if refused.is_none() {
+            taken.extend(own);
+        }
+        refusals.push(refused);
+    }
+    refusals
 }
 
 /// A record as written (and, with `recorded_at`, as stored).
@@ -276,7 +352,7 @@ pub fn final_records<'a>(puts: impl Iterator<Item = (&'a str, &'a NewRecord)>) -
     for (namespace, record) in puts {
         let address =
             (namespace, record.turn_id.as_str(), record.kind.as_str(), record.scope.as_str(), record.id.as_str());
-        if record.mode == PutMode::Upsert || !chosen.contains_key(&address) {
+        if record.mode.on_conflict() == PutMode::Upsert || !chosen.contains_key(&address) {
             chosen.insert(address, (namespace, record));
         }
     }

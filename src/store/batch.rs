@@ -11,7 +11,7 @@
 //! one at a time: a second identical append in one batch is a duplicate of
 //! the first, and a second Begin on one key sees the first's lease.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 
@@ -19,7 +19,7 @@ use super::waits::{self, WaitStatements};
 use super::{DbError, Deleted, Error, Expired, Fenced, Write, Written};
 use crate::domain::keys::{self, BeginPlan, Fence, KeyRecord, Plan};
 use crate::domain::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
-use crate::domain::records::{self, NewRecord, RecordDelete};
+use crate::domain::records::{self, Address, NewRecord, PutRefusal, RecordDelete, RecordPut};
 use crate::domain::waits::{WaitDone, WaitRefusal, WaitWrite};
 
 /// The deduplication key of a checkpoint.
@@ -160,7 +160,7 @@ pub fn plan_idempotency(
             }
             Write::PutRecords(put) => {
                 let verdict = put.fence.as_ref().map_or(Ok(()), |fence| keys::check_fence(current, fence));
-                written.put.push(verdict.map(|()| now));
+                written.put.push(verdict.map(|()| now).map_err(PutRefusal::Fence));
                 None
             }
             Write::Append(_)
@@ -370,6 +370,14 @@ pub trait Statements: TurnChunks + WaitStatements {
     /// Writes the batch's records (`records::final_records`: one per
     /// address, sorted), upserting or inserting if absent as each says.
     async fn put_records(&mut self, records: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), DbError>;
+    /// Which of `wanted` hold a record, read after `turns` (every turn the
+    /// batch's puts may write, sorted) are locked against other writers, as
+    /// `put_records` locks them, so no other writer fills one meanwhile.
+    async fn stored_addresses(
+        &mut self,
+        turns: &[(&str, &str)],
+        wanted: &[Address],
+    ) -> Result<HashSet<Address>, DbError>;
     /// Deletes what a DeleteRecords selects; answers how many records went.
     async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, DbError>;
     /// Copies every record of `source` to `target` (replacing what is at an
@@ -487,22 +495,27 @@ async fn wait_fence(
 
 /// Writes the records of the batch's PutRecords that their fences let
 /// through (each answered by `plan_idempotency`, or now when the batch has
-/// no fences), and dates each answer `recorded_at`.
+/// no fences) and whose creates find their addresses free (`claim`), and
+/// dates each answer `recorded_at`.
 async fn put_records(
     statements: &mut impl Statements,
     batch: &[Write],
     recorded_at: UnixNanos,
     written: &mut Written,
 ) -> Result<(), Error> {
-    let puts = batch.iter().filter_map(|write| match write {
-        Write::PutRecords(put) => Some(put),
-        _ => None,
-    });
+    let puts: Vec<&RecordPut> = batch
+        .iter()
+        .filter_map(|write| match write {
+            Write::PutRecords(put) => Some(put),
+            _ => None,
+        })
+        .collect();
     if written.put.is_empty() {
-        written.put = puts.clone().map(|_| Ok(recorded_at)).collect();
+        written.put = puts.iter().map(|_| Ok(recorded_at)).collect();
     }
+    claim(statements, &puts, &mut written.put).await?;
     let mut accepted = Vec::new();
-    for (put, answer) in puts.zip(written.put.iter_mut()) {
+    for (put, answer) in puts.iter().zip(written.put.iter_mut()) {
         if let Ok(at) = answer {
             *at = recorded_at;
             accepted.extend(put.records.iter().map(|record| (put.namespace.as_str(), record)));
@@ -510,6 +523,43 @@ async fn put_records(
     }
     if !accepted.is_empty() {
         statements.put_records(&records::final_records(accepted.into_iter()), recorded_at).await?;
+    }
+    Ok(())
+}
+
+/// Refuses each put (not refused already) whose create finds its address
+/// taken (`records::claims`), reading the stored addresses under the turn
+/// locks; no statement runs when no put creates.
+async fn claim(
+    statements: &mut impl Statements,
+    puts: &[&RecordPut],
+    answers: &mut [Result<UnixNanos, PutRefusal>],
+) -> Result<(), Error> {
+    let open: Vec<Option<&RecordPut>> =
+        puts.iter().zip(answers.iter()).map(|(put, answer)| answer.is_ok().then_some(*put)).collect();
+    let creating = |put: &&RecordPut| put.records.iter().any(|r| r.mode == records::PutMode::Create);
+    if !open.iter().flatten().any(creating) {
+        return Ok(());
+    }
+    let mut turns: Vec<(&str, &str)> = open
+        .iter()
+        .flatten()
+        .flat_map(|put| put.records.iter().map(|r| (put.namespace.as_str(), r.turn_id.as_str())))
+        .collect();
+    turns.sort_unstable();
+    turns.dedup();
+    let wanted: Vec<Address> = open
+        .iter()
+        .flatten()
+        .flat_map(|put| {
+            put.records.iter().filter(|r| r.mode == records::PutMode::Create).map(|r| Address::of(&put.namespace, r))
+        })
+        .collect();
+    let stored = statements.stored_addresses(&turns, &wanted).await?;
+    for (answer, refusal) in answers.iter_mut().zip(records::claims(&open, &stored)) {
+        if let Some(address) = refusal {
+            *answer = Err(PutRefusal::Exists(Box::new(address)));
+        }
     }
     Ok(())
 }

@@ -38,7 +38,7 @@ use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyRecord, KeyState, R
 use crate::domain::model::{
     Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos,
 };
-use crate::domain::records::{RecordDelete, RecordEntry, RecordPut, RecordQuery};
+use crate::domain::records::{PutRefusal, RecordDelete, RecordEntry, RecordPut, RecordQuery};
 use crate::domain::waits::{Wait, WaitAnswer, WaitKey, WaitQuery, WaitWrite};
 
 /// Why the store could not do what it was asked. The message is for logs
@@ -223,8 +223,8 @@ pub struct Written {
     pub released: Vec<Fenced<KeyState>>,
     /// Each new lease expiry.
     pub extended: Vec<Fenced<UnixNanos>>,
-    /// When each PutRecords was recorded, or why its fence refused it.
-    pub put: Vec<Fenced<UnixNanos>>,
+    /// When each PutRecords was recorded, or why it was refused.
+    pub put: Vec<Result<UnixNanos, PutRefusal>>,
     /// How many records each DeleteRecords deleted.
     pub records_deleted: Vec<u64>,
     /// How many records each CopyTurn copied.

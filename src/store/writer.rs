@@ -61,7 +61,7 @@ use tokio::task::JoinHandle;
 use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, Write, Written};
 use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyState};
 use crate::domain::model::{Appended, NewCheckpoint, UnixNanos};
-use crate::domain::records::{RecordDelete, RecordPut};
+use crate::domain::records::{PutRefusal, RecordDelete, RecordPut};
 use crate::domain::waits::{WaitAnswer, WaitWrite};
 use crate::observe::metrics::Metrics;
 use crate::observe::traces::{self, Traces};
@@ -93,7 +93,7 @@ enum Pending {
     Completed(Reply<Fenced<UnixNanos>>),
     Released(Reply<Fenced<KeyState>>),
     Extended(Reply<Fenced<UnixNanos>>),
-    Put(Reply<Fenced<UnixNanos>>),
+    Put(Reply<Result<UnixNanos, PutRefusal>>),
     RecordsDeleted(Reply<u64>),
     Copied(Reply<u64>),
     Waited(Reply<WaitAnswer>),
@@ -314,7 +314,7 @@ impl Writer {
 
     /// Writes records, all or none; answers when they were recorded, or why
     /// the fence refused them (then nothing was written).
-    pub async fn put_records(&self, put: RecordPut) -> Result<Fenced<UnixNanos>, Error> {
+    pub async fn put_records(&self, put: RecordPut) -> Result<Result<UnixNanos, PutRefusal>, Error> {
         self.submit(Write::PutRecords(put), Pending::Put).await
     }
 
@@ -545,7 +545,7 @@ struct Replies {
     completed: Vec<Reply<Fenced<UnixNanos>>>,
     released: Vec<Reply<Fenced<KeyState>>>,
     extended: Vec<Reply<Fenced<UnixNanos>>>,
-    put: Vec<Reply<Fenced<UnixNanos>>>,
+    put: Vec<Reply<Result<UnixNanos, PutRefusal>>>,
     records_deleted: Vec<Reply<u64>>,
     copied: Vec<Reply<u64>>,
     waits: Vec<Reply<WaitAnswer>>,

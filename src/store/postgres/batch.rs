@@ -3,7 +3,7 @@
 //! `UNNEST`ed arrays; and a deletion chunk's, which lock the turn's summary
 //! row. What a batch means is `batch`'s; this is only its SQL.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use sqlx::postgres::PgConnection;
@@ -12,7 +12,7 @@ use super::{DB_NOW_NS, records};
 use crate::domain::clock::Clock;
 use crate::domain::keys::KeyRecord;
 use crate::domain::model::{Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
-use crate::domain::records::{NewRecord, RecordDelete};
+use crate::domain::records::{Address, NewRecord, RecordDelete};
 use crate::store::DbError;
 use crate::store::batch::{CheckpointKey, Statements, TurnChunks};
 use crate::store::rows::{self, CheckpointRow, InsertedRow, KeyRow, decode_error};
@@ -222,6 +222,14 @@ impl Statements for Conn<'_> {
 
     async fn put_records(&mut self, rows: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), DbError> {
         records::put(self.conn, rows, recorded_at).await.map_err(DbError::sqlx)
+    }
+
+    async fn stored_addresses(
+        &mut self,
+        turns: &[(&str, &str)],
+        wanted: &[Address],
+    ) -> Result<HashSet<Address>, DbError> {
+        records::stored_addresses(self.conn, turns, wanted).await.map_err(DbError::sqlx)
     }
 
     async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, DbError> {

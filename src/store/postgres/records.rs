@@ -12,15 +12,15 @@
 //! their upserts and inserts interleave.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sqlx::postgres::{PgArguments, PgConnection, PgRow};
 use sqlx::{Arguments, Connection, Encode, Postgres, Row, Type};
 
 use crate::domain::model::UnixNanos;
 use crate::domain::records::{
-    self, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor, RelatedSize,
-    Selection, StoredRecord,
+    self, Address, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor,
+    RelatedSize, Selection, StoredRecord,
 };
 use crate::store::IdleQuery;
 
@@ -60,7 +60,7 @@ pub async fn put(
     let (lock_namespaces, lock_turns): (Vec<&str>, Vec<&str>) = turns.into_iter().unzip();
     let mut locked = false;
     for mode in [PutMode::Upsert, PutMode::InsertIfAbsent] {
-        let chosen: Vec<&(&str, &NewRecord)> = rows.iter().filter(|(_, r)| r.mode == mode).collect();
+        let chosen: Vec<&(&str, &NewRecord)> = rows.iter().filter(|(_, r)| r.mode.on_conflict() == mode).collect();
         if chosen.is_empty() {
             continue;
         }
@@ -70,7 +70,7 @@ pub async fn put(
                  payload = excluded.payload, metadata = excluded.metadata, refs = excluded.refs, \
                  recorded_at_ns = excluded.recorded_at_ns"
             }
-            PutMode::InsertIfAbsent => "DO NOTHING",
+            PutMode::InsertIfAbsent | PutMode::Create => "DO NOTHING",
         };
         // The turn locks ride in the first statement (no round trip of
         // their own): its one-row `locks` is read before any row is written.
@@ -102,6 +102,42 @@ pub async fn put(
         locked = true;
     }
     Ok(())
+}
+
+/// Which of `wanted` hold a record, read after the advisory locks of
+/// `turns` (those a put's first statement would take, taken here first, in
+/// the same order): a create then finds its address as no other writer can
+/// change it until the transaction ends. Two round trips.
+pub async fn stored_addresses(
+    conn: &mut PgConnection,
+    turns: &[(&str, &str)],
+    wanted: &[Address],
+) -> Result<HashSet<Address>, sqlx::Error> {
+    lock_turns(conn, turns.iter().copied()).await?;
+    let column = |f: fn(&Address) -> &str| wanted.iter().map(f).collect::<Vec<&str>>();
+    let rows = sqlx::query(
+        "SELECT r.namespace, r.turn_id, r.scope, r.kind, r.id FROM records r \
+         JOIN UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(n, t, s, k, i) \
+           ON r.namespace = u.n AND r.turn_id = u.t AND r.kind = u.k AND r.scope = u.s AND r.id = u.i",
+    )
+    .bind(column(|a| &a.namespace))
+    .bind(column(|a| &a.turn_id))
+    .bind(column(|a| &a.scope))
+    .bind(column(|a| &a.kind))
+    .bind(column(|a| &a.id))
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(Address {
+                namespace: row.try_get(0)?,
+                turn_id: row.try_get(1)?,
+                scope: row.try_get(2)?,
+                kind: row.try_get(3)?,
+                id: row.try_get(4)?,
+            })
+        })
+        .collect()
 }
 
 /// The turn locks of `lock_turns` as the head of a put's first statement,

@@ -16,7 +16,7 @@
 //! and `rows`.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::TryLockError;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -39,7 +39,7 @@ use crate::domain::keys::KeyRecord;
 use crate::domain::model::{
     Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos,
 };
-use crate::domain::records::{NewRecord, RecordDelete, RecordEntry, RecordQuery};
+use crate::domain::records::{Address, NewRecord, RecordDelete, RecordEntry, RecordQuery};
 use crate::domain::waits::{Wait, WaitKey, WaitQuery};
 use crate::observe::metrics::StoreState;
 
@@ -541,6 +541,14 @@ impl Statements for Batch<'_> {
 
     async fn put_records(&mut self, rows: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), DbError> {
         records::put(self.conn, rows, recorded_at).map_err(sqlite)
+    }
+
+    async fn stored_addresses(
+        &mut self,
+        _turns: &[(&str, &str)],
+        wanted: &[Address],
+    ) -> Result<HashSet<Address>, DbError> {
+        records::stored_addresses(self.conn, wanted).map_err(sqlite)
     }
 
     async fn delete_records(&mut self, delete: &RecordDelete) -> Result<u64, DbError> {

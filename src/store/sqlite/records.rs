@@ -7,6 +7,8 @@
 //! every connection: `records::json_contains`, the containment Postgres's
 //! `@>` defines.
 
+use std::collections::HashSet;
+
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row};
@@ -14,8 +16,8 @@ use serde_json::Value;
 
 use crate::domain::model::UnixNanos;
 use crate::domain::records::{
-    self, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor, RelatedSize,
-    Selection, StoredRecord,
+    self, Address, NewRecord, Part, PutMode, RecordCursor, RecordDelete, RecordEntry, RecordQuery, RelatedCursor,
+    RelatedSize, Selection, StoredRecord,
 };
 use crate::store::IdleQuery;
 
@@ -66,11 +68,26 @@ fn stored(row: &Row<'_>) -> rusqlite::Result<StoredRecord> {
     })
 }
 
+/// Which of `wanted` hold a record. The writer's transaction already
+/// excludes every other writer of the file, so nothing needs locking.
+pub fn stored_addresses(conn: &Connection, wanted: &[Address]) -> rusqlite::Result<HashSet<Address>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT 1 FROM records WHERE namespace = ?1 AND turn_id = ?2 AND kind = ?3 AND scope = ?4 AND id = ?5",
+    )?;
+    let mut stored = HashSet::new();
+    for a in wanted {
+        if statement.exists([&a.namespace, &a.turn_id, &a.kind, &a.scope, &a.id])? {
+            stored.insert(a.clone());
+        }
+    }
+    Ok(stored)
+}
+
 /// Writes `rows` (one per address, sorted): the upserts replace what is
 /// stored, the inserts keep it.
 pub fn put(conn: &Connection, rows: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> rusqlite::Result<()> {
     for mode in [PutMode::Upsert, PutMode::InsertIfAbsent] {
-        let chosen: Vec<&(&str, &NewRecord)> = rows.iter().filter(|(_, r)| r.mode == mode).collect();
+        let chosen: Vec<&(&str, &NewRecord)> = rows.iter().filter(|(_, r)| r.mode.on_conflict() == mode).collect();
         for chunk in chosen.chunks(ROWS_PER_INSERT) {
             let tail = match mode {
                 PutMode::Upsert => {
@@ -79,7 +96,9 @@ pub fn put(conn: &Connection, rows: &[(&str, &NewRecord)], recorded_at: UnixNano
                        payload = excluded.payload, metadata = excluded.metadata, refs = excluded.refs, \
                        recorded_at_ns = excluded.recorded_at_ns"
                 }
-                PutMode::InsertIfAbsent => " ON CONFLICT (namespace, turn_id, kind, scope, id) DO NOTHING",
+                PutMode::InsertIfAbsent | PutMode::Create => {
+                    " ON CONFLICT (namespace, turn_id, kind, scope, id) DO NOTHING"
+                }
             };
             let sql = super::values_sql(
                 "INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, \

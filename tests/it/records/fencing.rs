@@ -13,7 +13,7 @@ use stepwell::api::pb::{BeginOutcome, Fence, PutRecordsRequest, Record};
 use stepwell::config::sections::Config;
 use stepwell::domain::clock::Clock;
 use stepwell::domain::keys::{BeginArgs, Fence as StoreFence, Refusal};
-use stepwell::domain::records::{NewRecord, PutMode, RecordPut};
+use stepwell::domain::records::{NewRecord, PutMode, PutRefusal, RecordPut};
 use stepwell::store::{self, Write};
 use tonic::Code;
 
@@ -201,8 +201,8 @@ async fn a_refused_fenced_put_leaves_the_other_puts_of_its_batch_alone() {
         .await
         .expect("the batch commits");
     assert_eq!(
-        answers.put.iter().map(|a| a.as_ref().err().copied()).collect::<Vec<_>>(),
-        [None, Some(Refusal::LeaseLost), None, Some(Refusal::NotAcquired), None],
+        answers.put.iter().map(|a| a.as_ref().err().cloned()).collect::<Vec<_>>(),
+        [None, Some(PutRefusal::Fence(Refusal::LeaseLost)), None, Some(PutRefusal::Fence(Refusal::NotAcquired)), None],
         "{answers:?}"
     );
     drop(store);

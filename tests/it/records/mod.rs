@@ -12,6 +12,7 @@
 
 mod budget;
 mod copy;
+mod create;
 mod delete;
 mod durability;
 mod fencing;

@@ -54,7 +54,7 @@ const (
 	// counts as taken when it is stored, or written by a request committed
 	// before this one in the same transaction, or by an earlier record of
 	// this request. With it, a writer claims the next id of a sequence
-	// (contract 1.4): of two racing writers, one wins and the other learns it.
+	// (contract 1.3): of two racing writers, one wins and the other learns it.
 	PutMode_PUT_MODE_CREATE PutMode = 3
 )
 

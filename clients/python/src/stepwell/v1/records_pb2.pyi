@@ -54,7 +54,7 @@ class _PutModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PutMode.Value
     counts as taken when it is stored, or written by a request committed
     before this one in the same transaction, or by an earlier record of
     this request. With it, a writer claims the next id of a sequence
-    (contract 1.4): of two racing writers, one wins and the other learns it.
+    (contract 1.3): of two racing writers, one wins and the other learns it.
     """
 
 class PutMode(_PutMode, metaclass=_PutModeEnumTypeWrapper):
@@ -73,7 +73,7 @@ its metadata naming the record (turn_id, scope, kind, id). The address
 counts as taken when it is stored, or written by a request committed
 before this one in the same transaction, or by an earlier record of
 this request. With it, a writer claims the next id of a sequence
-(contract 1.4): of two racing writers, one wins and the other learns it.
+(contract 1.3): of two racing writers, one wins and the other learns it.
 """
 Global___PutMode: _TypeAlias = PutMode  # noqa: Y015
 
