@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         Command::Turns(turns) => cli::turns(&turns),
         Command::Keys(keys) => cli::keys(&keys),
         Command::Records(records) => cli::records(&records),
+        Command::Sessions(sessions) => cli::sessions(&sessions),
         Command::Waits(waits) => cli::waits(&waits),
         Command::Migrate(args) => moving::migrate(&args),
         Command::Export(args) => moving::export(&args),

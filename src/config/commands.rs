@@ -172,6 +172,52 @@ pub struct RecordsRm {
     pub turns: Vec<String>,
 }
 
+/// What `stepwell sessions` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum SessionsCommand {
+    /// List the agent sessions of the namespace (the clients' session
+    /// adapters), newest written first, with their item counts; reads
+    /// every item of the namespace.
+    Ls(SessionsLs),
+    /// Show a session's newest items, oldest first.
+    Show(SessionsShow),
+    /// Clear sessions: delete their items (needs the write role); other
+    /// records and checkpoints of the same turns stay.
+    Rm(SessionsRm),
+}
+
+/// Flags of `stepwell sessions ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct SessionsLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Most sessions to list.
+    #[arg(long, default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+}
+
+/// Flags of `stepwell sessions show`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct SessionsShow {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The session's id.
+    pub session: String,
+    /// Most items to show, the newest.
+    #[arg(long, default_value = "100", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+}
+
+/// Flags of `stepwell sessions rm`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct SessionsRm {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The sessions to clear.
+    #[arg(required = true, value_name = "SESSION")]
+    pub sessions: Vec<String>,
+}
+
 /// What `stepwell waits` does.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum WaitsCommand {

@@ -32,7 +32,9 @@ pub mod sections;
 pub mod serve;
 pub mod values;
 
-use commands::{AuthCommand, Healthcheck, KeysCommand, ProtoArgs, RecordsCommand, TurnsCommand, WaitsCommand};
+use commands::{
+    AuthCommand, Healthcheck, KeysCommand, ProtoArgs, RecordsCommand, SessionsCommand, TurnsCommand, WaitsCommand,
+};
 use env::{Env, with_env};
 use moving::{ExportArgs, ImportArgs, MigrateArgs};
 use serve::ServeArgs;
@@ -73,6 +75,10 @@ pub enum Command {
     /// List and delete the records (RecordService) of a running sidecar.
     #[command(subcommand)]
     Records(RecordsCommand),
+    /// List, show and clear the agent sessions a running sidecar keeps for
+    /// the clients' session adapters.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
     /// List, show, signal and cancel the waits (WaitService) of a running
     /// sidecar.
     #[command(subcommand)]

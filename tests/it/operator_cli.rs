@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use stepwell::api::pb::{ListRecordsRequest, PutRecordsRequest, Record};
+use stepwell::api::pb::{ListRecordsRequest, PutMode, PutRecordsRequest, Record};
 use stepwell::auth::token_sha256;
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{T0, begin, checkpoint, complete};
@@ -847,4 +847,74 @@ async fn waits_ls_show_signal_and_cancel_act_on_a_sidecars_waits() {
     assert_eq!((missing.code, missing.stdout.as_str()), (2, ""), "{missing:?}");
     let both = cli(socket, &["waits", "show", "t1", "approve", "--handle", &handle]);
     assert_eq!(both.code, 64, "a turn and a handle together are refused before dialling: {both:?}");
+}
+
+/// Agent sessions as the clients' session adapters write them: "s1" with
+/// three items (and a checkpoint record of the same turn), then "s2" with one.
+async fn seed_sessions(server: &SidecarProcess) {
+    let item = |session: &str, seq: u64, json: &str| Record {
+        turn_id: session.to_owned(),
+        kind: "agent-item".to_owned(),
+        id: format!("{seq:020}"),
+        payload: json.as_bytes().to_vec(),
+        content_type: "application/json".to_owned(),
+        metadata: format!(r#"{{"u": "{session}-{seq}"}}"#).into_bytes(),
+        mode: PutMode::Create as i32,
+        ..Default::default()
+    };
+    let first = vec![
+        item("s1", 1, r#"{"role":"user","content":"book a table\nfor two"}"#),
+        item("s1", 2, r#"{"type":"function_call","call_id":"c1","name":"book","arguments":"{}"}"#),
+        item("s1", 3, r#"{"role":"assistant","content":[{"type":"output_text","text":"Booked."}]}"#),
+        Record { kind: "checkpoint".to_owned(), id: "c1".to_owned(), ..Default::default() },
+    ];
+    let first = first.into_iter().map(|r| Record { turn_id: "s1".to_owned(), ..r }).collect();
+    let mut client = server.records();
+    for records in [first, vec![item("s2", 1, r#"{"role":"user","content":"hi"}"#)]] {
+        client.put_records(PutRecordsRequest { namespace: String::new(), records, fence: None }).await.expect("seeded");
+    }
+}
+
+#[tokio::test]
+async fn sessions_ls_show_and_rm_see_the_agent_sessions_items() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_sessions(&server).await;
+    let socket = server.socket_path();
+
+    let listed: Vec<Value> = rows(socket, &["sessions", "ls", "--json"])
+        .into_iter()
+        .map(|r| normalise(r, &["last_written_at", "last_written_at_ns"]))
+        .collect();
+    let session = |id: &str, items: u64| json!({"session_id": id, "items": items, "last_written_at": "*", "last_written_at_ns": "*"});
+    assert_eq!(listed, [session("s2", 1), session("s1", 3)], "newest written first, checkpoints not counted");
+    assert_eq!(rows(socket, &["sessions", "ls", "--json", "--limit", "1"]).len(), 1);
+
+    let shown: Vec<Value> = rows(socket, &["sessions", "show", "s1", "--json", "--limit", "2"])
+        .into_iter()
+        .map(|r| normalise(r, &["recorded_at", "recorded_at_ns"]))
+        .collect();
+    let call = json!({"type": "function_call", "call_id": "c1", "name": "book", "arguments": "{}"});
+    let answer = json!({"role": "assistant", "content": [{"type": "output_text", "text": "Booked."}]});
+    let row = |seq: u64, item: Value| json!({"session_id": "s1", "seq": seq, "item": item, "recorded_at": "*", "recorded_at_ns": "*"});
+    assert_eq!(shown, [row(2, call), row(3, answer)], "the newest items, oldest first");
+
+    let table = cli(socket, &["sessions", "show", "s1"]);
+    assert_eq!((table.code, table.stderr.as_str()), (0, ""));
+    let lines: Vec<Vec<&str>> = table.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0], ["SEQ", "ITEM", "TEXT", "RECORDED"]);
+    assert_eq!(lines[1][..6], ["1", "user", "book", "a", "table", "for"], "{}", table.stdout);
+    assert_eq!(lines[3][..3], ["3", "assistant", "Booked."], "{}", table.stdout);
+
+    assert_eq!(rows(socket, &["sessions", "rm", "s1", "--json"]), [json!({"session_ids": ["s1"], "deleted": 3})]);
+    let gone = cli(socket, &["sessions", "show", "s1"]);
+    assert_eq!((gone.code, gone.stdout.as_str()), (2, ""), "{gone:?}");
+    assert!(gone.stderr.starts_with("stepwell sessions show: session \"s1\" holds no items"), "{}", gone.stderr);
+    assert_eq!(
+        ids(&rows(socket, &["records", "ls", "s1", "--kind", "checkpoint", "--json"])),
+        ["c1"],
+        "other records stay"
+    );
+    let again = cli(socket, &["sessions", "rm", "s1"]);
+    assert_eq!((again.code, again.stdout.as_str()), (0, "sessions: s1\ndeleted:  0 items\n"), "{again:?}");
 }

@@ -1,8 +1,9 @@
 //! The operator commands that act on a running sidecar over gRPC, so that
 //! its authentication, roles and namespaces apply to them as to any caller:
 //! `stepwell turns ls|show|rm` (`turns`), `stepwell keys get|release`
-//! (`keys`), `stepwell records ls|rm` (`records`) and `stepwell waits
-//! ls|show|signal|cancel` (`waits`). This module holds what they share: dialling the target (the
+//! (`keys`), `stepwell records ls|rm` (`records`), `stepwell sessions
+//! ls|show|rm` (`sessions`) and `stepwell waits ls|show|signal|cancel`
+//! (`waits`). This module holds what they share: dialling the target (the
 //! same code as `stepwell healthcheck`, `probe::connect`), the bearer token
 //! and namespace of every request, the `--timeout-ms` bound on each call, the
 //! output (an aligned table, `key: value` lines for one record, or NDJSON
@@ -23,6 +24,7 @@
 
 mod keys;
 mod records;
+mod sessions;
 mod turns;
 mod waits;
 
@@ -40,7 +42,7 @@ use crate::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use crate::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use crate::api::pb::record_service_client::RecordServiceClient;
 use crate::api::pb::wait_service_client::WaitServiceClient;
-use crate::config::commands::{KeysCommand, RecordsCommand, Remote, TurnsCommand, WaitsCommand};
+use crate::config::commands::{KeysCommand, RecordsCommand, Remote, SessionsCommand, TurnsCommand, WaitsCommand};
 use crate::ops::probe::{self, ClientTls};
 
 /// Exit code: the sidecar could not be reached or failed.
@@ -78,6 +80,17 @@ pub fn records(command: &RecordsCommand) -> ExitCode {
     match command {
         RecordsCommand::Ls(args) => run("stepwell records ls", &args.remote, async |s| records::ls(s, args).await),
         RecordsCommand::Rm(args) => run("stepwell records rm", &args.remote, async |s| records::rm(s, args).await),
+    }
+}
+
+/// Runs `stepwell sessions …`.
+pub fn sessions(command: &SessionsCommand) -> ExitCode {
+    match command {
+        SessionsCommand::Ls(args) => run("stepwell sessions ls", &args.remote, async |s| sessions::ls(s, args).await),
+        SessionsCommand::Show(args) => {
+            run("stepwell sessions show", &args.remote, async |s| sessions::show(s, args).await)
+        }
+        SessionsCommand::Rm(args) => run("stepwell sessions rm", &args.remote, async |s| sessions::rm(s, args).await),
     }
 }
 
