@@ -40,12 +40,13 @@ a tool approval across a process restart (see the README).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
 import unicodedata
 import uuid
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar, Union
 
 import grpc
 
@@ -87,6 +88,7 @@ RECORD_FRAMING_BYTES = 8
 SESSION_ID_BYTES_MAX = 256
 
 JsonItem = Any
+T = TypeVar("T")
 
 
 def check_session_id(session_id: Any) -> str:
@@ -127,6 +129,24 @@ def _u_of(record: rec.Record) -> str:
         return ""
     u = meta.get("u") if isinstance(meta, dict) else None
     return u if isinstance(u, str) else ""
+
+
+async def _finish(mutation: Awaitable[T]) -> T:
+    """Awaits ``mutation`` to its end even when the caller is cancelled
+    meanwhile (then raising the cancellation after it), as the SDK's own
+    sessions do: a cancelled run must not leave a write half known."""
+    task = asyncio.ensure_future(mutation)
+    cancelled: Optional[BaseException] = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # the cancellation is the answer; the write's error is seen, not logged
+        raise cancelled
+    return task.result()
 
 
 def _runs(records: List[rec.Record]) -> List[List[rec.Record]]:
@@ -283,9 +303,13 @@ class StepwellSession:
 
     async def add_items(self, items: List[JsonItem]) -> None:
         """Appends ``items`` after the session's newest item, in one request
-        (several, each whole and in order, when they do not fit one)."""
+        (several, each whole and in order, when they do not fit one). A
+        caller cancelled meanwhile is answered once the write is done."""
         if not items:
             return
+        await _finish(self._add(items))
+
+    async def _add(self, items: List[JsonItem]) -> None:
         records = [
             rec.Record(
                 turn_id=self.session_id,
@@ -332,6 +356,9 @@ class StepwellSession:
     async def pop_item(self) -> Optional[JsonItem]:
         """Removes the newest item and returns it (None when the session is
         empty). Of two racing pops each gets a different item."""
+        return await _finish(self._pop())
+
+    async def _pop(self) -> Optional[JsonItem]:
         while True:
             newest = await self._newest()
             if newest is None:
@@ -358,7 +385,7 @@ class StepwellSession:
         """Deletes every item of the session (other records of the same turn,
         e.g. saved run states or a LangGraph thread's checkpoints, stay)."""
         req = rec.DeleteRecordsRequest(namespace=self.namespace, turn_ids=[self.session_id], kind=ITEM_KIND)
-        await self._call("DeleteRecords", req)
+        await _finish(self._call("DeleteRecords", req))
         self._next = None
 
 

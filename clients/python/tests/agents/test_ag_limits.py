@@ -114,3 +114,26 @@ def test_sidecar_down_is_unavailable(ag_namespace: str) -> None:
                     await call
 
     asyncio.run(main())
+
+
+def test_cancelled_add_items_still_writes(ag_target: str, ag_namespace: str) -> None:
+    """A caller cancelled during add_items (or pop_item) is answered with the
+    cancellation only once the write is done, as the SDK's sessions are."""
+    items = [{"role": "user", "content": f"c{i}"} for i in range(3)]
+
+    async def main() -> None:
+        async with StepwellSession.from_address(new_session_id(), ag_target, namespace=ag_namespace) as s:
+            task = asyncio.ensure_future(s.add_items(items))
+            await asyncio.sleep(0)  # the write has started: it awaits its first call
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await s.get_items() == items
+            task = asyncio.ensure_future(s.pop_item())
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await s.get_items() == items[:2]
+
+    asyncio.run(main())
