@@ -137,3 +137,24 @@ def test_cancelled_add_items_still_writes(ag_target: str, ag_namespace: str) -> 
             assert await s.get_items() == items[:2]
 
     asyncio.run(main())
+
+
+def test_clear_session_leaves_other_records_of_the_turn(ag_target: str, ag_namespace: str) -> None:
+    """clear_session deletes the session's items only: a record of another
+    kind in the same turn (a saved run state, a LangGraph checkpoint) stays."""
+
+    async def main() -> None:
+        sid = new_session_id()
+        async with AsyncClient(ag_target, namespace=ag_namespace) as client:
+            other = rec.Record(turn_id=sid, kind="checkpoint", id="c1", payload=b"{}")
+            await client._call(client.record_stub.PutRecords,
+                               rec.PutRecordsRequest(namespace=ag_namespace, records=[other]), None)
+            session = StepwellSession(sid, client=client)
+            await session.add_items([{"role": "user", "content": "x"}])
+            await session.clear_session()
+            assert await session.get_items() == []
+            req = rec.ListRecordsRequest(namespace=ag_namespace, turn_id=sid, kind="checkpoint")
+            resp = await client._call(client.record_stub.ListRecords, req, None)
+            assert [e.record.id for e in resp.entries] == ["c1"]
+
+    asyncio.run(main())
