@@ -50,7 +50,12 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar, Unio
 
 import grpc
 
-from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+try:
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "stepwell.agents needs the OpenAI Agents SDK 0.24: pip install 'stepwell[agents]'"
+    ) from exc
 
 from .aio import AsyncClient
 from .client import Client
