@@ -89,6 +89,12 @@ class ResultMismatch(StepwellError):
     """ALREADY_EXISTS / RESULT_MISMATCH: Complete repeated with another result."""
 
 
+class RecordExists(StepwellError):
+    """ALREADY_EXISTS / RECORD_EXISTS: a PutRecords with PUT_MODE_CREATE met
+    an address already taken, so nothing of it was written; ``.metadata``
+    names the record (``turn_id``, ``scope``, ``kind``, ``id``)."""
+
+
 class KeyNotFound(StepwellError):
     """NOT_FOUND / KEY_NOT_FOUND: Get on an unknown key."""
 
@@ -201,6 +207,7 @@ _BY_REASON: Dict[str, Type[StepwellError]] = {
     "NOT_ACQUIRED": NotAcquired,
     "RESULT_MISMATCH": ResultMismatch,
     "KEY_NOT_FOUND": KeyNotFound,
+    "RECORD_EXISTS": RecordExists,
     "OVERLOADED": Overloaded,
     "MESSAGE_TOO_LARGE": MessageTooLarge,
     "STORE_FULL": StoreFull,
