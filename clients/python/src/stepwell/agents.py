@@ -27,10 +27,11 @@ How a session is stored, shared byte for byte with the TypeScript client:
   An item larger than the sidecar's ``--record-bytes-max`` (4 MiB by
   default) is refused by it (``InvalidArgument``).
 
-The session remembers the id after the last one it saw or wrote. A session
-object whose remembered id is stale because a third process cleared the
-session and another then wrote fewer items may put its next batch before
-theirs; sessions that only add, read and pop keep a single order.
+Each ``add_items`` reads the newest id before it writes (two calls), rather
+than trusting an id it remembers: after a clear, a remembered id may lie in
+a gap below items written since, and a batch put there would sort before
+them. Only a clear racing the add itself can still reorder: a batch that
+read the newest id before the clear may land after items written after it.
 
 :func:`run_once` makes a function tool's effect run once per (run, tool call
 id) through the idempotency service, and :func:`save_run_state`,
@@ -208,10 +209,6 @@ class StepwellSession:
         self._factory: Optional[Callable[[], AsyncClient]] = None
         self._owns_client = False
         self._namespace = namespace
-        # The sequence number after the newest item this object saw or
-        # wrote: where its next batch goes, unless another writer got there
-        # first (then the sidecar says so, and it is read again).
-        self._next: Optional[int] = None
 
     @classmethod
     def from_address(
@@ -302,8 +299,6 @@ class StepwellSession:
         if n == 0:
             return []
         records = await self._newest_records(None if n is None or n < 0 else n)
-        if records:
-            self._next = max(self._next or 0, int(records[0].id) + 1)
         return [json.loads(r.payload.decode("utf-8")) for r in reversed(records)]
 
     async def add_items(self, items: List[JsonItem]) -> None:
@@ -335,21 +330,17 @@ class StepwellSession:
         """Writes ``run`` at the next free ids, reading the newest id again
         after each refusal (each means another writer made progress)."""
         while True:
-            first = self._next
-            if first is None:
-                newest = await self._newest()
-                first = int(newest.id) + 1 if newest is not None else 1
+            newest = await self._newest()
+            first = int(newest.id) + 1 if newest is not None else 1
             for i, r in enumerate(run):
                 r.id = item_id(first + i)
             try:
                 await self._call("PutRecords", rec.PutRecordsRequest(namespace=self.namespace, records=run))
             except RecordExists:
-                self._next = None
                 if await self._written(run[0]):
-                    break
+                    return
                 continue
-            break
-        self._next = max(self._next or 0, first + len(run))
+            return
 
     async def _written(self, record: rec.Record) -> bool:
         """Whether ``record`` is stored as is: a retried request whose first
@@ -391,7 +382,6 @@ class StepwellSession:
         e.g. saved run states or a LangGraph thread's checkpoints, stay)."""
         req = rec.DeleteRecordsRequest(namespace=self.namespace, turn_ids=[self.session_id], kind=ITEM_KIND)
         await _finish(self._call("DeleteRecords", req))
-        self._next = None
 
 
 # -- tools that run once -------------------------------------------------------

@@ -85,3 +85,23 @@ def test_racing_pops_never_return_the_same_item(ag_target: str, ag_namespace: st
             assert await asyncio.gather(*[s.pop_item() for s in sessions]) == [None] * 4
 
     asyncio.run(main())
+
+
+def test_an_add_after_a_clear_follows_items_written_since(ag_target: str, ag_namespace: str) -> None:
+    """Sessions that wrote before a clear add after what others wrote since:
+    none puts its batch in a gap the clear left below newer items."""
+
+    async def main() -> None:
+        sid = new_session_id()
+        async with AsyncClient(ag_target, namespace=ag_namespace) as client:
+            a, b, c = (StepwellSession(sid, client=client) for _ in range(3))
+            await a.add_items([{"role": "user", "content": f"a{i}"} for i in range(3)])
+            await b.add_items([{"role": "user", "content": f"b{i}"} for i in range(3)])
+            await c.clear_session()
+            await c.add_items([{"role": "user", "content": "c0"}])
+            await b.add_items([{"role": "user", "content": "b-late"}])
+            await a.add_items([{"role": "user", "content": "a-later"}])
+            items = await c.get_items()
+            assert [i["content"] for i in items] == ["c0", "b-late", "a-later"]
+
+    asyncio.run(main())
