@@ -19,8 +19,8 @@ use std::time::Duration;
 use serde_json::Value;
 use stepwell::api::pb::{
     AwaitRequest, BeginOutcome, BeginRequest, CancelWaitRequest, CheckpointRequest, CreateWaitRequest, GetRequest,
-    GetWaitRequest, ListRecordsRequest, ListWaitsRequest, PutRecordsRequest, Record, ReleaseRequest, SignalRequest,
-    TurnStatus, Wait, WaitStatus,
+    GetWaitRequest, ListRecordsRequest, ListWaitsRequest, PutMode, PutRecordsRequest, Record, ReleaseRequest,
+    SignalRequest, TurnStatus, Wait, WaitStatus,
 };
 use stepwell::domain::clock::{Clock, system_now};
 use stepwell::ops::moving::{self, Plan, migrate_stores};
@@ -39,10 +39,10 @@ const TURNS: [&str; 4] = ["open", "done", "tied", "versions"];
 const KEYS: [&str; 5] = ["held", "completed", "failed", "released", "fingerprinted"];
 /// The turns holding records, and the kinds and scopes of their records.
 const RECORD_TURNS: [&str; 2] = ["graph", "tür|2"];
-const RECORD_KINDS: [&str; 3] = ["checkpoint", "blob", "write"];
+const RECORD_KINDS: [&str; 4] = ["checkpoint", "blob", "write", "agent-item"];
 const RECORD_SCOPES: [&str; 2] = ["", "sub|graph:ü"];
 /// Records `populate` puts per namespace.
-const RECORDS_PER_NAMESPACE: u64 = 14;
+const RECORDS_PER_NAMESPACE: u64 = 18;
 /// Waits `create_waits` leaves per namespace.
 const WAITS_PER_NAMESPACE: usize = 8;
 const DAY: i64 = 86_400_000_000_000;
@@ -263,7 +263,8 @@ async fn moved_waits_fall_due(store: &TestStore) {
 /// escapes and a 2.50 that jsonb prints otherwise; refs to blobs; the
 /// second one's parent the first), blobs of binary payloads (non-UTF-8,
 /// NUL) with no metadata, and writes whose parents are checkpoints; ids
-/// with '|' and non-ASCII, which sort bytewise.
+/// with '|' and non-ASCII, which sort bytewise; and two items of an agent
+/// session (kind `agent-item`, created, as the clients' sessions write them).
 async fn put_records(records: &mut RecordClient, namespace: &str) {
     let record = |turn: &str, scope: &str, kind: &str, id: &str| Record {
         turn_id: turn.to_owned(),
@@ -306,6 +307,15 @@ async fn put_records(records: &mut RecordClient, namespace: &str) {
         });
         all.push(Record { payload: Vec::new(), ..record(turn, "", "blob", "blöb-2") });
         all.push(Record { parent_id: "0001|a".to_owned(), ..record(turn, "", "write", "0001|a|task|0") });
+        for (seq, item) in [(1, r#"{"role":"user","content":"réservez"}"#), (2, r#"{"type":"function_call"}"#)] {
+            all.push(Record {
+                payload: item.as_bytes().to_vec(),
+                content_type: "application/json".to_owned(),
+                metadata: format!(r#"{{"u":"{turn}-{seq}"}}"#).into_bytes(),
+                mode: PutMode::Create as i32,
+                ..record(turn, "", "agent-item", &format!("{seq:020}"))
+            });
+        }
     }
     assert_eq!(all.len() as u64, RECORDS_PER_NAMESPACE);
     let request = PutRecordsRequest { namespace: namespace.to_owned(), records: all, fence: None };
@@ -527,20 +537,20 @@ async fn export_then_import_gives_a_store_that_answers_alike() {
     let file = source.dir().join("backup.ndjson");
     let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
-    let exported = "exported 27 checkpoints, 12 turns, 15 idempotency records, 42 records and 24 waits";
+    let exported = "exported 27 checkpoints, 12 turns, 15 idempotency records, 54 records and 24 waits";
     assert!(stderr.contains(exported), "{stderr}");
 
     let target = sqlite_in(source.dir(), "imported.db");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("nothing to copy"), "a second import copies nothing: {stderr}");
-    assert!(stderr.contains("records (RecordService): 0 copied, 42 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 0 copied, 54 already present"), "{stderr}");
     assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
 
     let again = source.dir().join("again.ndjson");
@@ -605,7 +615,7 @@ async fn an_export_in_format_1_still_imports_and_holds_no_records() {
     populated(&source).await;
     // As stepwell wrote it before records: format 1, no record or wait lines, no count of them.
     let (old, left_out) = as_format(&exported(&source).await, 1);
-    assert_eq!(left_out.len(), 42 + 24);
+    assert_eq!(left_out.len(), 54 + 24);
     let (target, code, stderr) = import_lines(&source, "imported.db", &old);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
@@ -632,7 +642,7 @@ async fn an_export_in_format_2_still_imports_and_holds_no_waits() {
     assert_eq!(waits.len(), 24);
     let (target, code, stderr) = import_lines(&source, "imported.db", &old);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("waits (WaitService): 0 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
     assert_eq!(target.inspect().await.count("waits").await, 0);
@@ -692,14 +702,14 @@ async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
     assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 27));
     assert_eq!((copied.records_copied, copied.records_present), (0, 15));
-    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (34, 8));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (46, 8));
     assert_eq!((copied.waits_copied, copied.waits_present), (24, 0));
     assert_eq!(expected, found, "the target tallies as the source");
-    assert_eq!(found.values().map(|t| t.stored_records).collect::<Vec<_>>(), [14, 14, 14]);
+    assert_eq!(found.values().map(|t| t.stored_records).collect::<Vec<_>>(), [18, 18, 18]);
     assert_eq!(found.values().map(|t| t.waits).collect::<Vec<_>>(), [8, 8, 8]);
 
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
-    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 42), "nothing left to copy");
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 54), "nothing left to copy");
     assert_eq!((copied.waits_copied, copied.waits_present), (0, 24));
     assert_eq!(expected, found);
 
@@ -994,7 +1004,7 @@ mod postgres_only {
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("idempotency records: 15 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         assert!(stderr.lines().filter(|l| l.ends_with(" ok")).count() == 3, "a row per namespace: {stderr}");
@@ -1002,7 +1012,7 @@ mod postgres_only {
         let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 0 copied, 27 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 0 copied, 42 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 0 copied, 54 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
         assert!(stderr.contains("nothing to copy"), "a second run copies nothing: {stderr}");
 
@@ -1013,7 +1023,7 @@ mod postgres_only {
         let back = sqlite_in(dir.path(), "back.db");
         let (code, stderr) = run(&["migrate", "--from", &target.url(), "--to", &back.url()]);
         assert_eq!(code, 0, "{stderr}");
-        assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (again, newer) = answers_on(&back, "newer").await;
@@ -1037,7 +1047,7 @@ mod postgres_only {
         let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 15 copied, 12 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 42 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (after, token) = answers_on(&target, "new").await;
