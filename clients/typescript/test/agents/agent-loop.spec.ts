@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StepwellSession } from "../../src/agents/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { triageAgent } from "./agents.js";
-import { BACKENDS, client, logLines, startBackend } from "./harness.js";
+import { BACKENDS, client, logLines, shape, startBackend } from "./harness.js";
 
 for (const backend of BACKENDS) {
   describe(`an agent loop on StepwellSession (${backend})`, () => {
@@ -57,11 +57,4 @@ for (const backend of BACKENDS) {
       }
     });
   });
-}
-
-/** An item as "type:name" or "role:text", for comparing a history's shape. */
-export function shape(item: any): string {
-  if (item.type === "function_call" || item.type === "function_call_result") return `${item.type}:${item.name}`;
-  const text = typeof item.content === "string" ? item.content : item.content.map((c: any) => c.text).join("");
-  return `${item.role}:${text}`;
 }

@@ -24,13 +24,14 @@ export interface AgentOptions {
   onBlocked?: () => void;
 }
 
+const PAST: Record<string, string> = { note: "noted", charge: "charged", slow: "slowed" };
 const Arg = z.object({ arg: z.string() });
 
 /** The triage agent: look (no effect), note and charge (run once; charge needs approval), slow (blocks on the gate), and a handoff. */
 export function triageAgent(o: AgentOptions): Agent<any, any> {
   const effect = (name: string) => async ({ arg }: { arg: string }) => {
     appendFileSync(o.logFile, `${o.who}:${name}:${arg}\n`);
-    return `${name}d ${arg}`;
+    return `${PAST[name]} ${arg}`;
   };
   const look = tool({ name: "look", description: "Looks.", parameters: Arg, execute: async ({ arg }) => `saw ${arg}` });
   const note = tool({ name: "note", description: "Notes.", parameters: Arg, execute: runOnce(o.client, o.runKey, effect("note")) });

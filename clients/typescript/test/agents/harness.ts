@@ -48,3 +48,10 @@ export function rng(seed: number): { int(n: number): number; pick<T>(xs: readonl
   };
   return { int: (n) => Math.floor(next() * n), pick: (xs) => xs[Math.floor(next() * xs.length)]! };
 }
+
+/** An item as "type:name" or "role:text", for comparing a history's shape. */
+export function shape(item: any): string {
+  if (item.type === "function_call" || item.type === "function_call_result") return `${item.type}:${item.name}`;
+  const text = typeof item.content === "string" ? item.content : item.content.map((c: any) => c.text).join("");
+  return `${item.role}:${text}`;
+}
