@@ -24,6 +24,7 @@ export {
   saveRunState,
   signalApproval,
   type ApprovalDecision,
+  type InterruptionLike,
   type RunRef,
 } from "./approval.js";
 export { RecordExists } from "../errors.js";

@@ -43,7 +43,7 @@ async function main(a: WorkerArgs): Promise<void> {
     } else {
       const state = await RunState.fromString(agent, (await loadRunState(client, ref))!);
       console.log("waiting");
-      applyApproval(state, await awaitApproval(client, ref, { timeoutMs: 120_000 }));
+      for (const item of state.getInterruptions()) applyApproval(state, item, await awaitApproval(client, ref, item, { timeoutMs: 120_000 }));
       console.log(`turn ${(await run(agent, state, { session })).finalOutput}`);
     }
     console.log("done");

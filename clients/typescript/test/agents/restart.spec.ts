@@ -14,7 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KeyNotFound, RecordState } from "../../src/index.js";
-import { StepwellSession, loadRunState, signalApproval, toolCallKey } from "../../src/agents/index.js";
+import { StepwellSession, deleteRunState, loadRunState, signalApproval, toolCallKey } from "../../src/agents/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { plannedCalls } from "./fake-model.js";
 import { BACKENDS, client, logLines, shape, startBackend, waitFor } from "./harness.js";
@@ -101,7 +101,7 @@ async function approveAcrossRestart(sidecar: Sidecar, dir: string, backend: stri
     const resumer = startWorker({ ...base, command: "resume", who: "w2" });
     await resumer.waitLine("waiting");
     const decision = approved ? { approved: true } : { approved: false, message: "not today" };
-    expect(await signalApproval(c, ref, decision)).toBe(true);
+    expect(await signalApproval(c, ref, callId, decision)).toBe(true);
     const lines = await resumer.done();
     expect(lines.at(-2)).toBe(approved ? "turn triage:charged 5" : "turn triage:not today");
     expect(logLines(logFile)).toEqual(approved ? ["w2:charge:5"] : []);
@@ -115,6 +115,8 @@ async function approveAcrossRestart(sidecar: Sidecar, dir: string, backend: stri
     const replay = await startWorker({ ...base, command: "resume", who: "w3" }).done();
     expect(replay.at(-2)).toBe("turn triage:charged 5");
     expect(logLines(logFile)).toEqual(["w2:charge:5"]);
+    await deleteRunState(c, ref);
+    expect(await loadRunState(c, ref)).toBeUndefined();
   } finally {
     c.close();
   }
