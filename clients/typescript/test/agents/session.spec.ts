@@ -6,7 +6,8 @@
 // larger than one request, session id checks, and an item the sidecar refuses.
 import { MemorySession, type AgentInputItem } from "@openai/agents-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { InvalidArgument } from "../../src/index.js";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { InvalidArgument, StepwellClient } from "../../src/index.js";
 import { StepwellSession, checkSessionId } from "../../src/agents/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { BACKENDS, client, rng, session, startBackend } from "./harness.js";
@@ -134,6 +135,31 @@ for (const backend of BACKENDS) {
         expect(await s.getItems(1500)).toStrictEqual([...many.slice(1024), ...heavy]);
       } finally {
         s.close();
+      }
+    });
+
+    it("stores once an append whose answer was lost after it committed, which the client sent again", async () => {
+      const namespace = freshNamespace(`agents-lost-${backend}`);
+      let puts = 0;
+      // The first PutRecords commits, then its answer is lost: the client sees UNAVAILABLE and resends the same
+      // request, which the sidecar refuses (RECORD_EXISTS) as the ids are taken, by the records it carries.
+      const loseFirstAnswer: Interceptor = (next) => async (req) => {
+        const put = req.method.name === "PutRecords" ? ++puts : 0;
+        const res = await next(req);
+        if (put === 1) throw new ConnectError("answer lost", Code.Unavailable);
+        return res;
+      };
+      const c = new StepwellClient({ target: sidecar.target, namespace, interceptors: [loseFirstAnswer], initialBackoffMs: 1 });
+      try {
+        const s = new StepwellSession(c, { sessionId: "lost", namespace });
+        const items = [{ role: "user", content: "once" }, { role: "user", content: "only" }] as AgentInputItem[];
+        await s.addItems(items);
+        expect(puts).toBe(2);
+        expect(await s.getItems()).toStrictEqual(items);
+        await s.addItems([{ role: "user", content: "next" }]);
+        expect(await s.getItems()).toStrictEqual([...items, { role: "user", content: "next" }]);
+      } finally {
+        c.close();
       }
     });
 
