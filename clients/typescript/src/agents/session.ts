@@ -76,13 +76,18 @@ interface Pending {
   u: string;
 }
 
-/** Splits records into runs that each fit one PutRecords (an item larger than that goes alone, for the sidecar to refuse). */
-function requests(items: Pending[]): Pending[][] {
+/**
+ * Splits records into runs that each fit one PutRecords (an item larger than
+ * that goes alone, for the sidecar to refuse). A record counts its payload,
+ * its turn id and 128 bytes for its other fields (kind, id, content type,
+ * mark, mode) and their framing.
+ */
+function requests(items: Pending[], turnIdBytes: number): Pending[][] {
   const out: Pending[][] = [];
   let run: Pending[] = [];
   let bytes = 0;
   for (const p of items) {
-    const size = p.payload.length + 256;
+    const size = p.payload.length + turnIdBytes + 128;
     if (run.length > 0 && (run.length >= REQUEST_RECORDS_MAX || bytes + size > REQUEST_BYTES_MAX)) {
       out.push(run);
       run = [];
@@ -163,7 +168,7 @@ export class StepwellSession implements Session {
   async addItems(items: AgentInputItem[]): Promise<void> {
     if (items.length === 0) return;
     const pending = items.map((item) => ({ payload: jsonBytes(item), u: randomUUID().replaceAll("-", "") }));
-    for (const run of requests(pending)) await this.append(run);
+    for (const run of requests(pending, Buffer.byteLength(this.sessionId, "utf8"))) await this.append(run);
   }
 
   /** Removes and returns the newest item, or undefined when there is none; two concurrent pops never return the same item. */

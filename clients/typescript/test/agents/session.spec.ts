@@ -133,6 +133,15 @@ for (const backend of BACKENDS) {
         const all = await s.getItems();
         expect(all).toStrictEqual([...many, ...heavy]);
         expect(await s.getItems(1500)).toStrictEqual([...many.slice(1024), ...heavy]);
+        // With the longest session id, each request's records still fit the sidecar's message limit.
+        const long = session(sidecar, namespace, "L".repeat(256));
+        try {
+          const mid = Array.from({ length: 1600 }, (_, i) => ({ role: "user", content: `${i}:${"m".repeat(5000)}` }) as AgentInputItem);
+          await long.addItems(mid);
+          expect(await long.getItems()).toStrictEqual(mid);
+        } finally {
+          long.close();
+        }
       } finally {
         s.close();
       }
