@@ -87,7 +87,7 @@ for (const backend of BACKENDS) {
 
     it(`answers as MemorySession over ${SEQUENCES} random sequences`, async () => {
       const namespace = freshNamespace(`agents-diff-${backend}`);
-      await pool(SEQUENCES, 8, (i) => differential(sidecar, namespace, i + 1));
+      await pool(SEQUENCES, 16, (i) => differential(sidecar, namespace, i + 1));
     });
 
     it("keeps two racing addItems whole and in one order, on one session object and on two with their own clients", async () => {
