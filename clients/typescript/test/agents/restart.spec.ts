@@ -3,7 +3,8 @@
 // - a worker SIGKILLed inside a tool, after its earlier turns were stored;
 //   another process retries the lost turn: the history of the earlier turns
 //   is intact, and the tool that completed before the crash (wrapped in
-//   runOnce) is not run again, as the side-effect log shows;
+//   runOnce) is not run again, as the side-effect log shows (the fake model
+//   answers the retried turn with the same call ids, as it answers alike);
 // - a tool that needs approval stops the run; the worker saves the RunState
 //   in stepwell and exits; another process awaits the approval, which the
 //   test signals as another service would, and resumes: the tool runs once
