@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { KeyNotFound, RecordState } from "../../src/index.js";
-import { StepwellSession, deleteRunState, loadRunState, signalApproval, toolCallKey } from "../../src/agents/index.js";
+import { StepwellSession, approvalWaitName, deleteRunState, loadRunState, signalApproval, toolCallKey } from "../../src/agents/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { plannedCalls } from "./fake-model.js";
 import { BACKENDS, client, logLines, shape, startBackend, waitFor } from "./harness.js";
@@ -102,7 +102,12 @@ async function approveAcrossRestart(sidecar: Sidecar, dir: string, backend: stri
     const resumer = startWorker({ ...base, command: "resume", who: "w2" });
     await resumer.waitLine("waiting");
     const decision = approved ? { approved: true } : { approved: false, message: "not today" };
-    expect(await signalApproval(c, ref, callId, decision)).toBe(true);
+    // The approving service answers once the run asked: the wait exists. (A Signal racing the CreateWait of
+    // its wait is refused WAIT_SETTLED now and then on Postgres, a sidecar fault outside this spec.)
+    const name = approvalWaitName(ref.runId, callId);
+    await waitFor(async () => (await c.getWait({ turnId: ref.sessionId, name }, { namespace }).then(() => true, () => false)), "the run to create its approval wait");
+    const settled = await signalApproval(c, ref, callId, decision);
+    expect(settled).toBe(true);
     const lines = await resumer.done();
     expect(lines.at(-2)).toBe(approved ? "turn triage:charged 5" : "turn triage:not today");
     expect(logLines(logFile)).toEqual(approved ? ["w2:charge:5"] : []);
