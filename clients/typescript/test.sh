@@ -28,7 +28,9 @@
 # sidecars (one of them killed and started again). Last, the README's allowScripts entry lets the
 # install build under strict-allow-scripts, and `npm install --install-links`
 # of the copy and of the tarball `npm pack` makes of it each install a real
-# copy that import and require load.
+# copy that import and require load. Fresh projects also install the client
+# with LangGraph.js, and with the OpenAI Agents SDK, as the README's sections
+# say, and run each section's example against a sidecar.
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -d node_modules/@connectrpc/connect-node ] || [ ! -x node_modules/.bin/tsc ] || [ package.json -nt node_modules/.package-lock.json ]; then
@@ -52,11 +54,12 @@ fi
 echo "== pass 1: plaintext sidecar"
 node --test dist/test/*.test.js
 
-echo "== pass 1: the LangGraph saver (Vitest: the official validator, and the saver's own specs) on SQLite and on a throwaway Postgres"
+echo "== pass 1: the LangGraph saver and the OpenAI Agents session (Vitest: the official validator, the saver's and the session's specs) on SQLite and on a throwaway Postgres"
 # ../../scripts/with-postgres starts the cluster (or uses STEPWELL_TEST_POSTGRES_URL);
 # every spec runs on both stores and fails, never skips, without one.
-# The cross-language specs drive the Python saver through the Python client's
-# test venv (clients/python/test makes it), and fail without it.
+# The cross-language specs drive the Python saver and session through the
+# Python client's test venv (clients/python/test makes it, with LangGraph and
+# openai-agents), and fail without it.
 export STEPWELL_TEST_PYTHON="${STEPWELL_TEST_PYTHON:-${STEPWELL_CACHE_DIR:-$HOME/.cache/stepwell}/py-test/bin/python}"
 (cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run --reporter=dot)
 
@@ -225,6 +228,61 @@ TS
   printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022"], "strict": true, "skipLibCheck": true, "noEmit": true, "types": ["node"], "typeRoots": ["%s/node_modules/@types"] }, "files": ["consumer.ts"] }\n' "$OLDPWD" >tsconfig.json
   node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json
   echo "fresh app (LangGraph.js): require() of the subpath and its TypeScript declarations work"
+)
+
+echo "== pass 3: the README's OpenAI Agents SDK install and example, in a fresh project"
+# The example the README shows is examples/agents-approval.mjs (after its
+# three comment lines); the install command is the sh block of the section.
+ag_section="$(awk '/^## Use stepwell with the OpenAI Agents SDK/{s=1; next} s && /^## /{exit} s' README.md)"
+ag_install="$(printf '%s\n' "$ag_section" | awk '/^```sh/{f=1; next} f && /^```/{exit} f')"
+ag_example="$(printf '%s\n' "$ag_section" | awk '/<!-- agents-example: /{m=1; next} m && /^```js/{f=1; next} f && /^```/{exit} f')"
+if [ "$ag_example" != "$(tail -n +4 examples/agents-approval.mjs)" ]; then
+  echo "README.md's OpenAI Agents SDK example differs from examples/agents-approval.mjs" >&2
+  exit 1
+fi
+(
+  app="$install_dir/app-agents"
+  mkdir "$app" && cd "$app"
+  printf '{ "name": "fresh-agents-app", "version": "1.0.0", "private": true, "type": "module" }\n' >package.json
+  # Not engine-strict: the SDK's openai 7 declares Node >= 22, while the
+  # client (and this machine's CI) run on Node 20, where npm only warns.
+  export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error
+  cmd="${ag_install//\/path\/to\/stepwell/$install_dir/stepwell}"
+  echo "+ $cmd"
+  bash -euo pipefail -c "$cmd"
+  test ! -L node_modules/@stepwell/client
+  # One copy of the SDK's core: the app's, whose Session the client's session implements.
+  test "$(find node_modules -path '*/@openai/agents-core/package.json' | wc -l)" -eq 1
+  cp "$OLDPWD/examples/agents-approval.mjs" .
+  cat >run-example.mjs <<'JS'
+// Runs the README's OpenAI Agents SDK example beside a sidecar of its own and checks what it prints.
+import { execFileSync } from "node:child_process";
+import { pathToFileURL } from "node:url";
+const { startSidecar } = await import(pathToFileURL(process.env.STEPWELL_TEST_SIDECAR_MODULE).href);
+const sidecar = await startSidecar({ security: undefined });
+try {
+  const out = execFileSync(process.execPath, ["agents-approval.mjs"], { env: { ...process.env, STEPWELL_TARGET: sidecar.target }, encoding: "utf8" });
+  if (out !== 'approve ship({"order":"A-17"})?\nshipped A-17\n') throw new Error(`the example printed ${JSON.stringify(out)}`);
+  console.log("fresh app (OpenAI Agents SDK): the README's example stopped for approval and resumed through @stepwell/client/agents");
+} finally {
+  await sidecar.stop();
+}
+JS
+  STEPWELL_TEST_SIDECAR_MODULE="$OLDPWD/dist/test/sidecar.js" node run-example.mjs
+  node -e 'const { StepwellSession, runOnce, RecordExists } = require("@stepwell/client/agents"); const s = StepwellSession.fromAddress("127.0.0.1:1", { sessionId: "x" }); s.close(); if (typeof runOnce !== "function" || typeof RecordExists !== "function") process.exit(1)'
+  cat >consumer.ts <<'TS'
+// The subpath's declarations, type-checked against the installed packages.
+import type { Session } from "@openai/agents";
+import { StepwellSession, runOnce } from "@stepwell/client/agents";
+import { StepwellClient } from "@stepwell/client";
+export const session: Session = StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: "chat", namespace: "agents" });
+export const execute = runOnce(new StepwellClient(), "chat", async (input: { n: number }) => input.n + 1);
+// @ts-expect-error: the session id is a string
+StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: 1 });
+TS
+  printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022", "DOM"], "strict": true, "skipLibCheck": true, "noEmit": true, "types": ["node"], "typeRoots": ["%s/node_modules/@types"] }, "files": ["consumer.ts"] }\n' "$OLDPWD" >tsconfig.json
+  node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json
+  echo "fresh app (OpenAI Agents SDK): require() of the subpath and its TypeScript declarations work"
 )
 
 echo "== pass 4: the README's allowScripts entry under strict-allow-scripts, npm install --install-links, and npm pack's tarball"

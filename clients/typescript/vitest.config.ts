@@ -6,7 +6,7 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["dist/test/langgraph/**/*.spec.js"],
+    include: ["dist/test/langgraph/**/*.spec.js", "dist/test/agents/**/*.spec.js"],
     globals: true,
     testTimeout: 120_000,
     hookTimeout: 120_000,

@@ -103,6 +103,14 @@ export class ThreadBusy extends StepwellError {
     return this.metadata.lease_expires_at || undefined;
   }
 }
+/**
+ * ALREADY_EXISTS / RECORD_EXISTS: a PutRecords in PUT_MODE_CREATE named an
+ * address that is already taken, and nothing of the request was written.
+ * `metadata` names the record (turn_id, scope, kind, id). An OpenAI Agents
+ * session (`@stepwell/client/agents`) takes it as another writer's progress
+ * and claims the next free ids.
+ */
+export class RecordExists extends StepwellError {}
 /** FAILED_PRECONDITION / NOT_ACQUIRED: Complete/Release/Extend on a key that is not held. */
 export class NotAcquired extends StepwellError {}
 /** ALREADY_EXISTS / RESULT_MISMATCH: Complete repeated with another result. */
@@ -211,6 +219,7 @@ const BY_REASON: Record<string, ErrorClass> = {
   LEASE_LOST: LeaseLost,
   NOT_ACQUIRED: NotAcquired,
   RESULT_MISMATCH: ResultMismatch,
+  RECORD_EXISTS: RecordExists,
   KEY_NOT_FOUND: KeyNotFound,
   OVERLOADED: Overloaded,
   MESSAGE_TOO_LARGE: MessageTooLarge,
