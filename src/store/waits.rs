@@ -204,33 +204,40 @@ pub(super) async fn create(
 
 /// A Signal or CancelWait: settle it if PENDING; else create it settled if
 /// absent; else it was settled before, by this settlement (a repeat) or
-/// another (a refusal carrying the winner).
+/// another (a refusal carrying the winner). On Postgres a wait another
+/// sidecar is creating is invisible to the settling UPDATE until that
+/// creation commits, and then found PENDING (or its insert makes ours a
+/// conflict): the settlement is tried again, at most `SETTLE_TRIES` times.
 pub(super) async fn settle_one(
     statements: &mut impl WaitStatements,
     settle: &Settle,
     at: UnixNanos,
 ) -> Result<Result<WaitDone, WaitRefusal>, DbError> {
-    if let Some(wait) = statements.settle_wait(settle, at).await? {
-        return Ok(Ok(WaitDone::Settled { wait, settled: true }));
-    }
-    let found = match statements.get_wait(&settle.key).await? {
-        Some(found) => found,
-        None => {
-            let (namespace, turn_id) = (&settle.key.namespace, &settle.key.turn_id);
-            if statements.count_turn_waits(namespace, turn_id).await? >= i64::from(settle.per_turn_max) {
-                return Ok(Err(WaitRefusal::PerTurn { max: settle.per_turn_max }));
-            }
-            if let Some(wait) = statements.insert_settled_wait(settle, at).await? {
-                return Ok(Ok(WaitDone::Settled { wait, settled: true }));
-            }
-            statements.get_wait(&settle.key).await?.ok_or_else(vanished)?
+    for _ in 0..SETTLE_TRIES {
+        if let Some(wait) = statements.settle_wait(settle, at).await? {
+            return Ok(Ok(WaitDone::Settled { wait, settled: true }));
         }
-    };
-    Ok(match found {
-        wait if settle.repeats(&wait) => Ok(WaitDone::Settled { wait, settled: false }),
-        wait => Err(WaitRefusal::Settled(Box::new(wait))),
-    })
+        match statements.get_wait(&settle.key).await? {
+            Some(wait) if wait.status == WaitStatus::Pending => continue,
+            Some(wait) if settle.repeats(&wait) => return Ok(Ok(WaitDone::Settled { wait, settled: false })),
+            Some(wait) => return Ok(Err(WaitRefusal::Settled(Box::new(wait)))),
+            None => {}
+        }
+        let (namespace, turn_id) = (&settle.key.namespace, &settle.key.turn_id);
+        if statements.count_turn_waits(namespace, turn_id).await? >= i64::from(settle.per_turn_max) {
+            return Ok(Err(WaitRefusal::PerTurn { max: settle.per_turn_max }));
+        }
+        if let Some(wait) = statements.insert_settled_wait(settle, at).await? {
+            return Ok(Ok(WaitDone::Settled { wait, settled: true }));
+        }
+    }
+    Err(vanished())
 }
+
+/// How many times a settlement reads a wait that another writer is
+/// creating or deleting under it before it fails as contention (the batch is
+/// then tried again).
+const SETTLE_TRIES: usize = 3;
 
 /// A wait that a conflict showed was there, gone when read: its turn was
 /// deleted meanwhile. The batch fails as contention and is tried again.

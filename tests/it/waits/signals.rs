@@ -241,3 +241,28 @@ async fn a_refusal_leaves_out_a_winning_payload_over_4_kib_and_says_so() {
     assert_eq!(wait.status(), WaitStatus::Resolved);
     assert_eq!(get(&mut client, "t1", "w").await.expect("GetWait reads it").payload, large);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signal_racing_the_creation_of_its_wait_settles_it() {
+    let store = stepwell_test_support::backend::TestStore::new().await;
+    let first = Sidecar::builder().store(&store).start().await;
+    // On Postgres a second sidecar shares the store: its writer commits
+    // beside the first's, as another replica's would.
+    let second = match store.database() {
+        stepwell::store::Database::Postgres { .. } => Some(Sidecar::builder().store(&store).start().await),
+        stepwell::store::Database::Sqlite { .. } => None,
+    };
+    let (mut creator, mut signaller) = (first.waits(), second.as_ref().unwrap_or(&first).waits());
+    for i in 0..200 {
+        let name = format!("w{i}");
+        let (created, signalled) = futures::join!(
+            creator.create_wait(create("t1", &name)),
+            signaller.signal(signal("t1", &name, b"approved"))
+        );
+        created.expect("CreateWait");
+        let answer = signalled.unwrap_or_else(|status| panic!("the Signal of {name} was refused: {status:?}"));
+        assert!(answer.get_ref().settled, "the only Signal of {name} settles it");
+        let wait = super::get(&mut creator, "t1", &name).await.expect("GetWait");
+        assert_eq!((wait.status(), wait.payload.as_slice()), (WaitStatus::Resolved, &b"approved"[..]), "{name}");
+    }
+}
