@@ -235,6 +235,7 @@ class Meter:
 
 async def measure(w: Window, meter: Meter, workers: List[Callable[[], Any]], ops_per_latency: int = 1) -> Dict[str, Any]:
     snaps: Dict[str, Any] = {}
+    finished = False
 
     # The meter runs on a thread of its own, so that it reads at the window's
     # edges however busy the event loop is.
@@ -245,7 +246,7 @@ async def measure(w: Window, meter: Meter, workers: List[Callable[[], Any]], ops
             now = time.perf_counter()
             if now < w.end:
                 time.sleep(w.end - now)
-            elif w.stretching(now) and len(w.errors) < 5:
+            elif w.stretching(now) and len(w.errors) < 5 and not finished:
                 time.sleep(0.05)  # the window stretches until a first completion ends it
             else:
                 break
@@ -254,6 +255,8 @@ async def measure(w: Window, meter: Meter, workers: List[Callable[[], Any]], ops
     clock_thread = threading.Thread(target=clock, name="meter", daemon=True)
     clock_thread.start()
     await asyncio.gather(*(worker() for worker in workers))
+    # Workers that have all stopped (on errors) end a stretching window at once.
+    finished = True
     await asyncio.to_thread(clock_thread.join)
     lat = sorted(w.latencies)
     n = len(lat)
