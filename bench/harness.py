@@ -1,22 +1,26 @@
 """What the Python benchmarks of stepwell share: the sidecars they start
 (each on free loopback ports, its admin listener included), the CPU and
 load figures they read from /proc, the database URLs of the throwaway
-Postgres server they run on, and, for the savers' benchmarks, what the
+Postgres server they run on, the closed-loop windows they measure in and the
+meter that reads CPU and metrics at a window's edges, what the
 sidecar's metrics say of a window and how rounds become medians, spreads,
 per-round ratios and targets. Each benchmark puts this folder on sys.path."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import os
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -154,8 +158,144 @@ def database_url(base: str, name: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Windows and rounds, as the savers' benchmarks report them
+# Windows and rounds, as the Python benchmarks report them
 # ---------------------------------------------------------------------------
+
+
+class Window:
+    """A closed-loop measurement: tasks run from the start through warm-up
+    and window; operations that complete inside the window are counted.
+
+    A window in which nothing has completed yet (an operation slower than
+    the whole window, as on a starved machine) stretches until the first
+    completion, up to `STRETCH_S` past its start, and the rate is taken
+    over the stretched window: a point is then slow, not empty."""
+
+    STRETCH_S = 60.0
+
+    def __init__(self, warm: float, window: float):
+        now = time.perf_counter()
+        self.start = now + warm
+        self.end = self.start + window
+        self.window = window
+        self.latencies: List[float] = []
+        self.errors: List[str] = []
+        self.harness_s = 0.0  # time spent making the load (checkpoints, items), inside the window
+
+    def record(self, t0: float, t1: float) -> None:
+        if not self.latencies and self.end < t1 <= self.start + self.STRETCH_S:
+            self.end, self.window = t1, t1 - self.start
+        if self.start <= t1 <= self.end:
+            self.latencies.append(t1 - t0)
+
+    def stretching(self, now: float) -> bool:
+        """Whether the window goes on past its end, waiting for a first completion."""
+        return not self.latencies and now < self.start + self.STRETCH_S
+
+    def running(self) -> bool:
+        now = time.perf_counter()
+        return (now < self.end or self.stretching(now)) and len(self.errors) < 5
+
+
+class Meter:
+    """CPU of this process, the sidecar and the Postgres server, the machine's
+    busy time, and the sidecar's metrics, between two instants."""
+
+    def __init__(self, sidecar: Optional[Sidecar], postmaster: Optional[int]):
+        self.sidecar = sidecar
+        self.postmaster = postmaster
+
+    def snap(self) -> Dict[str, Any]:
+        return {
+            "t": time.perf_counter(),
+            "python": cpu_seconds(os.getpid()),
+            "sidecar": cpu_seconds(self.sidecar.proc.pid) if self.sidecar else None,
+            "postgres": tree_cpu_seconds(self.postmaster) if self.postmaster else None,
+            "machine": machine_busy(),
+            "metrics": self.sidecar.metrics() if self.sidecar else {},
+        }
+
+    @staticmethod
+    def diff(a: Dict[str, Any], b: Dict[str, Any], ops: int) -> Dict[str, Any]:
+        wall = b["t"] - a["t"]
+        busy = b["machine"][0] - a["machine"][0]
+        total = b["machine"][1] - a["machine"][1]
+        out: Dict[str, Any] = {"wall_s": wall, "machine_busy_pct": 100.0 * busy / total if total else None}
+        for k in ("python", "sidecar", "postgres"):
+            if a[k] is None or b[k] is None:
+                out[f"{k}_cpu_pct"] = out[f"{k}_cpu_us_per_op"] = None
+                continue
+            cpu = b[k] - a[k]
+            out[f"{k}_cpu_pct"] = 100.0 * cpu / wall if wall else None
+            out[f"{k}_cpu_us_per_op"] = 1e6 * cpu / ops if ops else None
+        if a["metrics"] or b["metrics"]:
+            out["sidecar_metrics"] = metric_summary(a["metrics"], b["metrics"], ops)
+        return out
+
+
+async def measure(w: Window, meter: Meter, workers: List[Callable[[], Any]], ops_per_latency: int = 1) -> Dict[str, Any]:
+    snaps: Dict[str, Any] = {}
+    finished = False
+
+    # The meter runs on a thread of its own, so that it reads at the window's
+    # edges however busy the event loop is.
+    def clock() -> None:
+        time.sleep(max(0.0, w.start - time.perf_counter()))
+        snaps["a"] = meter.snap()
+        while True:
+            now = time.perf_counter()
+            if now < w.end:
+                time.sleep(w.end - now)
+            elif w.stretching(now) and len(w.errors) < 5 and not finished:
+                time.sleep(0.05)  # the window stretches until a first completion ends it
+            else:
+                break
+        snaps["b"] = meter.snap()
+
+    clock_thread = threading.Thread(target=clock, name="meter", daemon=True)
+    clock_thread.start()
+    await asyncio.gather(*(worker() for worker in workers))
+    # Workers that have all stopped (on errors) end a stretching window at once.
+    finished = True
+    await asyncio.to_thread(clock_thread.join)
+    lat = sorted(w.latencies)
+    n = len(lat)
+    ops = n * ops_per_latency
+    out = {
+        "completed": n,
+        "ops": ops,
+        "ops_per_s": ops / w.window,
+        "p50_ms": 1000 * lat[max(0, math.ceil(0.50 * n) - 1)] if n else None,
+        "p99_ms": 1000 * lat[max(0, math.ceil(0.99 * n) - 1)] if n else None,
+        "max_ms": 1000 * lat[-1] if n else None,
+        "errors": w.errors,
+    }
+    if not n and not w.errors:
+        w.errors.append("nothing completed inside the window")
+    if w.errors:
+        counts: Dict[str, int] = {}
+        for e in w.errors:
+            counts[e[:500]] = counts.get(e[:500], 0) + 1
+        out["errors"] = [f"{e} (x{c})" if c > 1 else e for e, c in counts.items()]
+    if ops and w.harness_s:
+        out["harness_us_per_op"] = 1e6 * w.harness_s / ops
+    if "a" in snaps and "b" in snaps:
+        out.update(Meter.diff(snaps["a"], snaps["b"], ops))
+    return out
+
+
+def postmaster_pid(url: str) -> Optional[int]:
+    """The pid of the Postgres server at `url` when it runs on this machine
+    (the parent of this connection's backend), to meter its CPU; else None."""
+    try:
+        import psycopg  # only the benchmarks that run against Postgres have it
+
+        with psycopg.connect(url, autocommit=True) as c:
+            backend = c.execute("SELECT pg_backend_pid()").fetchone()[0]
+        f = proc_stat(backend)
+        return int(f[1]) if f else None
+    except Exception:  # noqa: BLE001 - a remote server is not metered
+        return None
 
 
 def metric_summary(before: Dict[str, float], after: Dict[str, float], ops: int) -> Dict[str, Any]:
@@ -185,7 +325,7 @@ def line_of(s: Dict[str, Any], processes: tuple) -> str:
     """One sample as the log line a run prints, with the CPU of `processes`."""
     bits = [f"round {s['round']}", f"{s['point']:<10}", f"{s['system']:<17}"]
     if s.get("ops_per_s") is not None:
-        unit = "steps/s" if s["point"].startswith("graph") else "puts/s"
+        unit = s.get("unit") or ("steps/s" if s["point"].startswith("graph") else "puts/s")
         bits.append(f"{s['ops_per_s']:9.0f} {unit}")
         if s.get("p50_ms") is not None:
             bits.append(f"p50 {s['p50_ms']:.2f} ms p99 {s['p99_ms']:.2f} ms")

@@ -42,7 +42,6 @@ import hashlib
 import importlib.metadata as md
 import inspect
 import json
-import math
 import operator
 import os
 import platform
@@ -52,7 +51,6 @@ import string
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Annotated, Any, Callable, Dict, List, Optional, TypedDict
 
@@ -66,8 +64,8 @@ from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import (  # noqa: E402 (the shared harness is found through the path set above)
-    Sidecar, cpu_seconds, database_url, failed, fmt, fmt_spread, line_of, loadavg, log, machine_busy,
-    metric_summary, proc_stat, round_ratios, spread, target, tree_cpu_seconds,
+    Meter, Sidecar, Window, database_url, failed, fmt, fmt_spread, line_of, loadavg, log, measure,
+    postmaster_pid, round_ratios, spread, target,
 )
 
 SYSTEMS = {
@@ -259,125 +257,6 @@ class Chain:
         self.ids.append(checkpoint["id"])
 
 
-class Window:
-    """A closed-loop measurement: tasks run from the start through warm-up
-    and window; operations that complete inside the window are counted.
-
-    A window in which nothing has completed yet (an operation slower than
-    the whole window, as on a starved machine) stretches until the first
-    completion, up to `STRETCH_S` past its start, and the rate is taken
-    over the stretched window: a point is then slow, not empty."""
-
-    STRETCH_S = 60.0
-
-    def __init__(self, warm: float, window: float):
-        now = time.perf_counter()
-        self.start = now + warm
-        self.end = self.start + window
-        self.window = window
-        self.latencies: List[float] = []
-        self.errors: List[str] = []
-        self.harness_s = 0.0  # time spent making checkpoints, inside the window
-
-    def record(self, t0: float, t1: float) -> None:
-        if not self.latencies and self.end < t1 <= self.start + self.STRETCH_S:
-            self.end, self.window = t1, t1 - self.start
-        if self.start <= t1 <= self.end:
-            self.latencies.append(t1 - t0)
-
-    def stretching(self, now: float) -> bool:
-        """Whether the window goes on past its end, waiting for a first completion."""
-        return not self.latencies and now < self.start + self.STRETCH_S
-
-    def running(self) -> bool:
-        now = time.perf_counter()
-        return (now < self.end or self.stretching(now)) and len(self.errors) < 5
-
-
-class Meter:
-    """CPU of this process, the sidecar and the Postgres server, the machine's
-    busy time, and the sidecar's metrics, between two instants."""
-
-    def __init__(self, sidecar: Optional[Sidecar], postmaster: Optional[int]):
-        self.sidecar = sidecar
-        self.postmaster = postmaster
-
-    def snap(self) -> Dict[str, Any]:
-        return {
-            "t": time.perf_counter(),
-            "python": cpu_seconds(os.getpid()),
-            "sidecar": cpu_seconds(self.sidecar.proc.pid) if self.sidecar else None,
-            "postgres": tree_cpu_seconds(self.postmaster) if self.postmaster else None,
-            "machine": machine_busy(),
-            "metrics": self.sidecar.metrics() if self.sidecar else {},
-        }
-
-    @staticmethod
-    def diff(a: Dict[str, Any], b: Dict[str, Any], ops: int) -> Dict[str, Any]:
-        wall = b["t"] - a["t"]
-        busy = b["machine"][0] - a["machine"][0]
-        total = b["machine"][1] - a["machine"][1]
-        out: Dict[str, Any] = {"wall_s": wall, "machine_busy_pct": 100.0 * busy / total if total else None}
-        for k in ("python", "sidecar", "postgres"):
-            if a[k] is None or b[k] is None:
-                out[f"{k}_cpu_pct"] = out[f"{k}_cpu_us_per_op"] = None
-                continue
-            cpu = b[k] - a[k]
-            out[f"{k}_cpu_pct"] = 100.0 * cpu / wall if wall else None
-            out[f"{k}_cpu_us_per_op"] = 1e6 * cpu / ops if ops else None
-        if a["metrics"] or b["metrics"]:
-            out["sidecar_metrics"] = metric_summary(a["metrics"], b["metrics"], ops)
-        return out
-
-
-async def measure(w: Window, meter: Meter, workers: List[Callable[[], Any]], ops_per_latency: int = 1) -> Dict[str, Any]:
-    snaps: Dict[str, Any] = {}
-
-    # The meter runs on a thread of its own, so that it reads at the window's
-    # edges however busy the event loop is.
-    def clock() -> None:
-        time.sleep(max(0.0, w.start - time.perf_counter()))
-        snaps["a"] = meter.snap()
-        while True:
-            now = time.perf_counter()
-            if now < w.end:
-                time.sleep(w.end - now)
-            elif w.stretching(now) and len(w.errors) < 5:
-                time.sleep(0.05)  # the window stretches until a first completion ends it
-            else:
-                break
-        snaps["b"] = meter.snap()
-
-    clock_thread = threading.Thread(target=clock, name="meter", daemon=True)
-    clock_thread.start()
-    await asyncio.gather(*(worker() for worker in workers))
-    await asyncio.to_thread(clock_thread.join)
-    lat = sorted(w.latencies)
-    n = len(lat)
-    ops = n * ops_per_latency
-    out = {
-        "completed": n,
-        "ops": ops,
-        "ops_per_s": ops / w.window,
-        "p50_ms": 1000 * lat[max(0, math.ceil(0.50 * n) - 1)] if n else None,
-        "p99_ms": 1000 * lat[max(0, math.ceil(0.99 * n) - 1)] if n else None,
-        "max_ms": 1000 * lat[-1] if n else None,
-        "errors": w.errors,
-    }
-    if not n and not w.errors:
-        w.errors.append("nothing completed inside the window")
-    if w.errors:
-        counts: Dict[str, int] = {}
-        for e in w.errors:
-            counts[e[:500]] = counts.get(e[:500], 0) + 1
-        out["errors"] = [f"{e} (x{c})" if c > 1 else e for e, c in counts.items()]
-    if ops and w.harness_s:
-        out["harness_us_per_op"] = 1e6 * w.harness_s / ops
-    if "a" in snaps and "b" in snaps:
-        out.update(Meter.diff(snaps["a"], snaps["b"], ops))
-    return out
-
-
 async def put_point(saver_for: Callable[[int], Any], prefix: str, threads: int, warm: float, window: float,
                     meter: Meter) -> Dict[str, Any]:
     w = Window(warm, window)
@@ -515,16 +394,6 @@ def point_label(point: str) -> str:
     threads = f"{n} thread{'s' if n != 1 else ''}"
     return (f"aput, {threads}" if kind == "aput"
             else f"{GRAPH_NODES}-node graph, {threads}")
-
-
-def postmaster_pid(url: str) -> Optional[int]:
-    try:
-        with psycopg.connect(url, autocommit=True) as c:
-            backend = c.execute("SELECT pg_backend_pid()").fetchone()[0]
-        f = proc_stat(backend)
-        return int(f[1]) if f else None
-    except Exception:  # noqa: BLE001 - a remote server is not metered
-        return None
 
 
 async def run_rounds(args: argparse.Namespace, results: Dict[str, Any]) -> None:

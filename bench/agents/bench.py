@@ -1,0 +1,558 @@
+"""Benchmark of stepwell's OpenAI Agents SDK session against the SDK's own.
+
+Measures, on one machine and one throwaway Postgres server, four sessions:
+``StepwellSession`` on a sidecar whose store is that Postgres server,
+``StepwellSession`` on a sidecar whose store is a fresh SQLite file, the SDK's
+reference ``SQLiteSession`` on a file of its own, and the SDK's
+``SQLAlchemySession`` (asyncpg) on its own database of the same Postgres
+server. Three calls, each at 1 and 16 concurrent sessions (one asyncio task
+per session, each on its own session id, all in this process):
+
+* ``add_items`` of a batch of three ~300-byte items, as one turn with a tool
+  call adds them: a user message, a ``function_call`` and its output;
+* ``get_items()`` (no limit) of a session of 20 items;
+* ``get_items(10)`` of the same.
+
+The StepwellSession tasks share one ``AsyncClient``, the SQLAlchemySession
+tasks one engine (a pool of 16 connections), and the SQLiteSession tasks one
+file, as an application's sessions would. The sessions run interleaved: each
+round runs every point on every session, the order rotating from round to
+round, and every round gets fresh databases, files and sidecars. The report
+gives each point's calls/s, p50 and p99 latency, their medians and
+[min-max] over the rounds, and the per-round ratios of StepwellSession to
+each of the SDK's sessions.
+
+It is started by ``bench/agents/run``, which makes the virtualenv, picks the
+sidecar binary and starts Postgres (STEPWELL_TEST_POSTGRES_URL). It checks
+what it measures (every session's ``get_items()`` equals what was added, each
+``get_items`` answers as many items as it should) and exits non-zero on any
+error or failed check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import hashlib
+import importlib.metadata as md
+import json
+import os
+import platform
+import random
+import signal
+import sqlite3
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import psycopg
+from agents import SQLiteSession
+from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+from sqlalchemy.ext.asyncio import create_async_engine
+from stepwell import AsyncClient
+from stepwell.agents import StepwellSession
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import (  # noqa: E402 (the shared harness is found through the path set above)
+    Meter, Sidecar, Window, database_url, failed, fmt, fmt_spread, line_of, loadavg, log, measure,
+    postmaster_pid, round_ratios, spread,
+)
+
+SYSTEMS = {
+    "stepwell-postgres": "StepwellSession (Postgres)",
+    "stepwell-sqlite": "StepwellSession (SQLite)",
+    "sqlite-session": "SQLiteSession (file)",
+    "sqlalchemy-postgres": "SQLAlchemySession (Postgres)",
+}
+STEPWELL_SYSTEMS = ("stepwell-postgres", "stepwell-sqlite")
+POSTGRES_SYSTEMS = ("stepwell-postgres", "sqlalchemy-postgres")
+BASELINES = {"sqlite-session": "SQLiteSession", "sqlalchemy-postgres": "SQLAlchemySession"}
+PROCESSES = ("python", "sidecar", "postgres")
+CONCURRENCY = (1, 16)
+KINDS = ("add", "get", "get10")
+POINTS = [f"{k}/c{c}" for k in KINDS for c in CONCURRENCY]
+ITEMS_PER_ADD = 3
+HISTORY_ITEMS = 20
+GET_LIMIT = 10
+ENGINE_POOL = 16
+
+MODES = {
+    # warm-up and measured window per point, in seconds; rounds
+    "smoke": {"warm": 0.2, "window": 0.8, "rounds": 1},
+    "full": {"warm": 1.0, "window": 5.0, "rounds": 3},
+}
+
+
+# ---------------------------------------------------------------------------
+# Items
+# ---------------------------------------------------------------------------
+
+_FILLER = "".join(random.Random(7).choice(string.ascii_letters + " ") for _ in range(8192))
+
+
+def _text(seed: int, size: int) -> str:
+    start = (seed * 131) % (len(_FILLER) - size)
+    return _FILLER[start:start + size]
+
+
+def turn_items(task: int, n: int) -> List[Dict[str, Any]]:
+    """The three items one turn with a tool call adds, ~300 bytes of JSON
+    each: the user's message, the model's function call and its output."""
+    call_id = f"call_{task}_{n}"
+    seed = task * 1000 + n
+    return [
+        {"role": "user", "content": _text(seed, 270)},
+        {"type": "function_call", "id": f"fc_{task}_{n}", "call_id": call_id, "name": "lookup_order",
+         "arguments": json.dumps({"order_id": f"A-{seed}", "fields": ["status", "eta"],
+                                  "note": _text(seed + 1, 150)}),
+         "status": "completed"},
+        {"type": "function_call_output", "call_id": call_id,
+         "output": json.dumps({"status": "shipped", "eta": "2 days", "detail": _text(seed + 2, 200)})},
+    ]
+
+
+def item_bytes() -> float:
+    """The mean size of an item of a batch, as compact JSON."""
+    items = turn_items(0, 0)
+    return sum(len(json.dumps(i, separators=(",", ":"))) for i in items) / len(items)
+
+
+# ---------------------------------------------------------------------------
+# Sessions
+# ---------------------------------------------------------------------------
+
+
+class Round:
+    """One round's stores, all made fresh and removed after: a database and
+    a SQLite file each with its sidecar (and a client of each), a SQLite file
+    for SQLiteSession, and a database with an engine for SQLAlchemySession."""
+
+    def __init__(self, args: argparse.Namespace, index: int, tmp: str):
+        self.args = args
+        self.index = index
+        self.tmp = tmp
+        self.sidecars: Dict[str, Sidecar] = {}
+        self.clients: Dict[str, AsyncClient] = {}
+        self.databases: List[str] = []
+        self.engine: Any = None
+        self.sqlite_path = os.path.join(tmp, f"r{index}-sdk.db")
+
+    async def __aenter__(self) -> "Round":
+        a = self.args
+        tag = f"agbench_{os.getpid()}_r{self.index}"
+        if "stepwell-postgres" in a.systems:
+            db = self._create_db(f"{tag}_stepwell")
+            self.sidecars["stepwell-postgres"] = Sidecar(
+                a.stepwell, database_url(a.postgres_url, db), f"r{self.index}-postgres", self.tmp)
+        if "stepwell-sqlite" in a.systems:
+            path = os.path.join(self.tmp, f"r{self.index}-sidecar.db")
+            self.sidecars["stepwell-sqlite"] = Sidecar(a.stepwell, f"sqlite://{path}", f"r{self.index}-sqlite", self.tmp)
+        for name, s in self.sidecars.items():
+            s.wait_ready()
+            self.clients[name] = AsyncClient(s.address, namespace="agbench", timeout=60.0)
+        if "sqlalchemy-postgres" in a.systems:
+            db = self._create_db(f"{tag}_sqlalchemy")
+            url = database_url(a.postgres_url, db).replace("postgres://", "postgresql+asyncpg://", 1)
+            self.engine = create_async_engine(url, pool_size=ENGINE_POOL, max_overflow=0)
+            # The tables are made once, as an application's start-up would.
+            await SQLAlchemySession("setup", engine=self.engine, create_tables=True).get_items()
+        return self
+
+    def _create_db(self, name: str) -> str:
+        with psycopg.connect(self.args.postgres_url, autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            c.execute(f'CREATE DATABASE "{name}"')
+        self.databases.append(name)
+        return name
+
+    async def __aexit__(self, *exc: Any) -> None:
+        for client in self.clients.values():
+            await client.close()
+        if self.engine is not None:
+            await self.engine.dispose()
+        for s in self.sidecars.values():
+            s.stop()
+        with psycopg.connect(self.args.postgres_url, autocommit=True) as c:
+            for name in self.databases:
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for name in os.listdir(self.tmp):
+            if name.startswith(f"r{self.index}-"):
+                os.remove(os.path.join(self.tmp, name))
+
+    def session(self, system: str, session_id: str) -> Any:
+        if system in STEPWELL_SYSTEMS:
+            return StepwellSession(session_id, client=self.clients[system])
+        if system == "sqlite-session":
+            return SQLiteSession(session_id, self.sqlite_path)
+        return SQLAlchemySession(session_id, engine=self.engine)
+
+    def meter(self, system: str, postmaster: Optional[int]) -> Meter:
+        return Meter(self.sidecars.get(system), postmaster if system in POSTGRES_SYSTEMS else None)
+
+
+def close_sessions(sessions: List[Any]) -> None:
+    """Closes what a session holds of its own (SQLiteSession's connections
+    and its share of the file lock); the others share their client or engine."""
+    for s in sessions:
+        if isinstance(s, SQLiteSession):
+            s.close()
+
+
+def sqlite_synchronous(path: str) -> Optional[int]:
+    """SQLite's synchronous setting on a connection made as SQLiteSession
+    makes its own (2 = FULL: a commit waits for fsync)."""
+    try:
+        with sqlite3.connect(path) as c:
+            return c.execute("PRAGMA synchronous").fetchone()[0]
+    except sqlite3.Error:
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Workloads
+# ---------------------------------------------------------------------------
+
+
+async def add_point(sessions: List[Any], w: Window, meter: Meter) -> Dict[str, Any]:
+    """Each task adds a turn's three items per call to its own session; after
+    the window every session's items read back as added, in order."""
+    added: List[List[Dict[str, Any]]] = [[] for _ in sessions]
+
+    def worker(k: int) -> Callable[[], Any]:
+        async def run() -> None:
+            n = 0
+            while w.running():
+                h0 = time.perf_counter()
+                items = turn_items(k, n)
+                t0 = time.perf_counter()
+                if w.start <= h0 and t0 <= w.end:
+                    w.harness_s += t0 - h0
+                try:
+                    await sessions[k].add_items(items)
+                except Exception as e:  # noqa: BLE001 - every failure is reported
+                    w.errors.append(f"add_items: {type(e).__name__}: {e}")
+                    return
+                w.record(t0, time.perf_counter())
+                added[k].extend(items)
+                n += 1
+        return run
+
+    result = await measure(w, meter, [worker(k) for k in range(len(sessions))])
+    result["items_added"] = sum(len(a) for a in added)
+    result["checks"] = await check_sessions(sessions, added)
+    return result
+
+
+async def get_point(sessions: List[Any], limit: Optional[int], w: Window, meter: Meter) -> Dict[str, Any]:
+    """Each task reads its own session of HISTORY_ITEMS items, whole or its
+    newest `limit`; every answer has the length it should, and after the
+    window every session's items read back as added."""
+    history = [[i for n in range(HISTORY_ITEMS // ITEMS_PER_ADD + 1) for i in turn_items(k, n)][:HISTORY_ITEMS]
+               for k in range(len(sessions))]
+    await asyncio.gather(*(s.add_items(h) for s, h in zip(sessions, history)))
+    want = HISTORY_ITEMS if limit is None else min(limit, HISTORY_ITEMS)
+
+    def worker(k: int) -> Callable[[], Any]:
+        async def run() -> None:
+            while w.running():
+                t0 = time.perf_counter()
+                try:
+                    got = await sessions[k].get_items(limit)
+                except Exception as e:  # noqa: BLE001
+                    w.errors.append(f"get_items: {type(e).__name__}: {e}")
+                    return
+                w.record(t0, time.perf_counter())
+                if len(got) != want:
+                    w.errors.append(f"get_items({limit}) answered {len(got)} items, want {want}")
+                    return
+        return run
+
+    result = await measure(w, meter, [worker(k) for k in range(len(sessions))])
+    problems = await check_sessions(sessions, history)
+    if limit is not None:
+        newest = await sessions[0].get_items(limit)
+        if newest != history[0][-want:]:
+            problems.append(f"get_items({limit}) is not the newest {want} items, oldest first")
+    result["checks"] = problems
+    return result
+
+
+async def check_sessions(sessions: List[Any], added: List[List[Dict[str, Any]]]) -> List[str]:
+    """Every session's get_items() equals the items added to it, in order."""
+    problems = []
+    for k, (s, want) in enumerate(zip(sessions, added)):
+        try:
+            got = await s.get_items()
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"session {k}: get_items: {type(e).__name__}: {e}")
+            continue
+        if got != want:
+            problems.append(f"session {k}: get_items() answered {len(got)} items, not the {len(want)} added")
+    if not any(added):
+        problems.append("no item was added")
+    return problems[:5]
+
+
+# ---------------------------------------------------------------------------
+# Plan, report
+# ---------------------------------------------------------------------------
+
+CALLS = {"add": f"add_items({ITEMS_PER_ADD} items)", "get": f"get_items() of {HISTORY_ITEMS}",
+         "get10": f"get_items({GET_LIMIT}) of {HISTORY_ITEMS}"}
+
+
+def point_label(point: str) -> str:
+    kind, c = point.split("/")
+    n = int(c[1:])
+    return f"{CALLS[kind]}, {n} session{'s' if n != 1 else ''}"
+
+
+async def run_point(rnd: Round, system: str, point: str, prefix: str, args: argparse.Namespace,
+                    postmaster: Optional[int]) -> Dict[str, Any]:
+    """One point on one session kind: fresh session ids, the workload, and
+    the sidecar's health after it."""
+    kind, c = point.split("/")
+    sessions = [rnd.session(system, f"{prefix}-s{k}") for k in range(int(c[1:]))]
+    w = Window(args.warm, args.window)
+    meter = rnd.meter(system, postmaster)
+    try:
+        if kind == "add":
+            res = await add_point(sessions, w, meter)
+        else:
+            res = await get_point(sessions, None if kind == "get" else GET_LIMIT, w, meter)
+    except Exception as e:  # noqa: BLE001
+        res = {"errors": [f"{type(e).__name__}: {e}"], "checks": []}
+    finally:
+        close_sessions(sessions)
+    sidecar = rnd.sidecars.get(system)
+    if sidecar is not None and not sidecar.alive():
+        res.setdefault("errors", []).append(f"sidecar exited with {sidecar.proc.returncode}: {sidecar.log_tail()}")
+    res["unit"] = "calls/s"
+    return res
+
+
+async def run_rounds(args: argparse.Namespace, results: Dict[str, Any]) -> None:
+    samples = results["samples"]
+    postmaster = postmaster_pid(args.postgres_url)
+    results["postmaster_pid_found"] = postmaster is not None
+    systems = results["systems"]
+    with tempfile.TemporaryDirectory(prefix="stepwell-agbench.") as tmp:
+        for r in range(1, args.rounds + 1):
+            t_round = time.monotonic()
+            async with Round(args, r, tmp) as rnd:
+                if "sqlite-session" in systems:
+                    results.setdefault("sqlite_session_synchronous", sqlite_synchronous(rnd.sqlite_path))
+                shift = (r - 1) % len(systems)
+                order = systems[shift:] + systems[:shift]
+                for point in results["points"]:
+                    for system in order:
+                        kind, c = point.split("/")
+                        res = await run_point(rnd, system, point, f"r{r}-{kind}{c}-{system}", args, postmaster)
+                        sample = {"round": r, "point": point, "system": system, "order": order.index(system)}
+                        sample.update(res)
+                        samples.append(sample)
+                        log(line_of(sample, PROCESSES))
+            log(f"-- round {r} done in {time.monotonic() - t_round:.0f} s (load {loadavg()})")
+
+
+def summarize(results: Dict[str, Any]) -> Dict[str, Any]:
+    """Each point's medians and spreads over the rounds, failed samples left
+    out, and StepwellSession's per-round ratios to each of the SDK's sessions."""
+    samples = [s for s in results["samples"] if not failed(s)]
+    summary: Dict[str, Any] = {}
+    fields = ("ops_per_s", "p50_ms", "p99_ms", "python_cpu_us_per_op", "sidecar_cpu_us_per_op",
+              "postgres_cpu_us_per_op", "harness_us_per_op", "python_cpu_pct", "sidecar_cpu_pct",
+              "postgres_cpu_pct", "machine_busy_pct")
+    for point in results["points"]:
+        for system in results["systems"]:
+            mine = [s for s in samples if s["point"] == point and s["system"] == system]
+            row = {f: spread([s.get(f) for s in mine]) for f in fields}
+            row["failed_samples"] = sum(1 for s in results["samples"]
+                                        if s["point"] == point and s["system"] == system and failed(s))
+            for f in ("writes_per_batch", "batches_per_op", "commit_ms_mean", "queue_wait_ms_mean"):
+                row[f] = spread([s.get("sidecar_metrics", {}).get(f) for s in mine])
+            if system in STEPWELL_SYSTEMS:
+                for base in BASELINES:
+                    for f in ("ops_per_s", "p99_ms"):
+                        row[f"ratio_{f}_{base}"] = round_ratios(mine, samples, base, f)
+            summary[f"{point} {system}"] = row
+    return summary
+
+
+def _median(row: Dict[str, Any], field: str) -> str:
+    return fmt(row[field]["median"] if row.get(field) else None)
+
+
+def table_rows(results: Dict[str, Any]) -> List[str]:
+    """The main table's rows: one per point and session kind."""
+    lines = []
+    for point in results["points"]:
+        for system in results["systems"]:
+            row = results["summary"][f"{point} {system}"]
+            lines.append("| " + " | ".join([
+                point_label(point), SYSTEMS[system],
+                fmt_spread(row["ops_per_s"]),
+                fmt_spread(row.get("ratio_ops_per_s_sqlite-session"), "×"),
+                fmt_spread(row.get("ratio_ops_per_s_sqlalchemy-postgres"), "×"),
+                fmt_spread(row["p50_ms"]), fmt_spread(row["p99_ms"]),
+                _median(row, "python_cpu_us_per_op"), _median(row, "sidecar_cpu_us_per_op"),
+                _median(row, "postgres_cpu_us_per_op"), _median(row, "machine_busy_pct"),
+                str(row["failed_samples"]),
+            ]) + " |")
+    return lines
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    summary = results["summary"]
+    lines = [
+        f"## Agents SDK sessions: StepwellSession against SQLiteSession and SQLAlchemySession ({results['mode']} mode)",
+        "",
+        f"`{results['command']}` — started {results['started']}, {results['elapsed_s']:.0f} s, "
+        f"{results['rounds']} round(s) of {results['warm_s']:g} s warm-up + {results['window_s']:g} s window per point, "
+        f"{results['machine']['cpus']} CPUs, load {results['machine']['load_start']} at start. "
+        "Sessions, sidecar and Postgres share the CPUs.",
+        "",
+        "Medians over the rounds, [min–max] where there is more than one. Throughput is session calls/s "
+        f"over all sessions; `add_items` adds {ITEMS_PER_ADD} items of ~{results['item_bytes']:.0f} bytes per call. "
+        "× SQLiteSession and × SQLAlchemySession are StepwellSession's per-round ratios. CPU is µs per call "
+        "(medians): this Python process, the sidecar, every Postgres process.",
+        "",
+        "| Point | Session | calls/s | × SQLiteSession | × SQLAlchemySession | p50 ms | p99 ms "
+        "| Python CPU µs/call | sidecar CPU µs/call | Postgres CPU µs/call | machine busy % | failed rounds |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    lines += table_rows(results)
+    lines += ["", "The sidecars' group commit at the `add_items` points, from their metrics over each window "
+              "(medians): an `add_items` is one PutRecords, one write of a batch.", "",
+              "| Point | Session | writes/batch | batches/call | commit ms/batch | queue wait ms/write |",
+              "|---|---|--:|--:|--:|--:|"]
+    for point in results["points"]:
+        for system in STEPWELL_SYSTEMS:
+            row = summary.get(f"{point} {system}")
+            if point.startswith("add/") and row and row.get("writes_per_batch"):
+                lines.append("| " + " | ".join([
+                    point_label(point), SYSTEMS[system], _median(row, "writes_per_batch"),
+                    _median(row, "batches_per_op"), _median(row, "commit_ms_mean"),
+                    _median(row, "queue_wait_ms_mean")]) + " |")
+    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + "."]
+    if results.get("stepwell_binary"):
+        lines += ["", f"Sidecar: `{results['stepwell_binary']}` (sha256 "
+                  f"{results.get('stepwell_binary_sha256', '?')[:16]}…, built {results.get('stepwell_binary_mtime', '?')})"
+                  + (f"; Python client: {results['python_client']}" if results.get("python_client") else "") + "."]
+    return "\n".join(lines) + "\n"
+
+
+def versions() -> Dict[str, str]:
+    out = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for name in ("openai-agents", "stepwell", "grpcio", "protobuf", "SQLAlchemy", "asyncpg", "greenlet"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", choices=sorted(MODES), default="smoke")
+    p.add_argument("--rounds", type=int)
+    p.add_argument("--warm", type=float, help="warm-up seconds per point")
+    p.add_argument("--window", type=float, help="measured seconds per point")
+    p.add_argument("--out", default="bench/latest-agents")
+    p.add_argument("--stepwell", help="the sidecar binary (needed for StepwellSession)")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ", ".join(SYSTEMS))
+    p.add_argument("--points", default=",".join(POINTS), help="comma-separated: " + ", ".join(POINTS))
+    p.add_argument("--command", default="bench/agents/run", help="the command line, for the report")
+    args = p.parse_args()
+    mode = MODES[args.mode]
+    args.rounds = args.rounds or mode["rounds"]
+    args.warm = mode["warm"] if args.warm is None else args.warm
+    args.window = args.window or mode["window"]
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.points = [s for s in args.points.split(",") if s]
+    for s in args.systems:
+        if s not in SYSTEMS:
+            p.error(f"unknown system {s}")
+    for s in args.points:
+        if s not in POINTS:
+            p.error(f"unknown point {s}")
+    if any(s in STEPWELL_SYSTEMS for s in args.systems) and not args.stepwell:
+        p.error("--stepwell BINARY is needed for StepwellSession")
+    args.postgres_url = os.environ.get("STEPWELL_TEST_POSTGRES_URL")
+    if not args.postgres_url:
+        p.error("STEPWELL_TEST_POSTGRES_URL is not set (run through bench/agents/run or scripts/with-postgres)")
+    return args
+
+
+def describe(args: argparse.Namespace) -> Dict[str, Any]:
+    """What a run's report says of its setup before any sample."""
+    results: Dict[str, Any] = {
+        "mode": args.mode, "command": args.command,
+        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "rounds": args.rounds, "warm_s": args.warm, "window_s": args.window,
+        "systems": [s for s in SYSTEMS if s in args.systems], "points": [p for p in POINTS if p in args.points],
+        "stepwell_binary": args.stepwell, "item_bytes": item_bytes(), "items_per_add": ITEMS_PER_ADD,
+        "history_items": HISTORY_ITEMS, "get_limit": GET_LIMIT,
+        "sqlalchemy_engine": {"pool_size": ENGINE_POOL, "max_overflow": 0, "driver": "asyncpg"},
+        "versions": versions(),
+        "machine": {"cpus": os.cpu_count(), "load_start": loadavg(), "platform": platform.platform()},
+        "python_client": os.environ.get("STEPWELL_PYTHON_CLIENT_SOURCE", ""),
+        "samples": [],
+    }
+    if args.stepwell:
+        results["stepwell_version"] = subprocess.run(
+            [args.stepwell, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        # Which build ran: a binary may be replaced by a newer one later.
+        with open(args.stepwell, "rb") as f:
+            results["stepwell_binary_sha256"] = hashlib.sha256(f.read()).hexdigest()
+        results["stepwell_binary_mtime"] = dt.datetime.fromtimestamp(
+            os.stat(args.stepwell).st_mtime, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return results
+
+
+def main() -> int:
+    args = parse_args()
+
+    # SIGTERM and SIGHUP end the run as Ctrl-C does, so that the rounds' exits
+    # stop the sidecars and drop the databases.
+    def interrupt(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
+
+    t0 = time.monotonic()
+    results = describe(args)
+    log(f"==> {args.rounds} round(s) × {len(results['points'])} points × {len(results['systems'])} sessions, "
+        f"{args.warm:g} s + {args.window:g} s each (load {loadavg()})")
+    interrupted = False
+    try:
+        asyncio.run(run_rounds(args, results))
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: writing what was measured")
+    results["elapsed_s"] = time.monotonic() - t0
+    results["machine"]["load_end"] = loadavg()
+    results["summary"] = summarize(results)
+    table = markdown(results)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, sort_keys=False)
+        f.write("\n")
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(table)
+    print(table)
+    failures = sum(len(s.get("errors") or []) + len(s.get("checks") or []) for s in results["samples"])
+    missing = args.rounds * len(results["points"]) * len(results["systems"]) - len(results["samples"])
+    if failures or missing or interrupted:
+        log(f"==> {failures} error(s) or failed check(s), {missing} point(s) not run")
+        return 1
+    log(f"==> results in {args.out}/results.json and results.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
