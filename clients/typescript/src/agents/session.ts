@@ -125,8 +125,6 @@ export class StepwellSession implements Session {
   readonly namespace: string;
   private readonly ownsClient: boolean;
   private readonly opts: CallOptions;
-  /** The sequence number the next append tries first: one past the newest this object saw or wrote. */
-  private next: bigint | undefined;
 
   constructor(client: StepwellClient, options: StepwellSessionOptions, ownsClient = false) {
     this.client = client;
@@ -160,7 +158,6 @@ export class StepwellSession implements Session {
       for (const e of page.entries) if (e.record && newestFirst.length < want) newestFirst.push(e.record);
       pageToken = page.nextPageToken;
     } while (pageToken !== "" && newestFirst.length < want);
-    if (newestFirst.length > 0) this.saw(newestFirst[0]!.id);
     return newestFirst.reverse().map((r) => parseJsonBytes(r.payload) as AgentInputItem);
   }
 
@@ -182,19 +179,13 @@ export class StepwellSession implements Session {
         this.opts,
       );
       // Zero: another pop took this item first; the next newest is this pop's.
-      if (deleted === 1n) {
-        // The next append reads the newest id again rather than reusing this
-        // one, which another writer may have passed meanwhile.
-        this.next = undefined;
-        return parseJsonBytes(newest.payload) as AgentInputItem;
-      }
+      if (deleted === 1n) return parseJsonBytes(newest.payload) as AgentInputItem;
     }
   }
 
   /** Deletes every item of the session (only its items: other records of the same turn id stay). */
   async clearSession(): Promise<void> {
     await this.client.deleteRecords({ turnIds: [this.sessionId], kind: ITEM_KIND }, this.opts);
-    this.next = undefined;
   }
 
   /** Closes the client if the session made it (fromAddress); a client passed in stays open. */
@@ -210,12 +201,6 @@ export class StepwellSession implements Session {
     );
   }
 
-  /** Notes the newest id seen, so the next append tries past it. */
-  private saw(id: string): void {
-    const n = sequenceOf(id) + 1n;
-    if (this.next === undefined || n > this.next) this.next = n;
-  }
-
   /** The sequence number after the newest stored item (1 for an empty session). */
   private async newestNext(): Promise<bigint> {
     const newest = (await this.list(1, "")).entries[0]?.record;
@@ -223,15 +208,17 @@ export class StepwellSession implements Session {
   }
 
   /**
-   * Writes one request's items at the next free ids, claiming them with
-   * PUT_MODE_CREATE. A refusal means another writer took some of the ids:
-   * read the newest again and claim past it. A refusal of a request whose
+   * Writes one request's items at the ids after the newest stored one, read
+   * first (a remembered id could, after a clear, lie in a gap below items
+   * written since), claiming them with PUT_MODE_CREATE. A refusal means
+   * another writer took some of the ids: read the newest again and claim
+   * past it. A refusal of a request whose
    * answer was lost and which the client sent again is recognised by the
    * first record's mark, and is success.
    */
   private async append(run: Pending[]): Promise<void> {
     for (;;) {
-      const first = this.next ?? (await this.newestNext());
+      const first = await this.newestNext();
       const records = run.map((p, i) => ({
         turnId: this.sessionId,
         scope: "",
@@ -246,10 +233,8 @@ export class StepwellSession implements Session {
         await this.client.putRecords({ records }, this.opts);
       } catch (err) {
         if (!(err instanceof RecordExists)) throw err;
-        this.next = undefined;
         if (!(await this.isOurs(records[0]!.id, run[0]!.u))) continue;
       }
-      this.next = first + BigInt(run.length);
       return;
     }
   }

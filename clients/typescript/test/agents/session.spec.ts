@@ -122,6 +122,24 @@ for (const backend of BACKENDS) {
       }
     });
 
+    it("adds after the items written since a clear, never in a gap the clear left below them", async () => {
+      const namespace = freshNamespace(`agents-clear-${backend}`);
+      const [a, b, c] = [0, 1, 2].map(() => session(sidecar, namespace, "cleared"));
+      const say = (text: string) => ({ role: "user", content: text }) as AgentInputItem;
+      try {
+        await a!.addItems(["a0", "a1", "a2"].map(say));
+        await b!.addItems(["b0", "b1", "b2"].map(say));
+        await c!.clearSession();
+        await c!.addItems([say("c0")]);
+        await b!.addItems([say("b-late")]);
+        await a!.addItems([say("a-later")]);
+        const texts = (await c!.getItems()).map((i) => (i as { content: string }).content);
+        expect(texts).toEqual(["c0", "b-late", "a-later"]);
+      } finally {
+        for (const s of [a, b, c]) s!.close();
+      }
+    });
+
     it("writes a batch larger than one request in order, and reads it back across pages", async () => {
       const namespace = freshNamespace(`agents-big-${backend}`);
       const s = session(sidecar, namespace, "big");
