@@ -8,6 +8,7 @@ per-round ratios and targets. Each benchmark puts this folder on sys.path."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import os
@@ -389,3 +390,49 @@ def fmt_spread(s: Optional[Dict[str, float]], unit: str = "", digits: int = 3) -
     if s["n"] == 1:
         return f"{fmt(s['median'], digits)}{unit}"
     return f"{fmt(s['median'], digits)}{unit} [{fmt(s['min'], digits)}–{fmt(s['max'], digits)}]"
+
+
+def bench_args(
+    doc: str,
+    modes: Dict[str, Dict[str, Any]],
+    systems: List[str],
+    points: List[str],
+    name: str,
+    stepwell_systems: Optional[List[str]] = None,
+    stepwell_what: str = "",
+) -> argparse.Namespace:
+    """The command line every benchmark driver takes: its mode (the rounds,
+    warm-up and window it sets, each overridable), where results go, the
+    sidecar binary, the systems and points to run, and the throwaway
+    Postgres (STEPWELL_TEST_POSTGRES_URL) its `run` script started. `name`
+    is the benchmark's folder under bench/; with `stepwell_systems`, the
+    binary is needed only when one of them runs, else always."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--mode", choices=sorted(modes), default="smoke")
+    p.add_argument("--rounds", type=int)
+    p.add_argument("--warm", type=float, help="warm-up seconds per point")
+    p.add_argument("--window", type=float, help="measured seconds per point")
+    p.add_argument("--out", default=f"bench/latest-{name}")
+    p.add_argument("--stepwell", required=stepwell_systems is None, help=f"the sidecar binary{stepwell_what}")
+    p.add_argument("--systems", default=",".join(systems), help="comma-separated: " + ", ".join(systems))
+    p.add_argument("--points", default=",".join(points), help="comma-separated: " + ", ".join(points))
+    p.add_argument("--command", default=f"bench/{name}/run", help="the command line, for the report")
+    args = p.parse_args()
+    mode = modes[args.mode]
+    args.rounds = args.rounds or mode["rounds"]
+    args.warm = mode["warm"] if args.warm is None else args.warm
+    args.window = args.window or mode["window"]
+    args.systems = [s for s in args.systems.split(",") if s]
+    args.points = [s for s in args.points.split(",") if s]
+    for s in args.systems:
+        if s not in systems:
+            p.error(f"unknown system {s}")
+    for s in args.points:
+        if s not in points:
+            p.error(f"unknown point {s}")
+    if stepwell_systems is not None and any(s in stepwell_systems for s in args.systems) and not args.stepwell:
+        p.error(f"--stepwell BINARY is needed{stepwell_what}")
+    args.postgres_url = os.environ.get("STEPWELL_TEST_POSTGRES_URL")
+    if not args.postgres_url:
+        p.error(f"STEPWELL_TEST_POSTGRES_URL is not set (run through bench/{name}/run or scripts/with-postgres)")
+    return args

@@ -64,6 +64,7 @@ from psycopg_pool import AsyncConnectionPool
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import (  # noqa: E402 (the shared harness is found through the path set above)
+    bench_args,
     Meter, Sidecar, Window, database_url, failed, fmt, fmt_spread, line_of, loadavg, log, measure,
     postmaster_pid, round_ratios, spread, target,
 )
@@ -571,34 +572,7 @@ def versions() -> Dict[str, str]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=sorted(MODES), default="smoke")
-    p.add_argument("--rounds", type=int)
-    p.add_argument("--warm", type=float, help="warm-up seconds per point")
-    p.add_argument("--window", type=float, help="measured seconds per point")
-    p.add_argument("--out", default="bench/latest-langgraph")
-    p.add_argument("--stepwell", help="the sidecar binary (needed for the stepwell savers)")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ", ".join(SYSTEMS))
-    p.add_argument("--points", default=",".join(POINTS), help="comma-separated: " + ", ".join(POINTS))
-    p.add_argument("--command", default="bench/langgraph/run", help="the command line, for the report")
-    args = p.parse_args()
-    mode = MODES[args.mode]
-    args.rounds = args.rounds or mode["rounds"]
-    args.warm = mode["warm"] if args.warm is None else args.warm
-    args.window = args.window or mode["window"]
-    args.systems = [s for s in args.systems.split(",") if s]
-    args.points = [s for s in args.points.split(",") if s]
-    for s in args.systems:
-        if s not in SYSTEMS:
-            p.error(f"unknown system {s}")
-    for s in args.points:
-        if s not in POINTS:
-            p.error(f"unknown point {s}")
-    if any(s in STEPWELL_SYSTEMS for s in args.systems) and not args.stepwell:
-        p.error("--stepwell BINARY is needed for the stepwell savers")
-    args.postgres_url = os.environ.get("STEPWELL_TEST_POSTGRES_URL")
-    if not args.postgres_url:
-        p.error("STEPWELL_TEST_POSTGRES_URL is not set (run through bench/langgraph/run or scripts/with-postgres)")
+    args = bench_args(__doc__, MODES, SYSTEMS, POINTS, "langgraph", STEPWELL_SYSTEMS, " for the stepwell savers")
 
     # SIGTERM and SIGHUP end the run as Ctrl-C does, so that the rounds' exits
     # stop the sidecars and drop the databases.

@@ -47,6 +47,7 @@ from typing import Any, Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 from harness import (  # noqa: E402 (the shared harness is found through the path set above)
+    bench_args,
     Sidecar, cpu_seconds, database_url, failed, fmt, fmt_spread, line_of, loadavg, log, machine_busy,
     metric_summary, proc_stat, round_ratios, spread, target, tree_cpu_seconds,
 )
@@ -402,33 +403,7 @@ def binary_facts(path: str) -> Dict[str, str]:
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=sorted(MODES), default="smoke")
-    p.add_argument("--rounds", type=int)
-    p.add_argument("--warm", type=float, help="warm-up seconds per point")
-    p.add_argument("--window", type=float, help="measured seconds per point")
-    p.add_argument("--out", default="bench/latest-langgraphjs")
-    p.add_argument("--stepwell", required=True, help="the sidecar binary")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ", ".join(SYSTEMS))
-    p.add_argument("--points", default=",".join(POINTS), help="comma-separated: " + ", ".join(POINTS))
-    p.add_argument("--command", default="bench/langgraphjs/run", help="the command line, for the report")
-    args = p.parse_args()
-    mode = MODES[args.mode]
-    args.rounds = args.rounds or mode["rounds"]
-    args.warm = mode["warm"] if args.warm is None else args.warm
-    args.window = args.window or mode["window"]
-    args.systems = [s for s in args.systems.split(",") if s]
-    args.points = [s for s in args.points.split(",") if s]
-    for s in args.systems:
-        if s not in SYSTEMS:
-            p.error(f"unknown system {s}")
-    for s in args.points:
-        if s not in POINTS:
-            p.error(f"unknown point {s}")
-    args.postgres_url = os.environ.get("STEPWELL_TEST_POSTGRES_URL")
-    if not args.postgres_url:
-        p.error("STEPWELL_TEST_POSTGRES_URL is not set (run through bench/langgraphjs/run or scripts/with-postgres)")
-    return args
+    return bench_args(__doc__, MODES, SYSTEMS, POINTS, "langgraphjs")
 
 
 def write(results: Dict[str, Any], out: str) -> str:

@@ -70,18 +70,7 @@ async fn a_create_after_a_record_of_its_own_request_at_that_address_is_refused()
 }
 
 fn new_record(id: &str, payload: &str, mode: StorePutMode) -> NewRecord {
-    NewRecord {
-        turn_id: "t".to_owned(),
-        scope: String::new(),
-        kind: KIND.to_owned(),
-        id: id.to_owned(),
-        parent_id: String::new(),
-        content_type: String::new(),
-        payload: payload.as_bytes().to_vec(),
-        metadata: None,
-        refs: "[]".to_owned(),
-        mode,
-    }
+    super::store_record("t", id, payload, mode)
 }
 
 fn put_of(records: Vec<NewRecord>, fence: Option<Fence>) -> Write {

@@ -145,18 +145,7 @@ async fn an_expired_lease_still_writes_until_another_begin_takes_over() {
 }
 
 fn new_record(turn: &str, id: &str, payload: &str) -> NewRecord {
-    NewRecord {
-        turn_id: turn.to_owned(),
-        scope: String::new(),
-        kind: KIND.to_owned(),
-        id: id.to_owned(),
-        parent_id: String::new(),
-        content_type: String::new(),
-        payload: payload.as_bytes().to_vec(),
-        metadata: None,
-        refs: "[]".to_owned(),
-        mode: PutMode::Upsert,
-    }
+    super::store_record(turn, id, payload, PutMode::Upsert)
 }
 
 fn store_put(records: Vec<NewRecord>, fence: Option<(&str, u64)>) -> Write {

@@ -51,6 +51,28 @@ fn record(turn: &str, kind: &str, id: &str) -> Record {
     }
 }
 
+/// A record as the store takes it (for batches built at the store): `id` of
+/// `KIND` in `turn` (empty scope), with `payload` and `mode`.
+fn store_record(
+    turn: &str,
+    id: &str,
+    payload: &str,
+    mode: stepwell::domain::records::PutMode,
+) -> stepwell::domain::records::NewRecord {
+    stepwell::domain::records::NewRecord {
+        turn_id: turn.to_owned(),
+        scope: String::new(),
+        kind: KIND.to_owned(),
+        id: id.to_owned(),
+        parent_id: String::new(),
+        content_type: String::new(),
+        payload: payload.as_bytes().to_vec(),
+        metadata: None,
+        refs: "[]".to_owned(),
+        mode,
+    }
+}
+
 /// `record` with an explicit payload.
 fn with_payload(mut record: Record, payload: &[u8]) -> Record {
     record.payload = payload.to_vec();

@@ -77,18 +77,7 @@ async fn a_metadata_filter_reads_the_records_metadata_index() {
 }
 
 fn new_record(id: &str, payload: &str, mode: PutMode) -> NewRecord {
-    NewRecord {
-        turn_id: "t".to_owned(),
-        scope: String::new(),
-        kind: KIND.to_owned(),
-        id: id.to_owned(),
-        parent_id: String::new(),
-        content_type: String::new(),
-        payload: payload.as_bytes().to_vec(),
-        metadata: None,
-        refs: "[]".to_owned(),
-        mode,
-    }
+    super::store_record("t", id, payload, mode)
 }
 
 fn put_of(records: Vec<NewRecord>) -> Write {

@@ -157,18 +157,7 @@ async fn of_concurrent_puts_to_one_address_one_insert_if_absent_wins_whole() {
 }
 
 fn new_record(id: &str, payload: &str, mode: StorePutMode) -> NewRecord {
-    NewRecord {
-        turn_id: "t".to_owned(),
-        scope: String::new(),
-        kind: KIND.to_owned(),
-        id: id.to_owned(),
-        parent_id: String::new(),
-        content_type: String::new(),
-        payload: payload.as_bytes().to_vec(),
-        metadata: None,
-        refs: "[]".to_owned(),
-        mode,
-    }
+    super::store_record("t", id, payload, mode)
 }
 
 fn put_of(records: Vec<NewRecord>) -> Write {
