@@ -15,6 +15,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
+    // The migrations are embedded by `sqlx::migrate!`, which a new file alone
+    // would not make cargo compile again.
+    println!("cargo:rerun-if-changed=migrations");
     let fds = protox::compile(protos, ["proto"])?;
     // Cargo hands a build script its output directory in the environment.
     #[allow(clippy::disallowed_methods)]

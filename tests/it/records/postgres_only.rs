@@ -142,3 +142,49 @@ async fn concurrent_batches_upserting_and_inserting_the_same_addresses_both_comm
         [first, second].into_iter().filter_map(|answer| answer.err().map(|e| e.to_string())).collect();
     assert!(failed.is_empty(), "two batches of puts, each valid alone, must both commit: {failed:?}");
 }
+
+#[tokio::test]
+async fn a_turns_newest_records_are_read_through_the_primary_key_whatever_the_statistics_say() {
+    let store = TestStore::on(Database::Postgres { url: fresh_postgres_database().await });
+    let _server = Sidecar::builder().store(&store).start().await;
+    // Statistics taken while the namespace held one turn, then many records
+    // of other turns, newer ids included, as a store of many sessions grows.
+    let rows = |turn: &str, count: u32| {
+        format!(
+            "INSERT INTO records (namespace, turn_id, kind, scope, id, parent_id, content_type, payload, metadata, \
+                                  refs, recorded_at_ns) \
+             SELECT 'default', {turn}, '{KIND}', '', lpad(i::text, 20, '0'), '', '', '\\x00', NULL, '[]', 0 \
+             FROM generate_series(1, {count}) i;"
+        )
+    };
+    let first = rows("'early'", 20) + "ANALYZE records;";
+    store.execute("unused: this test runs on Postgres only", &first).await;
+    store.execute("unused: this test runs on Postgres only", &rows("'later-' || (i % 16)", 12_000)).await;
+
+    // The list's statement, as src/store/postgres/records.rs builds it for
+    // one turn and scope, with the turn and scope as parameters and as
+    // constants (a prepared statement's generic and custom plans).
+    let pool = PgPool::connect(&store.url()).await.expect("connect to the test's database");
+    let mut conn = pool.acquire().await.expect("a connection");
+    for mode in ["force_generic_plan", "force_custom_plan"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("SET plan_cache_mode = {mode}")))
+            .execute(&mut *conn)
+            .await
+            .expect("set plan_cache_mode");
+        let plan: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN WITH page AS MATERIALIZED (SELECT * FROM records WHERE namespace = $1 AND kind = $2 \
+               AND turn_id = $3 AND scope = $4 ORDER BY id DESC, turn_id DESC, scope DESC LIMIT $5) \
+             SELECT * FROM page",
+        )
+        .bind("default")
+        .bind(KIND)
+        .bind("early")
+        .bind("")
+        .bind(2_i64)
+        .fetch_all(&mut *conn)
+        .await
+        .expect("explain");
+        let plan = plan.join("\n");
+        assert!(plan.contains("records_pkey") && !plan.contains("records_by_id"), "{mode}:\n{plan}");
+    }
+}
