@@ -218,10 +218,9 @@ class StepwellSessionService(BaseSessionService):
 
     async def _list(
         self, kind: str, *, turn: str = "", limit: Optional[int] = None, meta: Optional[Dict[str, str]] = None,
-        children: str = "", stop: Optional[Callable[[rec.Record], bool]] = None,
+        children: str = "",
     ) -> List[rec.RecordEntry]:
-        """Entries of ``kind``, newest id first: at most ``limit`` (all when
-        None), ending before the first record for which ``stop`` is true."""
+        """Entries of ``kind``, newest id first: at most ``limit`` (all when None)."""
         got: List[rec.RecordEntry] = []
         token = ""
         while limit is None or len(got) < limit:
@@ -231,10 +230,7 @@ class StepwellSessionService(BaseSessionService):
                 page_size=PAGE_SIZE if limit is None else min(limit - len(got), PAGE_SIZE), page_token=token,
             )
             resp = await self._call("ListRecords", req)
-            for entry in resp.entries:
-                if stop is not None and stop(entry.record):
-                    return got
-                got.append(entry)
+            got.extend(resp.entries)
             token = resp.next_page_token
             if not token:
                 break
