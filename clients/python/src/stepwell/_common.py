@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import inspect
 import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Awaitable, Callable, List, Optional, Tuple, TypeVar, Union
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -163,3 +164,24 @@ def seconds_until(ts: timestamp_pb2.Timestamp) -> float:
     if ts.seconds == 0 and ts.nanos == 0:
         return 0.0
     return (ts.seconds + ts.nanos / 1e9) - time.time()
+
+
+_T = TypeVar("_T")
+
+
+async def finish_mutation(mutation: Awaitable[_T]) -> _T:
+    """Awaits ``mutation`` to its end even when the caller is cancelled
+    meanwhile (then raising the cancellation after it), as the agent SDKs'
+    own sessions do: a cancelled run must not leave a write half known."""
+    task = asyncio.ensure_future(mutation)
+    cancelled: Optional[BaseException] = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # the cancellation is the answer; the write's error is seen, not logged
+        raise cancelled
+    return task.result()

@@ -41,13 +41,12 @@ a tool approval across a process restart (see the README).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
 import unicodedata
 import uuid
-from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
 
 import grpc
 
@@ -58,6 +57,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
         "stepwell.agents needs the OpenAI Agents SDK 0.24: pip install 'stepwell[agents]'"
     ) from exc
 
+from ._common import finish_mutation as _finish
 from .aio import AsyncClient
 from .client import Client
 from .errors import RecordExists, StepwellError
@@ -135,24 +135,6 @@ def _u_of(record: rec.Record) -> str:
         return ""
     u = meta.get("u") if isinstance(meta, dict) else None
     return u if isinstance(u, str) else ""
-
-
-async def _finish(mutation: Awaitable[T]) -> T:
-    """Awaits ``mutation`` to its end even when the caller is cancelled
-    meanwhile (then raising the cancellation after it), as the SDK's own
-    sessions do: a cancelled run must not leave a write half known."""
-    task = asyncio.ensure_future(mutation)
-    cancelled: Optional[BaseException] = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        if not task.cancelled():
-            task.exception()  # the cancellation is the answer; the write's error is seen, not logged
-        raise cancelled
-    return task.result()
 
 
 def _runs(records: List[rec.Record]) -> List[List[rec.Record]]:
