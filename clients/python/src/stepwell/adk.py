@@ -19,8 +19,9 @@ character reaches the store):
     heads of an app (or of one user) across turns in one listing;
   - one record per event, kind ``adk-event``, id = the event's sequence
     number in 20 digits (1 is the first; bytewise order is append order),
-    payload ``Event.model_dump_json(exclude_none=True)``, as ADK's database
-    service stores ``event_data``;
+    payload ``Event.model_dump_json(exclude_none=True, by_alias=True)``:
+    ADK's camelCase wire form, which the TypeScript service also reads and
+    writes (timestamps in seconds), so either language continues a session;
   - one record per session-state key, kind ``adk-state``, id ``k`` + the
     key (a key may be empty; an id may not), payload the value's JSON,
     parent ``s``, so that a listing of heads carries each session's state;
@@ -425,7 +426,7 @@ def _user_meta(app_name: str, user_id: str) -> Dict[str, str]:
 
 
 def _event_payload(event: Event) -> bytes:
-    return event.model_dump_json(exclude_none=True).encode("utf-8")
+    return event.model_dump_json(exclude_none=True, by_alias=True).encode("utf-8")
 
 
 def _event_record(turn: str, seq: int, event: Event) -> rec.Record:
