@@ -33,6 +33,9 @@ import { BACKENDS, plain, service, startBackend } from "./harness.js";
 
 setLogLevel(LogLevel.ERROR);
 
+/** The shared session's id: a slash, a space, non-ASCII and "!" (which encodeURIComponent leaves as it is, and the layout encodes as Python's quote does) in its turn id. */
+const SID = "both/ß 1!";
+
 /** The Python side: STEPWELL_TEST_XLANG_ADK_PY, or the Python client's tests/adk/xlang_adk_py.py. */
 const XLANG_PY = process.env.STEPWELL_TEST_XLANG_ADK_PY || resolve(PKG_ROOT, "../python/tests/adk/xlang_adk_py.py");
 
@@ -89,15 +92,15 @@ async function takeTurns(sidecar: Sidecar, backend: string): Promise<void> {
   const namespace = freshNamespace(`adk-xlang-${backend}`);
   const sessions = service(sidecar, namespace);
   try {
-    await sessions.createSession({ appName: "shop", userId: "ann", sessionId: "both" });
+    await sessions.createSession({ appName: "shop", userId: "ann", sessionId: SID });
     const r = runner(sessions, "ts:");
-    expect(await turn(r, "ann", "both", "call note apple")).toBe('ts:{"noted":"apple"}');
-    expect(await py(sidecar, namespace, "both", ["run", "call recall -"])).toBe('py:{"note":"apple","notes":1,"last":"apple"}');
-    expect(await py(sidecar, namespace, "both", ["run", "call note pear"])).toBe('py:{"noted":"pear"}');
-    expect(await turn(r, "ann", "both", "call recall -")).toBe('ts:{"note":"pear","notes":2,"last":"pear"}');
-    expect(await turn(r, "ann", "both", "bye")).toBe("ts:bye");
-    const ts = (await sessions.getSession({ appName: "shop", userId: "ann", sessionId: "both" }))!;
-    const fromPy = JSON.parse(await py(sidecar, namespace, "both", ["get"])) as { events: Record<string, any>[]; state: unknown; lastUpdateTime: number };
+    expect(await turn(r, "ann", SID, "call note apple")).toBe('ts:{"noted":"apple"}');
+    expect(await py(sidecar, namespace, SID, ["run", "call recall -"])).toBe('py:{"note":"apple","notes":1,"last":"apple"}');
+    expect(await py(sidecar, namespace, SID, ["run", "call note pear"])).toBe('py:{"noted":"pear"}');
+    expect(await turn(r, "ann", SID, "call recall -")).toBe('ts:{"note":"pear","notes":2,"last":"pear"}');
+    expect(await turn(r, "ann", SID, "bye")).toBe("ts:bye");
+    const ts = (await sessions.getSession({ appName: "shop", userId: "ann", sessionId: SID }))!;
+    const fromPy = JSON.parse(await py(sidecar, namespace, SID, ["get"])) as { events: Record<string, any>[]; state: unknown; lastUpdateTime: number };
     expect(ts.events.map(shape)).toEqual([
       "user:call note apple", "assistant:call note", "assistant:response note", 'assistant:ts:{"noted":"apple"}',
       "user:call recall -", "assistant:call recall", "assistant:response recall", 'assistant:py:{"note":"apple","notes":1,"last":"apple"}',
@@ -123,11 +126,11 @@ async function takeTurns(sidecar: Sidecar, backend: string): Promise<void> {
  * Both read the event's output.
  */
 async function routes(sidecar: Sidecar, namespace: string, sessions: StepwellSessionService): Promise<void> {
-  const session = (await sessions.getSession({ appName: "shop", userId: "ann", sessionId: "both" }))!;
+  const session = (await sessions.getSession({ appName: "shop", userId: "ann", sessionId: SID }))!;
   await sessions.appendEvent({ session, event: createEvent({ author: "assistant", invocationId: "wf-ts", route: "next", output: { done: true } }) });
-  const fromPy = (JSON.parse(await py(sidecar, namespace, "both", ["get"])) as { events: Record<string, any>[] }).events.at(-1)!;
+  const fromPy = (JSON.parse(await py(sidecar, namespace, SID, ["get"])) as { events: Record<string, any>[] }).events.at(-1)!;
   expect([fromPy.invocationId, fromPy.actions.route, fromPy.output]).toEqual(["wf-ts", "next", { done: true }]);
-  await py(sidecar, namespace, "both", ["route", "later"]);
-  const pyEvent = (await sessions.getSession({ appName: "shop", userId: "ann", sessionId: "both", config: { numRecentEvents: 1 } }))!.events[0]!;
+  await py(sidecar, namespace, SID, ["route", "later"]);
+  const pyEvent = (await sessions.getSession({ appName: "shop", userId: "ann", sessionId: SID, config: { numRecentEvents: 1 } }))!.events[0]!;
   expect([pyEvent.invocationId, pyEvent.route, (pyEvent.actions as unknown as Record<string, unknown>).route, pyEvent.output]).toEqual(["wf-py", undefined, "later", { done: true }]);
 }
