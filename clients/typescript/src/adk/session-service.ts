@@ -12,13 +12,17 @@ import { BaseSessionService, createSession as newSession, type Event, type Sessi
 import type { AppendEventRequest, CreateSessionRequest, DeleteSessionRequest, GetSessionConfig, GetSessionRequest, ListSessionsRequest, ListSessionsResponse } from "@google/adk";
 import { randomUUID } from "node:crypto";
 import { StepwellClient, type StepwellClientOptions } from "../client.js";
-import { RecordExists } from "../errors.js";
+import { RecordExists, RecordNotFound } from "../errors.js";
 import { PutMode, type RecordEntry } from "../gen/stepwell/v1/records_pb.js";
 import type { CallOptions } from "../options.js";
 import * as L from "./layout.js";
 
-/** How an append writes the session's head: the one place that says it. */
-export const HEAD_APPEND_MODE: PutMode = PutMode.UPSERT;
+/**
+ * How an append writes the session's head: the one place that says it. An
+ * update, so that an append racing deleteSession is refused whole
+ * (RECORD_NOT_FOUND) instead of bringing the session back.
+ */
+export const HEAD_APPEND_MODE: PutMode = PutMode.UPDATE;
 const PAGE_SIZE = 1000;
 const STALE_MESSAGE = "The session has been modified in storage since it was loaded. Please reload the session before appending more events.";
 
@@ -199,6 +203,8 @@ export class StepwellSessionService extends BaseSessionService {
     try {
       await this.client.putRecords({ records }, this.opts);
     } catch (err) {
+      // Deleted since the head was read: nothing of the append was written.
+      if (err instanceof RecordNotFound) throw new SessionNotFoundError(`Session ${session.id} not found.`);
       if (!(err instanceof RecordExists)) throw err;
       if (!(await this.storedAs(t, seq, payload))) throw new StaleSessionError();
     }

@@ -4,10 +4,11 @@
 // session again lets it append; an append sent again with the very event
 // already stored (a retry whose answer was lost) succeeds without storing it
 // twice; and of 20 appends racing from objects read at one revision, exactly
-// one lands.
+// one lands; and an append whose session is deleted between its read of the
+// head and its put throws SessionNotFoundError and leaves nothing behind.
 import { createEvent, type Event } from "@google/adk";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { StaleSessionError, type StepwellSessionService } from "../../src/adk/index.js";
+import { SessionNotFoundError, StaleSessionError, type StepwellSessionService } from "../../src/adk/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { BACKENDS, service, startBackend } from "./harness.js";
 
@@ -64,6 +65,31 @@ for (const backend of BACKENDS) {
       expect(landed).toHaveLength(1);
       for (const r of results) if (r.status === "rejected") expect(r.reason).toBeInstanceOf(StaleSessionError);
       expect(texts((await sessions.getSession(KEY))!.events)).toEqual(landed);
+    });
+
+    it("refuses an append racing deleteSession without bringing the session back", async () => {
+      sessions = service(sidecar, freshNamespace(`adk-doomed-${backend}`));
+      const session = await sessions.createSession({ ...KEY, state: { k: 1 } });
+      // The delete lands right after the append has read the head: the
+      // window in which another process's deleteSession meets the append.
+      const internals = sessions as unknown as { head(t: string): Promise<unknown> };
+      const readHead = internals.head.bind(sessions);
+      let deleted = false;
+      internals.head = async (t: string) => {
+        const head = await readHead(t);
+        if (!deleted) {
+          deleted = true;
+          await sessions.deleteSession(KEY);
+        }
+        return head;
+      };
+      const event = createEvent({ author: "user", invocationId: "inv", actions: { stateDelta: { k: 2, "user:seen": true } } });
+      await expect(sessions.appendEvent({ session, event })).rejects.toBeInstanceOf(SessionNotFoundError);
+      expect(deleted).toBe(true);
+      expect(await sessions.getSession(KEY)).toBeUndefined();
+      expect((await sessions.listSessions({ appName: KEY.appName, userId: KEY.userId })).sessions).toEqual([]);
+      const other = await sessions.createSession({ ...KEY, sessionId: "other" });
+      expect(other.state).toEqual({});
     });
   });
 }
