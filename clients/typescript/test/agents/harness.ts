@@ -1,11 +1,13 @@
 // What the agent specs share: a sidecar per store (reusing the LangGraph
 // specs' backends), sessions on it, a bounded poll, a seeded random source,
 // and the Agents SDK set up for tests (no tracing export, no network).
-import { readFileSync, existsSync } from "node:fs";
 import { setTracingDisabled } from "@openai/agents-core";
 import { StepwellClient } from "../../src/index.js";
 import { StepwellSession } from "../../src/agents/index.js";
 import type { Sidecar } from "../sidecar.js";
+import { logLines, waitFor } from "../processes.js";
+
+export { logLines, waitFor };
 
 export { BACKENDS, startBackend, type BackendName } from "../langgraph/backends.js";
 
@@ -22,19 +24,6 @@ export function client(sidecar: Sidecar, namespace: string): StepwellClient {
   return new StepwellClient({ target: sidecar.target, namespace, ...sidecar.connect });
 }
 
-/** Polls `cond` until it holds, failing after `timeoutMs` with what it waited for. */
-export async function waitFor(cond: () => boolean | Promise<boolean>, what: string, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** The lines of a side-effect log file ([] when it does not exist). */
-export function logLines(file: string): string[] {
-  return existsSync(file) ? readFileSync(file, "utf8").split("\n").filter((l) => l !== "") : [];
-}
 
 /** A small seeded random source (mulberry32), so a failing sequence can be replayed from its seed. */
 export function rng(seed: number): { int(n: number): number; pick<T>(xs: readonly T[]): T } {

@@ -4,11 +4,14 @@
 // snapshot of everything the store holds of a thread, so a spec can tell that
 // a worker stored nothing. A graph is built here once, so a worker process and
 // the test process run the very same nodes.
-import { appendFileSync, existsSync, readFileSync } from "node:fs";
+import { appendFileSync, existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
 import type { BaseCheckpointSaver } from "@langchain/langgraph-checkpoint";
 import type { StepwellClient } from "../../src/index.js";
+import { logLines, waitFor } from "../processes.js";
+
+export { logLines, waitFor };
 
 /** The nodes of the chain graph, in the order they run. */
 export const CHAIN = ["n1", "n2", "blocker", "n4"] as const;
@@ -69,23 +72,6 @@ export function chainGraph(opts: ChainOptions, checkpointer: BaseCheckpointSaver
     .compile({ checkpointer });
 }
 
-/** The lines of a side-effect log (none if it does not exist yet). */
-export function logLines(file: string): string[] {
-  return existsSync(file) ? readFileSync(file, "utf8").split("\n").filter((l) => l !== "") : [];
-}
-
-/**
- * Polls until check() holds (awaiting it if it is async), every 20 ms, and
- * fails naming what it waited for after timeoutMs. The bound is generous:
- * it is there so a broken run fails instead of hanging, not to time anything.
- */
-export async function waitFor(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 /**
  * Every record of a thread in the store (checkpoints, pending writes and
