@@ -76,7 +76,8 @@ class ScriptedLlm(BaseLlm):
             return
         elif part.text == "cart":
             lines = text(llm_request.config.system_instruction).splitlines()
-            answer = "the cart: " + next(line for line in lines if line.startswith("Help the shopper.")).split("Cart: ")[1]
+            first = next(line for line in lines if line.startswith("Help the shopper."))
+            answer = "the cart: " + first.split("Cart: ")[1]
         else:
             answer = f"hi, {part.text}"
         yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text=answer)]))
