@@ -29,7 +29,9 @@ still legitimately differs, and how the test treats it:
   exactly that difference, then takes those keys off the object again.
 The database service's SQLite file is on a memory file system when there is
 one (/dev/shm), and one database serves many sequences, each with app names
-of its own: a file per sequence, on disk, made the test several times slower.
+of its own: with its file on disk the test took about twice as long. The
+database service is most of the test's own CPU time, so the sequences are
+shared among two processes.
 At least 1,000 sequences (STEPWELL_ADK_SEQUENCES changes it for a quick run);
 the test prints how many ran.
 """
