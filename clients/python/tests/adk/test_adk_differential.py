@@ -29,9 +29,7 @@ still legitimately differs, and how the test treats it:
   exactly that difference, then takes those keys off the object again.
 The database service's SQLite file is on a memory file system when there is
 one (/dev/shm), and one database serves many sequences, each with app names
-of its own: with its file on disk the test took about twice as long. The
-database service is most of the test's own CPU time, so the sequences are
-shared among two processes.
+of its own: with its file on disk the test took about twice as long.
 At least 1,000 sequences (STEPWELL_ADK_SEQUENCES changes it for a quick run);
 the test prints how many ran.
 """
@@ -40,11 +38,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import multiprocessing
 import os
 import random
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -64,8 +60,6 @@ from stepwell.adk import StepwellSessionService
 
 SEQUENCES = int(os.environ.get("STEPWELL_ADK_SEQUENCES", "1000"))
 PARALLEL = 8
-# Processes that share the sequences.
-WORKERS = 2
 # How many sequences share one database file (each with app names of its own).
 PER_DATABASE = 100
 APPS = ["app-1", "app/2"]
@@ -274,17 +268,8 @@ async def run_all(target: str, folder: Path, seeds: List[int]) -> Tuple[int, int
     return len(counts), sum(counts)
 
 
-def run_share(target: str, folder: Path, seeds: List[int]) -> Tuple[int, int]:
-    return asyncio.run(run_all(target, folder, seeds))
-
-
 def test_differential(adk_target: str, database_folder: Path) -> None:
-    # The test's own work (three services, two of them ADK's in Python) is
-    # most of its time: the sequences are shared among WORKERS processes.
-    shares = [list(range(n, SEQUENCES, WORKERS)) for n in range(WORKERS)]
-    with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = list(pool.map(run_share, [adk_target] * WORKERS, [database_folder] * WORKERS, shares))
-    sequences, calls = sum(r[0] for r in results), sum(r[1] for r in results)
+    sequences, calls = asyncio.run(run_all(adk_target, database_folder, list(range(SEQUENCES))))
     print(f"adk differential against in-memory and database ({backend()}): {sequences} sequences, {calls} calls,"
           " every answer equal")
     assert sequences >= SEQUENCES
