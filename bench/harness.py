@@ -436,3 +436,203 @@ def bench_args(
     if not args.postgres_url:
         p.error(f"STEPWELL_TEST_POSTGRES_URL is not set (run through bench/{name}/run or scripts/with-postgres)")
     return args
+
+
+# ---------------------------------------------------------------------------
+# What a session benchmark's rounds and report share
+# ---------------------------------------------------------------------------
+
+
+def create_database(url: str, name: str) -> str:
+    """A fresh database `name` on the Postgres server of `url` (dropped first
+    if a previous run left it); its URL."""
+    import psycopg  # only the benchmarks that run against Postgres have it
+
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        c.execute(f'CREATE DATABASE "{name}"')
+    return database_url(url, name)
+
+
+def drop_databases(url: str, names: List[str]) -> None:
+    """Drops the databases, closing whatever connection still holds one."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        for name in names:
+            c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def remove_round_files(tmp: str, index: int) -> None:
+    """Removes the files of round `index` (named r<index>-...) from `tmp`."""
+    for name in os.listdir(tmp):
+        if name.startswith(f"r{index}-"):
+            os.remove(os.path.join(tmp, name))
+
+
+def rotation(systems: List[str], round_index: int) -> List[str]:
+    """The systems in round `round_index`'s order (1 is the first round): the
+    order shifts by one each round, so that no system always runs first."""
+    shift = (round_index - 1) % len(systems)
+    return systems[shift:] + systems[:shift]
+
+
+def package_versions(names: List[str]) -> Dict[str, str]:
+    """Python's and SQLite's versions, and each installed package's."""
+    import importlib.metadata as md
+    import platform
+    import sqlite3
+
+    out = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for name in names:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def binary_info(path: Optional[str]) -> Dict[str, str]:
+    """Which sidecar build ran (a binary may be replaced by a newer one
+    later): its --version, sha256 and modification time."""
+    if not path:
+        return {}
+    import datetime as dt
+    import hashlib
+
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    return {
+        "stepwell_version": subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout.strip(),
+        "stepwell_binary_sha256": digest,
+        "stepwell_binary_mtime": dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def run_header(args: argparse.Namespace, systems: List[str], points: List[str]) -> Dict[str, Any]:
+    """What a run's report says of its setup before any sample: mode,
+    command, rounds and windows, systems and points, the machine, the
+    sidecar binary and the Python client measured."""
+    import datetime as dt
+    import platform
+
+    out: Dict[str, Any] = {
+        "mode": args.mode, "command": args.command,
+        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "rounds": args.rounds, "warm_s": args.warm, "window_s": args.window,
+        "systems": [s for s in systems if s in args.systems], "points": [p for p in points if p in args.points],
+        "stepwell_binary": args.stepwell,
+        "machine": {"cpus": os.cpu_count(), "load_start": loadavg(), "platform": platform.platform()},
+        "python_client": os.environ.get("STEPWELL_PYTHON_CLIENT_SOURCE", ""),
+    }
+    out.update(binary_info(args.stepwell))
+    return out
+
+
+def report_footer(results: Dict[str, Any]) -> List[str]:
+    """The report's last lines: the versions, the sidecar build and the client."""
+    lines = ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + "."]
+    if results.get("stepwell_binary"):
+        lines += ["", f"Sidecar: `{results['stepwell_binary']}` (sha256 "
+                  f"{results.get('stepwell_binary_sha256', '?')[:16]}…, built {results.get('stepwell_binary_mtime', '?')})"
+                  + (f"; Python client: {results['python_client']}" if results.get("python_client") else "") + "."]
+    return lines
+
+
+def run_and_report(
+    args: argparse.Namespace,
+    results: Dict[str, Any],
+    rounds: Callable[[argparse.Namespace, Dict[str, Any]], Any],
+    summarize: Callable[[Dict[str, Any]], Dict[str, Any]],
+    markdown: Callable[[Dict[str, Any]], str],
+) -> int:
+    """Runs a session benchmark's rounds (the coroutine `rounds(args,
+    results)`, which appends to results["samples"]), then writes
+    results.json and results.md to args.out and prints the table; 1 when
+    any sample has an error or failed check, a point did not run, or the run
+    was interrupted, else 0. SIGTERM and SIGHUP end the run as Ctrl-C does,
+    so that the rounds' exits stop the sidecars and drop the databases."""
+    import json
+    import signal
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
+
+    t0 = time.monotonic()
+    log(f"==> {args.rounds} round(s) × {len(results['points'])} points × {len(results['systems'])} systems, "
+        f"{args.warm:g} s + {args.window:g} s each (load {loadavg()})")
+    interrupted = False
+    try:
+        asyncio.run(rounds(args, results))
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: writing what was measured")
+    results["elapsed_s"] = time.monotonic() - t0
+    results["machine"]["load_end"] = loadavg()
+    results["summary"] = summarize(results)
+    table = markdown(results)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, sort_keys=False)
+        f.write("\n")
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(table)
+    print(table)
+    failures = sum(len(s.get("errors") or []) + len(s.get("checks") or []) for s in results["samples"])
+    missing = args.rounds * len(results["points"]) * len(results["systems"]) - len(results["samples"])
+    if failures or missing or interrupted:
+        log(f"==> {failures} error(s) or failed check(s), {missing} point(s) not run")
+        return 1
+    log(f"==> results in {args.out}/results.json and results.md")
+    return 0
+
+
+SUMMARY_FIELDS = ("ops_per_s", "p50_ms", "p99_ms", "python_cpu_us_per_op", "sidecar_cpu_us_per_op",
+                  "postgres_cpu_us_per_op", "harness_us_per_op", "python_cpu_pct", "sidecar_cpu_pct",
+                  "postgres_cpu_pct", "machine_busy_pct")
+GROUP_COMMIT_FIELDS = ("writes_per_batch", "batches_per_op", "commit_ms_mean", "queue_wait_ms_mean")
+
+
+def summarize_rounds(results: Dict[str, Any], stepwell_systems: tuple, baselines: tuple) -> Dict[str, Any]:
+    """Each point's medians and spreads over the rounds per system, failed
+    samples left out, and each of `stepwell_systems`' per-round ratios of
+    calls/s and p99 to each of `baselines`."""
+    samples = [s for s in results["samples"] if not failed(s)]
+    summary: Dict[str, Any] = {}
+    for point in results["points"]:
+        for system in results["systems"]:
+            mine = [s for s in samples if s["point"] == point and s["system"] == system]
+            row = {f: spread([s.get(f) for s in mine]) for f in SUMMARY_FIELDS}
+            row["failed_samples"] = sum(1 for s in results["samples"]
+                                        if s["point"] == point and s["system"] == system and failed(s))
+            for f in GROUP_COMMIT_FIELDS:
+                row[f] = spread([s.get("sidecar_metrics", {}).get(f) for s in mine])
+            if system in stepwell_systems:
+                for base in baselines:
+                    for f in ("ops_per_s", "p99_ms"):
+                        row[f"ratio_{f}_{base}"] = round_ratios(mine, samples, base, f)
+            summary[f"{point} {system}"] = row
+    return summary
+
+
+def median_of(row: Dict[str, Any], field: str) -> str:
+    return fmt(row[field]["median"] if row.get(field) else None)
+
+
+def group_commit_rows(results: Dict[str, Any], write_points: List[str], stepwell_systems: tuple,
+                      names: Dict[str, str], label: Callable[[str], str], column: str = "System") -> List[str]:
+    """The table of the sidecars' group commit at the points that write:
+    writes per batch, batches per call, commit time, queue wait (medians);
+    `column` heads the systems' column."""
+    lines = [f"| Point | {column} | writes/batch | batches/call | commit ms/batch | queue wait ms/write |",
+             "|---|---|--:|--:|--:|--:|"]
+    for point in results["points"]:
+        for system in stepwell_systems:
+            row = results["summary"].get(f"{point} {system}")
+            if point in write_points and row and row.get("writes_per_batch"):
+                lines.append("| " + " | ".join([label(point), names[system]]
+                                               + [median_of(row, f) for f in GROUP_COMMIT_FIELDS]) + " |")
+    return lines

@@ -46,6 +46,7 @@ fn main() -> ExitCode {
         Command::Keys(keys) => cli::keys(&keys),
         Command::Records(records) => cli::records(&records),
         Command::Sessions(sessions) => cli::sessions(&sessions),
+        Command::Adk(adk) => cli::adk(&adk),
         Command::Waits(waits) => cli::waits(&waits),
         Command::Migrate(args) => moving::migrate(&args),
         Command::Export(args) => moving::export(&args),

@@ -33,23 +33,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import hashlib
-import importlib.metadata as md
 import json
 import os
-import platform
 import random
-import signal
 import sqlite3
 import string
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-import psycopg
 from agents import SQLiteSession
 from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -59,8 +52,9 @@ from stepwell.agents import StepwellSession
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import (  # noqa: E402 (the shared harness is found through the path set above)
     bench_args,
-    Meter, Sidecar, Window, database_url, failed, fmt, fmt_spread, line_of, loadavg, log, measure,
-    postmaster_pid, round_ratios, spread,
+    Meter, Sidecar, Window, create_database, drop_databases, fmt_spread, group_commit_rows, line_of, loadavg, log,
+    measure, median_of, package_versions, postmaster_pid, remove_round_files, report_footer, rotation,
+    run_and_report, run_header, summarize_rounds,
 )
 
 SYSTEMS = {
@@ -146,9 +140,8 @@ class Round:
         a = self.args
         tag = f"agbench_{os.getpid()}_r{self.index}"
         if "stepwell-postgres" in a.systems:
-            db = self._create_db(f"{tag}_stepwell")
             self.sidecars["stepwell-postgres"] = Sidecar(
-                a.stepwell, database_url(a.postgres_url, db), f"r{self.index}-postgres", self.tmp)
+                a.stepwell, self._create_db(f"{tag}_stepwell"), f"r{self.index}-postgres", self.tmp)
         if "stepwell-sqlite" in a.systems:
             path = os.path.join(self.tmp, f"r{self.index}-sidecar.db")
             self.sidecars["stepwell-sqlite"] = Sidecar(a.stepwell, f"sqlite://{path}", f"r{self.index}-sqlite", self.tmp)
@@ -156,19 +149,15 @@ class Round:
             s.wait_ready()
             self.clients[name] = AsyncClient(s.address, namespace="agbench", timeout=60.0)
         if "sqlalchemy-postgres" in a.systems:
-            db = self._create_db(f"{tag}_sqlalchemy")
-            url = database_url(a.postgres_url, db).replace("postgres://", "postgresql+asyncpg://", 1)
+            url = self._create_db(f"{tag}_sqlalchemy").replace("postgres://", "postgresql+asyncpg://", 1)
             self.engine = create_async_engine(url, pool_size=ENGINE_POOL, max_overflow=0)
             # The tables are made once, as an application's start-up would.
             await SQLAlchemySession("setup", engine=self.engine, create_tables=True).get_items()
         return self
 
     def _create_db(self, name: str) -> str:
-        with psycopg.connect(self.args.postgres_url, autocommit=True) as c:
-            c.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            c.execute(f'CREATE DATABASE "{name}"')
         self.databases.append(name)
-        return name
+        return create_database(self.args.postgres_url, name)
 
     async def __aexit__(self, *exc: Any) -> None:
         for client in self.clients.values():
@@ -177,12 +166,8 @@ class Round:
             await self.engine.dispose()
         for s in self.sidecars.values():
             s.stop()
-        with psycopg.connect(self.args.postgres_url, autocommit=True) as c:
-            for name in self.databases:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        for name in os.listdir(self.tmp):
-            if name.startswith(f"r{self.index}-"):
-                os.remove(os.path.join(self.tmp, name))
+        drop_databases(self.args.postgres_url, self.databases)
+        remove_round_files(self.tmp, self.index)
 
     def session(self, system: str, session_id: str) -> Any:
         if system in STEPWELL_SYSTEMS:
@@ -347,8 +332,7 @@ async def run_rounds(args: argparse.Namespace, results: Dict[str, Any]) -> None:
             async with Round(args, r, tmp) as rnd:
                 if "sqlite-session" in systems:
                     results.setdefault("sqlite_session_synchronous", sqlite_synchronous(rnd.sqlite_path))
-                shift = (r - 1) % len(systems)
-                order = systems[shift:] + systems[:shift]
+                order = rotation(systems, r)
                 for point in results["points"]:
                     for system in order:
                         kind, c = point.split("/")
@@ -363,29 +347,7 @@ async def run_rounds(args: argparse.Namespace, results: Dict[str, Any]) -> None:
 def summarize(results: Dict[str, Any]) -> Dict[str, Any]:
     """Each point's medians and spreads over the rounds, failed samples left
     out, and StepwellSession's per-round ratios to each of the SDK's sessions."""
-    samples = [s for s in results["samples"] if not failed(s)]
-    summary: Dict[str, Any] = {}
-    fields = ("ops_per_s", "p50_ms", "p99_ms", "python_cpu_us_per_op", "sidecar_cpu_us_per_op",
-              "postgres_cpu_us_per_op", "harness_us_per_op", "python_cpu_pct", "sidecar_cpu_pct",
-              "postgres_cpu_pct", "machine_busy_pct")
-    for point in results["points"]:
-        for system in results["systems"]:
-            mine = [s for s in samples if s["point"] == point and s["system"] == system]
-            row = {f: spread([s.get(f) for s in mine]) for f in fields}
-            row["failed_samples"] = sum(1 for s in results["samples"]
-                                        if s["point"] == point and s["system"] == system and failed(s))
-            for f in ("writes_per_batch", "batches_per_op", "commit_ms_mean", "queue_wait_ms_mean"):
-                row[f] = spread([s.get("sidecar_metrics", {}).get(f) for s in mine])
-            if system in STEPWELL_SYSTEMS:
-                for base in BASELINES:
-                    for f in ("ops_per_s", "p99_ms"):
-                        row[f"ratio_{f}_{base}"] = round_ratios(mine, samples, base, f)
-            summary[f"{point} {system}"] = row
-    return summary
-
-
-def _median(row: Dict[str, Any], field: str) -> str:
-    return fmt(row[field]["median"] if row.get(field) else None)
+    return summarize_rounds(results, STEPWELL_SYSTEMS, tuple(BASELINES))
 
 
 def table_rows(results: Dict[str, Any]) -> List[str]:
@@ -400,15 +362,14 @@ def table_rows(results: Dict[str, Any]) -> List[str]:
                 fmt_spread(row.get("ratio_ops_per_s_sqlite-session"), "×"),
                 fmt_spread(row.get("ratio_ops_per_s_sqlalchemy-postgres"), "×"),
                 fmt_spread(row["p50_ms"]), fmt_spread(row["p99_ms"]),
-                _median(row, "python_cpu_us_per_op"), _median(row, "sidecar_cpu_us_per_op"),
-                _median(row, "postgres_cpu_us_per_op"), _median(row, "machine_busy_pct"),
+                median_of(row, "python_cpu_us_per_op"), median_of(row, "sidecar_cpu_us_per_op"),
+                median_of(row, "postgres_cpu_us_per_op"), median_of(row, "machine_busy_pct"),
                 str(row["failed_samples"]),
             ]) + " |")
     return lines
 
 
 def markdown(results: Dict[str, Any]) -> str:
-    summary = results["summary"]
     lines = [
         f"## Agents SDK sessions: StepwellSession against SQLiteSession and SQLAlchemySession ({results['mode']} mode)",
         "",
@@ -428,33 +389,15 @@ def markdown(results: Dict[str, Any]) -> str:
     ]
     lines += table_rows(results)
     lines += ["", "The sidecars' group commit at the `add_items` points, from their metrics over each window "
-              "(medians): an `add_items` is one PutRecords, one write of a batch.", "",
-              "| Point | Session | writes/batch | batches/call | commit ms/batch | queue wait ms/write |",
-              "|---|---|--:|--:|--:|--:|"]
-    for point in results["points"]:
-        for system in STEPWELL_SYSTEMS:
-            row = summary.get(f"{point} {system}")
-            if point.startswith("add/") and row and row.get("writes_per_batch"):
-                lines.append("| " + " | ".join([
-                    point_label(point), SYSTEMS[system], _median(row, "writes_per_batch"),
-                    _median(row, "batches_per_op"), _median(row, "commit_ms_mean"),
-                    _median(row, "queue_wait_ms_mean")]) + " |")
-    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()) + "."]
-    if results.get("stepwell_binary"):
-        lines += ["", f"Sidecar: `{results['stepwell_binary']}` (sha256 "
-                  f"{results.get('stepwell_binary_sha256', '?')[:16]}…, built {results.get('stepwell_binary_mtime', '?')})"
-                  + (f"; Python client: {results['python_client']}" if results.get("python_client") else "") + "."]
+              "(medians): an `add_items` is one PutRecords, one write of a batch.", ""]
+    lines += group_commit_rows(results, [p for p in POINTS if p.startswith("add/")], STEPWELL_SYSTEMS, SYSTEMS,
+                               point_label, "Session")
+    lines += report_footer(results)
     return "\n".join(lines) + "\n"
 
 
 def versions() -> Dict[str, str]:
-    out = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
-    for name in ("openai-agents", "stepwell", "grpcio", "protobuf", "SQLAlchemy", "asyncpg", "greenlet"):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+    return package_versions(["openai-agents", "stepwell", "grpcio", "protobuf", "SQLAlchemy", "asyncpg", "greenlet"])
 
 
 def parse_args() -> argparse.Namespace:
@@ -463,68 +406,19 @@ def parse_args() -> argparse.Namespace:
 
 def describe(args: argparse.Namespace) -> Dict[str, Any]:
     """What a run's report says of its setup before any sample."""
-    results: Dict[str, Any] = {
-        "mode": args.mode, "command": args.command,
-        "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "rounds": args.rounds, "warm_s": args.warm, "window_s": args.window,
-        "systems": [s for s in SYSTEMS if s in args.systems], "points": [p for p in POINTS if p in args.points],
-        "stepwell_binary": args.stepwell, "item_bytes": item_bytes(), "items_per_add": ITEMS_PER_ADD,
+    results = run_header(args, list(SYSTEMS), POINTS)
+    results.update({
+        "item_bytes": item_bytes(), "items_per_add": ITEMS_PER_ADD,
         "history_items": HISTORY_ITEMS, "get_limit": GET_LIMIT,
         "sqlalchemy_engine": {"pool_size": ENGINE_POOL, "max_overflow": 0, "driver": "asyncpg"},
-        "versions": versions(),
-        "machine": {"cpus": os.cpu_count(), "load_start": loadavg(), "platform": platform.platform()},
-        "python_client": os.environ.get("STEPWELL_PYTHON_CLIENT_SOURCE", ""),
-        "samples": [],
-    }
-    if args.stepwell:
-        results["stepwell_version"] = subprocess.run(
-            [args.stepwell, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-        # Which build ran: a binary may be replaced by a newer one later.
-        with open(args.stepwell, "rb") as f:
-            results["stepwell_binary_sha256"] = hashlib.sha256(f.read()).hexdigest()
-        results["stepwell_binary_mtime"] = dt.datetime.fromtimestamp(
-            os.stat(args.stepwell).st_mtime, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        "versions": versions(), "samples": [],
+    })
     return results
 
 
 def main() -> int:
     args = parse_args()
-
-    # SIGTERM and SIGHUP end the run as Ctrl-C does, so that the rounds' exits
-    # stop the sidecars and drop the databases.
-    def interrupt(signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGHUP, interrupt)
-
-    t0 = time.monotonic()
-    results = describe(args)
-    log(f"==> {args.rounds} round(s) × {len(results['points'])} points × {len(results['systems'])} sessions, "
-        f"{args.warm:g} s + {args.window:g} s each (load {loadavg()})")
-    interrupted = False
-    try:
-        asyncio.run(run_rounds(args, results))
-    except KeyboardInterrupt:
-        interrupted = True
-        log("interrupted: writing what was measured")
-    results["elapsed_s"] = time.monotonic() - t0
-    results["machine"]["load_end"] = loadavg()
-    results["summary"] = summarize(results)
-    table = markdown(results)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1, sort_keys=False)
-        f.write("\n")
-    with open(os.path.join(args.out, "results.md"), "w") as f:
-        f.write(table)
-    print(table)
-    failures = sum(len(s.get("errors") or []) + len(s.get("checks") or []) for s in results["samples"])
-    missing = args.rounds * len(results["points"]) * len(results["systems"]) - len(results["samples"])
-    if failures or missing or interrupted:
-        log(f"==> {failures} error(s) or failed check(s), {missing} point(s) not run")
-        return 1
-    log(f"==> results in {args.out}/results.json and results.md")
-    return 0
+    return run_and_report(args, describe(args), run_rounds, summarize, markdown)
 
 
 if __name__ == "__main__":

@@ -54,12 +54,12 @@ fi
 echo "== pass 1: plaintext sidecar"
 node --test dist/test/*.test.js
 
-echo "== pass 1: the LangGraph saver and the OpenAI Agents session (Vitest: the official validator, the saver's and the session's specs) on SQLite and on a throwaway Postgres"
+echo "== pass 1: the LangGraph saver, the OpenAI Agents session and the Google ADK session service (Vitest: the official validator and their specs) on SQLite and on a throwaway Postgres"
 # ../../scripts/with-postgres starts the cluster (or uses STEPWELL_TEST_POSTGRES_URL);
 # every spec runs on both stores and fails, never skips, without one.
-# The cross-language specs drive the Python saver and session through the
-# Python client's test venv (clients/python/test makes it, with LangGraph and
-# openai-agents), and fail without it.
+# The cross-language specs drive the Python saver, session and ADK session
+# service through the Python client's test venv (clients/python/test makes
+# it, with LangGraph, openai-agents and google-adk), and fail without it.
 export STEPWELL_TEST_PYTHON="${STEPWELL_TEST_PYTHON:-${STEPWELL_CACHE_DIR:-$HOME/.cache/stepwell}/py-test/bin/python}"
 (cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run --reporter=dot)
 
@@ -283,6 +283,62 @@ TS
   printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022", "DOM"], "strict": true, "skipLibCheck": true, "noEmit": true, "types": ["node"], "typeRoots": ["%s/node_modules/@types"] }, "files": ["consumer.ts"] }\n' "$OLDPWD" >tsconfig.json
   node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json
   echo "fresh app (OpenAI Agents SDK): require() of the subpath and its TypeScript declarations work"
+)
+
+echo "== pass 3: the README's Google ADK install and example, in a fresh project"
+# The example the README shows is examples/adk-agent.mjs (after its three
+# comment lines), and what it prints is the README's text block after it; the
+# install command is the sh block of the section.
+adk_section="$(awk '/^## Google ADK sessions/{s=1; next} s && /^## /{exit} s' README.md)"
+adk_install="$(printf '%s\n' "$adk_section" | awk '/^```sh/{f=1; next} f && /^```/{exit} f')"
+adk_example="$(printf '%s\n' "$adk_section" | awk '/<!-- adk-example: /{m=1; next} m && /^```js/{f=1; next} f && /^```/{exit} f')"
+adk_output="$(printf '%s\n' "$adk_section" | awk '/<!-- adk-output -->/{m=1; next} m && /^```text/{f=1; next} f && /^```/{exit} f')"
+if [ "$adk_example" != "$(tail -n +4 examples/adk-agent.mjs)" ]; then
+  echo "README.md's Google ADK example differs from examples/adk-agent.mjs" >&2
+  exit 1
+fi
+(
+  app="$install_dir/app-adk"
+  mkdir "$app" && cd "$app"
+  printf '{ "name": "fresh-adk-app", "version": "1.0.0", "private": true, "type": "module" }\n' >package.json
+  export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error npm_config_engine_strict=true
+  cmd="${adk_install//\/path\/to\/stepwell/$install_dir/stepwell}"
+  echo "+ $cmd (engine-strict)"
+  bash -euo pipefail -c "$cmd"
+  test ! -L node_modules/@stepwell/client
+  # One copy of ADK: the app's, whose BaseSessionService the client's service extends.
+  test "$(find node_modules -path '*/@google/adk/package.json' | wc -l)" -eq 1
+  cp "$OLDPWD/examples/adk-agent.mjs" .
+  printf '%s\n' "$adk_output" >expected-output.txt
+  cat >run-example.mjs <<'JS'
+// Runs the README's Google ADK example beside a sidecar of its own and checks that it prints the README's output.
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+const { startSidecar } = await import(pathToFileURL(process.env.STEPWELL_TEST_SIDECAR_MODULE).href);
+const sidecar = await startSidecar({ security: undefined });
+try {
+  const out = execFileSync(process.execPath, ["adk-agent.mjs"], { env: { ...process.env, STEPWELL_TARGET: sidecar.target }, encoding: "utf8" });
+  if (out !== readFileSync("expected-output.txt", "utf8")) throw new Error(`the example printed ${JSON.stringify(out)}, not the README's output`);
+  console.log("fresh app (Google ADK): the README's example ran an agent through @stepwell/client/adk and printed the README's output");
+} finally {
+  await sidecar.stop();
+}
+JS
+  STEPWELL_TEST_SIDECAR_MODULE="$OLDPWD/dist/test/sidecar.js" node run-example.mjs
+  node -e 'const { StepwellSessionService, StaleSessionError } = require("@stepwell/client/adk"); const { BaseSessionService } = require("@google/adk"); const s = StepwellSessionService.fromAddress("127.0.0.1:1"); s.close(); if (!(s instanceof BaseSessionService) || typeof StaleSessionError !== "function") process.exit(1)'
+  cat >consumer.ts <<'TS'
+// The subpath's declarations, type-checked against the installed packages.
+import { BaseSessionService } from "@google/adk";
+import { StaleSessionError, StepwellSessionService } from "@stepwell/client/adk";
+export const sessions: BaseSessionService = StepwellSessionService.fromAddress("127.0.0.1:50051", { namespace: "agents", timeoutMs: 5000 });
+export const stale = (err: unknown): boolean => err instanceof StaleSessionError;
+// @ts-expect-error: the namespace is a string
+StepwellSessionService.fromAddress("127.0.0.1:50051", { namespace: 1 });
+TS
+  printf '{ "compilerOptions": { "module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "lib": ["ES2022", "DOM"], "strict": true, "skipLibCheck": true, "noEmit": true, "types": ["node"], "typeRoots": ["%s/node_modules/@types"] }, "files": ["consumer.ts"] }\n' "$OLDPWD" >tsconfig.json
+  node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json
+  echo "fresh app (Google ADK): require() of the subpath and its TypeScript declarations work"
 )
 
 echo "== pass 4: the README's allowScripts entry under strict-allow-scripts, npm install --install-links, and npm pack's tarball"

@@ -225,6 +225,7 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
         Ok(pb::PutMode::Unspecified | pb::PutMode::Upsert) => records::PutMode::Upsert,
         Ok(pb::PutMode::InsertIfAbsent) => records::PutMode::InsertIfAbsent,
         Ok(pb::PutMode::Create) => records::PutMode::Create,
+        Ok(pb::PutMode::Update) => records::PutMode::Update,
         Err(_) => return Err(Error::invalid(name("mode"), InvalidReason::OutOfRange, "is not a PutMode value")),
     };
     let record = NewRecord {

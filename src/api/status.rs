@@ -41,6 +41,7 @@ pub mod reason {
     pub const UNAUTHENTICATED: &str = "UNAUTHENTICATED";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
     pub const RECORD_EXISTS: &str = "RECORD_EXISTS";
+    pub const RECORD_NOT_FOUND: &str = "RECORD_NOT_FOUND";
     pub const WAIT_NOT_FOUND: &str = "WAIT_NOT_FOUND";
     pub const WAIT_SETTLED: &str = "WAIT_SETTLED";
     pub const WAITS_PER_TURN: &str = "WAITS_PER_TURN";
@@ -76,6 +77,7 @@ pub fn reason_of(error: &Error) -> &'static str {
         Error::Unauthenticated { .. } => reason::UNAUTHENTICATED,
         Error::PermissionDenied { .. } => reason::PERMISSION_DENIED,
         Error::RecordExists(_) => reason::RECORD_EXISTS,
+        Error::RecordNotFound(_) => reason::RECORD_NOT_FOUND,
         Error::WaitNotFound => reason::WAIT_NOT_FOUND,
         Error::WaitSettled(_) => reason::WAIT_SETTLED,
         Error::WaitsPerTurn { .. } => reason::WAITS_PER_TURN,
@@ -140,7 +142,8 @@ impl From<Error> for Status {
                 reason,
                 HashMap::from([("namespace".to_owned(), namespace), ("role".to_owned(), role.as_str().to_owned())]),
             ),
-            Error::RecordExists(address) => record_exists(message, *address),
+            Error::RecordExists(address) => record_status(Code::AlreadyExists, message, reason, *address),
+            Error::RecordNotFound(address) => record_status(Code::NotFound, message, reason, *address),
             Error::WaitNotFound => status(Code::NotFound, message, reason, HashMap::new()),
             Error::WaitSettled(wait) => wait_settled(message, *wait),
             Error::WaitsPerTurn { max } => limit(message, reason, max as usize),
@@ -149,16 +152,17 @@ impl From<Error> for Status {
     }
 }
 
-/// ALREADY_EXISTS, RECORD_EXISTS, its metadata naming the record that is
-/// stored (namespace aside: the caller named it).
-fn record_exists(message: String, address: Address) -> Status {
+/// ALREADY_EXISTS, RECORD_EXISTS (a create found the address taken) or
+/// NOT_FOUND, RECORD_NOT_FOUND (an update found it empty), its metadata
+/// naming the record (namespace aside: the caller named it).
+fn record_status(code: Code, message: String, reason: &str, address: Address) -> Status {
     let metadata = HashMap::from([
         ("turn_id".to_owned(), address.turn_id),
         ("scope".to_owned(), address.scope),
         ("kind".to_owned(), address.kind),
         ("id".to_owned(), address.id),
     ]);
-    status(Code::AlreadyExists, message, reason::RECORD_EXISTS, metadata)
+    status(code, message, reason, metadata)
 }
 
 /// RESOURCE_EXHAUSTED for a limit of `max`, which the metadata names.

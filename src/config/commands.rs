@@ -218,6 +218,65 @@ pub struct SessionsRm {
     pub sessions: Vec<String>,
 }
 
+/// What `stepwell adk` does.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum AdkCommand {
+    /// List the Google ADK sessions of the namespace (the clients' ADK
+    /// session services), newest update first.
+    Ls(AdkLs),
+    /// Show a session's newest events, oldest first, and its session state.
+    Show(AdkShow),
+    /// Delete sessions, their events and session state (needs the write
+    /// role); the app: and user: state they share stays.
+    Rm(AdkRm),
+}
+
+/// Flags of `stepwell adk ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct AdkLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// Only the sessions of this app.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Only the sessions of this user.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Most sessions to list.
+    #[arg(long, default_value = "1000", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+}
+
+/// Flags of `stepwell adk show`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct AdkShow {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The session's app name.
+    pub app: String,
+    /// The session's user id.
+    pub user: String,
+    /// The session's id.
+    pub session: String,
+    /// Most events to show, the newest.
+    #[arg(long, default_value = "100", value_parser = count(1, 1_000_000))]
+    pub limit: u32,
+}
+
+/// Flags of `stepwell adk rm`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct AdkRm {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The sessions' app name.
+    pub app: String,
+    /// The sessions' user id.
+    pub user: String,
+    /// The sessions to delete.
+    #[arg(required = true, value_name = "SESSION")]
+    pub sessions: Vec<String>,
+}
+
 /// What `stepwell waits` does.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum WaitsCommand {

@@ -33,7 +33,8 @@ pub mod serve;
 pub mod values;
 
 use commands::{
-    AuthCommand, Healthcheck, KeysCommand, ProtoArgs, RecordsCommand, SessionsCommand, TurnsCommand, WaitsCommand,
+    AdkCommand, AuthCommand, Healthcheck, KeysCommand, ProtoArgs, RecordsCommand, SessionsCommand, TurnsCommand,
+    WaitsCommand,
 };
 use env::{Env, with_env};
 use moving::{ExportArgs, ImportArgs, MigrateArgs};
@@ -79,6 +80,10 @@ pub enum Command {
     /// the clients' session adapters.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// List, show and delete the Google ADK sessions a running sidecar
+    /// keeps for the clients' ADK session services.
+    #[command(subcommand)]
+    Adk(AdkCommand),
     /// List, show, signal and cancel the waits (WaitService) of a running
     /// sidecar.
     #[command(subcommand)]

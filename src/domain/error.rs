@@ -85,6 +85,11 @@ pub enum Error {
     #[error("a record is stored at turn {:?}, scope {:?}, kind {:?}, id {:?} already; nothing was written", .0.turn_id, .0.scope, .0.kind, .0.id)]
     RecordExists(Box<Address>),
 
+    /// A PutRecords updating a record found its address empty; nothing of
+    /// it was written.
+    #[error("no record is stored at turn {:?}, scope {:?}, kind {:?}, id {:?} to update; nothing was written", .0.turn_id, .0.scope, .0.kind, .0.id)]
+    RecordNotFound(Box<Address>),
+
     /// GetWait or Await named a wait that does not exist.
     #[error("no wait of this turn has this name")]
     WaitNotFound,
@@ -186,6 +191,7 @@ impl From<PutRefusal> for Error {
         match refusal {
             PutRefusal::Fence(refusal) => refusal.into(),
             PutRefusal::Exists(address) => Error::RecordExists(address),
+            PutRefusal::Missing(address) => Error::RecordNotFound(address),
         }
     }
 }

@@ -24,6 +24,9 @@ pub enum PutMode {
     /// Write only if the address is free, else refuse the whole put
     /// (`claims` decides, before anything is written).
     Create,
+    /// Replace the stored record only if there is one, else refuse the
+    /// whole put (`claims` decides, before anything is written).
+    Update,
 }
 
 impl PutMode {
@@ -31,7 +34,7 @@ impl PutMode {
     /// got this far found its address free, so it inserts.
     pub fn on_conflict(self) -> PutMode {
         match self {
-            PutMode::Upsert => PutMode::Upsert,
+            PutMode::Upsert | PutMode::Update => PutMode::Upsert,
             PutMode::InsertIfAbsent | PutMode::Create => PutMode::InsertIfAbsent,
         }
     }
@@ -66,14 +69,25 @@ pub enum PutRefusal {
     Fence(Refusal),
     /// A record to create found its address taken.
     Exists(Box<Address>),
+    /// A record to update found its address empty.
+    Missing(Box<Address>),
+}
+
+impl PutMode {
+    /// Whether a put of this mode must know if its address holds a record
+    /// before anything is written.
+    pub fn checks_address(self) -> bool {
+        matches!(self, PutMode::Create | PutMode::Update)
+    }
 }
 
 /// Which of `puts` (those not already refused, in the batch's order) a
-/// create refuses: the first record of a put whose mode is `Create` and
-/// whose address is `stored`, or written by an earlier put of the batch
-/// that went through, or by an earlier record of the same put. A refused
-/// put claims nothing, so a later one may take its addresses.
-pub fn claims(puts: &[Option<&RecordPut>], stored: &HashSet<Address>) -> Vec<Option<Address>> {
+/// check refuses: the first record of a put whose mode is `Create` and
+/// whose address is taken, or whose mode is `Update` and whose address is
+/// empty. An address is taken when it is `stored`, or written by an earlier
+/// put of the batch that went through, or by an earlier record of the same
+/// put. A refused put claims nothing, so a later one may take its addresses.
+pub fn claims(puts: &[Option<&RecordPut>], stored: &HashSet<Address>) -> Vec<Option<PutRefusal>> {
     let mut taken: HashSet<Address> = stored.clone();
     let mut refusals = Vec::with_capacity(puts.len());
     for put in puts {
@@ -85,8 +99,13 @@ pub fn claims(puts: &[Option<&RecordPut>], stored: &HashSet<Address>) -> Vec<Opt
         let mut refused = None;
         for record in &put.records {
             let address = Address::of(&put.namespace, record);
-            if record.mode == PutMode::Create && (taken.contains(&address) || own.contains(&address)) {
-                refused = Some(address);
+            let held = taken.contains(&address) || own.contains(&address);
+            if record.mode == PutMode::Create && held {
+                refused = Some(PutRefusal::Exists(Box::new(address)));
+                break;
+            }
+            if record.mode == PutMode::Update && !held {
+                refused = Some(PutRefusal::Missing(Box::new(address)));
                 break;
             }
             own.insert(address);

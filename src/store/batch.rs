@@ -495,7 +495,8 @@ async fn wait_fence(
 
 /// Writes the records of the batch's PutRecords that their fences let
 /// through (each answered by `plan_idempotency`, or now when the batch has
-/// no fences) and whose creates find their addresses free (`claim`), and
+/// no fences) and whose creates and updates find their addresses free or
+/// held as they need (`claim`), and
 /// dates each answer `recorded_at`.
 async fn put_records(
     statements: &mut impl Statements,
@@ -528,8 +529,8 @@ async fn put_records(
 }
 
 /// Refuses each put (not refused already) whose create finds its address
-/// taken (`records::claims`), reading the stored addresses under the turn
-/// locks; no statement runs when no put creates.
+/// taken or whose update finds it empty (`records::claims`), reading the stored addresses under the turn
+/// locks; no statement runs when no put creates or updates.
 async fn claim(
     statements: &mut impl Statements,
     puts: &[&RecordPut],
@@ -537,8 +538,8 @@ async fn claim(
 ) -> Result<(), Error> {
     let open: Vec<Option<&RecordPut>> =
         puts.iter().zip(answers.iter()).map(|(put, answer)| answer.is_ok().then_some(*put)).collect();
-    let creating = |put: &&RecordPut| put.records.iter().any(|r| r.mode == records::PutMode::Create);
-    if !open.iter().flatten().any(creating) {
+    let checking = |put: &&RecordPut| put.records.iter().any(|r| r.mode.checks_address());
+    if !open.iter().flatten().any(checking) {
         return Ok(());
     }
     let mut turns: Vec<(&str, &str)> = open
@@ -551,14 +552,12 @@ async fn claim(
     let wanted: Vec<Address> = open
         .iter()
         .flatten()
-        .flat_map(|put| {
-            put.records.iter().filter(|r| r.mode == records::PutMode::Create).map(|r| Address::of(&put.namespace, r))
-        })
+        .flat_map(|put| put.records.iter().filter(|r| r.mode.checks_address()).map(|r| Address::of(&put.namespace, r)))
         .collect();
     let stored = statements.stored_addresses(&turns, &wanted).await?;
     for (answer, refusal) in answers.iter_mut().zip(records::claims(&open, &stored)) {
-        if let Some(address) = refusal {
-            *answer = Err(PutRefusal::Exists(Box::new(address)));
+        if let Some(refusal) = refusal {
+            *answer = Err(refusal);
         }
     }
     Ok(())

@@ -39,10 +39,10 @@ const TURNS: [&str; 4] = ["open", "done", "tied", "versions"];
 const KEYS: [&str; 5] = ["held", "completed", "failed", "released", "fingerprinted"];
 /// The turns holding records, and the kinds and scopes of their records.
 const RECORD_TURNS: [&str; 2] = ["graph", "tür|2"];
-const RECORD_KINDS: [&str; 4] = ["checkpoint", "blob", "write", "agent-item"];
+const RECORD_KINDS: [&str; 7] = ["checkpoint", "blob", "write", "agent-item", "adk-session", "adk-event", "adk-state"];
 const RECORD_SCOPES: [&str; 2] = ["", "sub|graph:ü"];
 /// Records `populate` puts per namespace.
-const RECORDS_PER_NAMESPACE: u64 = 18;
+const RECORDS_PER_NAMESPACE: u64 = 21;
 /// Waits `create_waits` leaves per namespace.
 const WAITS_PER_NAMESPACE: usize = 8;
 const DAY: i64 = 86_400_000_000_000;
@@ -264,7 +264,9 @@ async fn moved_waits_fall_due(store: &TestStore) {
 /// second one's parent the first), blobs of binary payloads (non-UTF-8,
 /// NUL) with no metadata, and writes whose parents are checkpoints; ids
 /// with '|' and non-ASCII, which sort bytewise; and two items of an agent
-/// session (kind `agent-item`, created, as the clients' sessions write them).
+/// session (kind `agent-item`, created, as the clients' sessions write them);
+/// and a Google ADK session as the clients' session services write it (a
+/// head, an event and a session-state key, its child).
 async fn put_records(records: &mut RecordClient, namespace: &str) {
     let record = |turn: &str, scope: &str, kind: &str, id: &str| Record {
         turn_id: turn.to_owned(),
@@ -317,9 +319,47 @@ async fn put_records(records: &mut RecordClient, namespace: &str) {
             });
         }
     }
+    all.extend(adk_session(namespace));
     assert_eq!(all.len() as u64, RECORDS_PER_NAMESPACE);
     let request = PutRecordsRequest { namespace: namespace.to_owned(), records: all, fence: None };
     records.put_records(request).await.expect("PutRecords");
+}
+
+/// A Google ADK session's head, first event and a state key.
+fn adk_session(namespace: &str) -> [Record; 3] {
+    let turn = "adk:app/u%C3%BC/s%7C1".to_owned();
+    let json = |value: serde_json::Value| value.to_string().into_bytes();
+    [
+        Record {
+            turn_id: turn.clone(),
+            kind: "adk-session".to_owned(),
+            id: "s".to_owned(),
+            payload: json(serde_json::json!({"app": "app", "user": "uü", "id": "s|1", "create_time": 1.25,
+                "last_update_time": 2.5, "ns": namespace})),
+            content_type: "application/json".to_owned(),
+            metadata: json(serde_json::json!({"app": "app", "user": "uü"})),
+            mode: PutMode::Create as i32,
+            ..Default::default()
+        },
+        Record {
+            turn_id: turn.clone(),
+            kind: "adk-event".to_owned(),
+            id: format!("{:020}", 1),
+            payload: json(serde_json::json!({"author": "user", "content": {"parts": [{"text": "réservez"}]}})),
+            content_type: "application/json".to_owned(),
+            mode: PutMode::Create as i32,
+            ..Default::default()
+        },
+        Record {
+            turn_id: turn,
+            kind: "adk-state".to_owned(),
+            id: "kcart".to_owned(),
+            parent_id: "s".to_owned(),
+            payload: b"[1,2.50]".to_vec(),
+            content_type: "application/json".to_owned(),
+            ..Default::default()
+        },
+    ]
 }
 
 /// JSON with its keys sorted and no whitespace: metadata compared as parsed
@@ -537,20 +577,20 @@ async fn export_then_import_gives_a_store_that_answers_alike() {
     let file = source.dir().join("backup.ndjson");
     let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
-    let exported = "exported 27 checkpoints, 12 turns, 15 idempotency records, 54 records and 24 waits";
+    let exported = "exported 27 checkpoints, 12 turns, 15 idempotency records, 63 records and 24 waits";
     assert!(stderr.contains(exported), "{stderr}");
 
     let target = sqlite_in(source.dir(), "imported.db");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
     let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("nothing to copy"), "a second import copies nothing: {stderr}");
-    assert!(stderr.contains("records (RecordService): 0 copied, 54 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 0 copied, 63 already present"), "{stderr}");
     assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
 
     let again = source.dir().join("again.ndjson");
@@ -615,7 +655,7 @@ async fn an_export_in_format_1_still_imports_and_holds_no_records() {
     populated(&source).await;
     // As stepwell wrote it before records: format 1, no record or wait lines, no count of them.
     let (old, left_out) = as_format(&exported(&source).await, 1);
-    assert_eq!(left_out.len(), 54 + 24);
+    assert_eq!(left_out.len(), 63 + 24);
     let (target, code, stderr) = import_lines(&source, "imported.db", &old);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
@@ -642,7 +682,7 @@ async fn an_export_in_format_2_still_imports_and_holds_no_waits() {
     assert_eq!(waits.len(), 24);
     let (target, code, stderr) = import_lines(&source, "imported.db", &old);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
+    assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("waits (WaitService): 0 copied, 0 already present"), "{stderr}");
     assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
     assert_eq!(target.inspect().await.count("waits").await, 0);
@@ -702,14 +742,14 @@ async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
     assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 27));
     assert_eq!((copied.records_copied, copied.records_present), (0, 15));
-    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (46, 8));
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (55, 8));
     assert_eq!((copied.waits_copied, copied.waits_present), (24, 0));
     assert_eq!(expected, found, "the target tallies as the source");
-    assert_eq!(found.values().map(|t| t.stored_records).collect::<Vec<_>>(), [18, 18, 18]);
+    assert_eq!(found.values().map(|t| t.stored_records).collect::<Vec<_>>(), [21, 21, 21]);
     assert_eq!(found.values().map(|t| t.waits).collect::<Vec<_>>(), [8, 8, 8]);
 
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
-    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 54), "nothing left to copy");
+    assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 63), "nothing left to copy");
     assert_eq!((copied.waits_copied, copied.waits_present), (0, 24));
     assert_eq!(expected, found);
 
@@ -1004,7 +1044,7 @@ mod postgres_only {
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("idempotency records: 15 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         assert!(stderr.lines().filter(|l| l.ends_with(" ok")).count() == 3, "a row per namespace: {stderr}");
@@ -1012,7 +1052,7 @@ mod postgres_only {
         let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 0 copied, 27 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 0 copied, 54 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 0 copied, 63 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
         assert!(stderr.contains("nothing to copy"), "a second run copies nothing: {stderr}");
 
@@ -1023,7 +1063,7 @@ mod postgres_only {
         let back = sqlite_in(dir.path(), "back.db");
         let (code, stderr) = run(&["migrate", "--from", &target.url(), "--to", &back.url()]);
         assert_eq!(code, 0, "{stderr}");
-        assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (again, newer) = answers_on(&back, "newer").await;
@@ -1047,7 +1087,7 @@ mod postgres_only {
         let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
         assert_eq!(code, 0, "{stderr}");
         assert!(stderr.contains("checkpoints: 15 copied, 12 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 54 copied, 0 already present"), "{stderr}");
+        assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
         assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
         let (after, token) = answers_on(&target, "new").await;

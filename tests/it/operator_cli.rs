@@ -918,3 +918,91 @@ async fn sessions_ls_show_and_rm_see_the_agent_sessions_items() {
     let again = cli(socket, &["sessions", "rm", "s1"]);
     assert_eq!((again.code, again.stdout.as_str()), (0, "sessions: s1\ndeleted:  0 items\n"), "{again:?}");
 }
+
+/// Google ADK sessions as the clients' session services write them: app
+/// "shop", user "u 1" (encoded in the turn), session "s1" with two events
+/// and a state key, and session "s2" updated later; "s3" of another app.
+async fn seed_adk_sessions(server: &SidecarProcess) {
+    let head = |turn: &str, app: &str, user: &str, id: &str, updated: f64| Record {
+        turn_id: turn.to_owned(),
+        kind: "adk-session".to_owned(),
+        id: "s".to_owned(),
+        payload: json!({"app": app, "user": user, "id": id, "create_time": 1.5, "last_update_time": updated})
+            .to_string()
+            .into_bytes(),
+        metadata: json!({"app": app, "user": user}).to_string().into_bytes(),
+        mode: PutMode::Create as i32,
+        ..Default::default()
+    };
+    let event = |seq: u64, body: Value| Record {
+        turn_id: "adk:shop/u%201/s1".to_owned(),
+        kind: "adk-event".to_owned(),
+        id: format!("{seq:020}"),
+        payload: body.to_string().into_bytes(),
+        mode: PutMode::Create as i32,
+        ..Default::default()
+    };
+    let records = vec![
+        head("adk:shop/u%201/s1", "shop", "u 1", "s1", 1_800_000_000.0),
+        event(1, json!({"author": "user", "content": {"parts": [{"text": "two\ntickets"}]}, "timestamp": 1.5})),
+        event(
+            2,
+            json!({"author": "clerk", "content": {"parts": [{"functionCall": {"name": "book", "args": {"n": 2}}}]}}),
+        ),
+        Record {
+            turn_id: "adk:shop/u%201/s1".to_owned(),
+            kind: "adk-state".to_owned(),
+            id: "kcart".to_owned(),
+            parent_id: "s".to_owned(),
+            payload: b"[\"ticket\"]".to_vec(),
+            ..Default::default()
+        },
+        head("adk:shop/u%201/s2", "shop", "u 1", "s2", 1_800_000_100.0),
+        head("adk:desk/u%201/s3", "desk", "u 1", "s3", 1_800_000_200.0),
+    ];
+    let request = PutRecordsRequest { namespace: String::new(), records, fence: None };
+    server.records().put_records(request).await.expect("seeded");
+}
+
+#[tokio::test]
+async fn adk_ls_show_and_rm_see_the_adk_sessions() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_adk_sessions(&server).await;
+    let socket = server.socket_path();
+
+    let listed = rows(socket, &["adk", "ls", "--app", "shop", "--json"]);
+    let ids_of = |rows: &[Value]| rows.iter().map(|r| r["id"].as_str().unwrap_or("?").to_owned()).collect::<Vec<_>>();
+    assert_eq!(ids_of(&listed), ["s2", "s1"], "the app's sessions, newest update first");
+    assert_eq!(listed[1]["user"], "u 1");
+    assert_eq!(ids_of(&rows(socket, &["adk", "ls", "--json"])), ["s3", "s2", "s1"]);
+    assert_eq!(ids_of(&rows(socket, &["adk", "ls", "--user", "u 1", "--limit", "1", "--json"])), ["s3"]);
+    let table = cli(socket, &["adk", "ls", "--app", "shop"]);
+    assert_eq!(
+        table.stdout.lines().nth(1).map(|l| l.split_whitespace().collect::<Vec<_>>()).unwrap_or_default()[..4],
+        ["shop", "u", "1", "s2"],
+        "{}",
+        table.stdout
+    );
+    assert!(table.stdout.contains("2027-01-15T08:01:40Z"), "the update time in RFC 3339: {}", table.stdout);
+
+    let shown = rows(socket, &["adk", "show", "shop", "u 1", "s1", "--json", "--limit", "1"]);
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert_eq!((shown[0]["seq"].as_u64(), shown[0]["event"]["author"].as_str()), (Some(2), Some("clerk")));
+    assert_eq!(shown[1], json!({"state": {"cart": ["ticket"]}}));
+    let table = cli(socket, &["adk", "show", "shop", "u 1", "s1"]);
+    let lines: Vec<Vec<&str>> = table.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0], ["SEQ", "AUTHOR", "TEXT", "TIME"], "{}", table.stdout);
+    assert_eq!(lines[1][..4], ["1", "user", "two", "tickets"], "{}", table.stdout);
+    assert_eq!(lines[2][..3], ["2", "clerk", r#"book({"n":2})"#], "{}", table.stdout);
+    assert!(table.stdout.contains("cart:") && table.stdout.contains(r#"["ticket"]"#), "{}", table.stdout);
+
+    let removed = rows(socket, &["adk", "rm", "shop", "u 1", "s1", "--json"]);
+    assert_eq!(removed, [json!({"app": "shop", "user": "u 1", "session_ids": ["s1"], "deleted": 4})]);
+    let gone = cli(socket, &["adk", "show", "shop", "u 1", "s1"]);
+    assert_eq!((gone.code, gone.stdout.as_str()), (2, ""), "{gone:?}");
+    assert!(gone.stderr.starts_with("stepwell adk show: no session \"s1\""), "{}", gone.stderr);
+    assert_eq!(ids_of(&rows(socket, &["adk", "ls", "--app", "shop", "--json"])), ["s2"]);
+    let again = cli(socket, &["adk", "rm", "shop", "u 1", "s1"]);
+    assert_eq!((again.code, again.stdout.as_str()), (0, "sessions: s1\ndeleted:  0 records\n"), "{again:?}");
+}

@@ -111,6 +111,12 @@ export class ThreadBusy extends StepwellError {
  * and claims the next free ids.
  */
 export class RecordExists extends StepwellError {}
+/**
+ * NOT_FOUND / RECORD_NOT_FOUND: a PutRecords in PUT_MODE_UPDATE named an
+ * address holding no record (deleted, or never written), and nothing of the
+ * request was written. `metadata` names the record (turn_id, scope, kind, id).
+ */
+export class RecordNotFound extends StepwellError {}
 /** FAILED_PRECONDITION / NOT_ACQUIRED: Complete/Release/Extend on a key that is not held. */
 export class NotAcquired extends StepwellError {}
 /** ALREADY_EXISTS / RESULT_MISMATCH: Complete repeated with another result. */
@@ -220,6 +226,7 @@ const BY_REASON: Record<string, ErrorClass> = {
   NOT_ACQUIRED: NotAcquired,
   RESULT_MISMATCH: ResultMismatch,
   RECORD_EXISTS: RecordExists,
+  RECORD_NOT_FOUND: RecordNotFound,
   KEY_NOT_FOUND: KeyNotFound,
   OVERLOADED: Overloaded,
   MESSAGE_TOO_LARGE: MessageTooLarge,

@@ -2,8 +2,8 @@
 //! its authentication, roles and namespaces apply to them as to any caller:
 //! `stepwell turns ls|show|rm` (`turns`), `stepwell keys get|release`
 //! (`keys`), `stepwell records ls|rm` (`records`), `stepwell sessions
-//! ls|show|rm` (`sessions`) and `stepwell waits ls|show|signal|cancel`
-//! (`waits`). This module holds what they share: dialling the target (the
+//! ls|show|rm` (`sessions`), `stepwell adk ls|show|rm` (`adk`) and
+//! `stepwell waits ls|show|signal|cancel` (`waits`). This module holds what they share: dialling the target (the
 //! same code as `stepwell healthcheck`, `probe::connect`), the bearer token
 //! and namespace of every request, the `--timeout-ms` bound on each call, the
 //! output (an aligned table, `key: value` lines for one record, or NDJSON
@@ -22,6 +22,7 @@
 //! | 4    | a conflict: FAILED_PRECONDITION, ABORTED or ALREADY_EXISTS (LEASE_LOST, NOT_ACQUIRED, …) |
 //! | 64   | bad flags, found by stepwell or by the sidecar (INVALID_ARGUMENT) |
 
+mod adk;
 mod keys;
 mod records;
 mod sessions;
@@ -42,7 +43,9 @@ use crate::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use crate::api::pb::idempotency_service_client::IdempotencyServiceClient;
 use crate::api::pb::record_service_client::RecordServiceClient;
 use crate::api::pb::wait_service_client::WaitServiceClient;
-use crate::config::commands::{KeysCommand, RecordsCommand, Remote, SessionsCommand, TurnsCommand, WaitsCommand};
+use crate::config::commands::{
+    AdkCommand, KeysCommand, RecordsCommand, Remote, SessionsCommand, TurnsCommand, WaitsCommand,
+};
 use crate::ops::probe::{self, ClientTls};
 
 /// Exit code: the sidecar could not be reached or failed.
@@ -91,6 +94,15 @@ pub fn sessions(command: &SessionsCommand) -> ExitCode {
             run("stepwell sessions show", &args.remote, async |s| sessions::show(s, args).await)
         }
         SessionsCommand::Rm(args) => run("stepwell sessions rm", &args.remote, async |s| sessions::rm(s, args).await),
+    }
+}
+
+/// Runs `stepwell adk …`.
+pub fn adk(command: &AdkCommand) -> ExitCode {
+    match command {
+        AdkCommand::Ls(args) => run("stepwell adk ls", &args.remote, async |s| adk::ls(s, args).await),
+        AdkCommand::Show(args) => run("stepwell adk show", &args.remote, async |s| adk::show(s, args).await),
+        AdkCommand::Rm(args) => run("stepwell adk rm", &args.remote, async |s| adk::rm(s, args).await),
     }
 }
 
@@ -396,7 +408,7 @@ fn json_or_null(bytes: &[u8]) -> Value {
 /// Nanoseconds since the epoch as RFC 3339 in UTC, with 0, 3, 6 or 9
 /// fractional digits as the value needs (as protobuf's JSON mapping writes
 /// timestamps): `2023-11-14T22:13:20.000000001Z`.
-fn rfc3339(nanos: i64) -> String {
+pub(super) fn rfc3339(nanos: i64) -> String {
     let seconds = nanos.div_euclid(1_000_000_000);
     let fraction = nanos.rem_euclid(1_000_000_000);
     let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));

@@ -21,7 +21,7 @@ use crate::domain::limits;
 pub const ITEM_KIND: &str = "agent-item";
 
 /// Most turns one DeleteRecords names (the sidecar's limit).
-const TURNS_PER_DELETE: usize = 1000;
+pub(super) const TURNS_PER_DELETE: usize = 1000;
 
 /// How many characters of an item the table shows.
 const TEXT_CHARS: usize = 60;
@@ -35,7 +35,7 @@ struct Summary {
 
 /// Pages through ListRecords of `request`, handing each page's records to
 /// `each` until it answers false or the listing ends.
-async fn pages(
+pub(super) async fn pages(
     session: &Session,
     mut request: ListRecordsRequest,
     mut each: impl FnMut(Vec<Record>) -> bool,
@@ -140,7 +140,7 @@ fn item_row(record: &Record) -> Map<String, Value> {
 }
 
 /// The sequence number without its leading zeros.
-fn seq_cell(id: &str) -> String {
+pub(super) fn seq_cell(id: &str) -> String {
     let trimmed = id.trim_start_matches('0');
     if trimmed.is_empty() { "0".to_owned() } else { one_line(trimmed) }
 }

@@ -70,7 +70,7 @@ pub async fn put(
                  payload = excluded.payload, metadata = excluded.metadata, refs = excluded.refs, \
                  recorded_at_ns = excluded.recorded_at_ns"
             }
-            PutMode::InsertIfAbsent | PutMode::Create => "DO NOTHING",
+            PutMode::InsertIfAbsent | PutMode::Create | PutMode::Update => "DO NOTHING",
         };
         // The turn locks ride in the first statement (no round trip of
         // their own): its one-row `locks` is read before any row is written.
@@ -106,7 +106,8 @@ pub async fn put(
 
 /// Which of `wanted` hold a record, read after the advisory locks of
 /// `turns` (those a put's first statement would take, taken here first, in
-/// the same order): a create then finds its address as no other writer can
+/// the same order): a create or update then finds its address as no other
+/// writer (a deletion included, which takes the same locks) can
 /// change it until the transaction ends. Two round trips.
 pub async fn stored_addresses(
     conn: &mut PgConnection,

@@ -96,7 +96,7 @@ pub fn put(conn: &Connection, rows: &[(&str, &NewRecord)], recorded_at: UnixNano
                        payload = excluded.payload, metadata = excluded.metadata, refs = excluded.refs, \
                        recorded_at_ns = excluded.recorded_at_ns"
                 }
-                PutMode::InsertIfAbsent | PutMode::Create => {
+                PutMode::InsertIfAbsent | PutMode::Create | PutMode::Update => {
                     " ON CONFLICT (namespace, turn_id, kind, scope, id) DO NOTHING"
                 }
             };

@@ -69,21 +69,23 @@ async fn a_create_after_a_record_of_its_own_request_at_that_address_is_refused()
     assert_eq!(payloads(&mut client, list_turn("t", KIND)).await, ["upsert"]);
 }
 
-fn new_record(id: &str, payload: &str, mode: StorePutMode) -> NewRecord {
+pub(super) fn new_record(id: &str, payload: &str, mode: StorePutMode) -> NewRecord {
     super::store_record("t", id, payload, mode)
 }
 
-fn put_of(records: Vec<NewRecord>, fence: Option<Fence>) -> Write {
+pub(super) fn put_of(records: Vec<NewRecord>, fence: Option<Fence>) -> Write {
     Write::PutRecords(RecordPut { namespace: "default".to_owned(), records, fence })
 }
 
-/// What each put of a batch was answered: "ok", "exists <id>" or "fenced".
-fn verdicts(answers: &[Result<i64, PutRefusal>]) -> Vec<String> {
+/// What each put of a batch was answered: "ok", "exists <id>", "missing
+/// <id>" or "fenced".
+pub(super) fn verdicts(answers: &[Result<i64, PutRefusal>]) -> Vec<String> {
     answers
         .iter()
         .map(|answer| match answer {
             Ok(_) => "ok".to_owned(),
             Err(PutRefusal::Exists(address)) => format!("exists {}", address.id),
+            Err(PutRefusal::Missing(address)) => format!("missing {}", address.id),
             Err(PutRefusal::Fence(_)) => "fenced".to_owned(),
         })
         .collect()

@@ -21,6 +21,7 @@ mod metadata;
 mod postgres_only;
 mod put;
 mod split;
+mod update;
 mod validation;
 
 use sqlx::Connection;

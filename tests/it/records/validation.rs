@@ -119,7 +119,7 @@ async fn invalid_puts_are_refused_naming_the_field_and_store_nothing() {
         ),
         (second(|r| r.refs = vec!["a\0".to_owned()]), "records[1].refs[0]", "FIELD_MALFORMED"),
         (second(|r| r.refs = vec![long(1025)]), "records[1].refs[0]", "FIELD_TOO_LONG"),
-        (second(|r| r.mode = 4), "records[1].mode", "FIELD_OUT_OF_RANGE"),
+        (second(|r| r.mode = 5), "records[1].mode", "FIELD_OUT_OF_RANGE"),
         (second(|r| r.mode = -1), "records[1].mode", "FIELD_OUT_OF_RANGE"),
         (
             PutRecordsRequest { namespace: "Bad".to_owned(), ..put(vec![record("t", KIND, "a")]) },

@@ -31,8 +31,10 @@ character reaches the store):
   way, metadata ``{"s": "user", "app": <app>, "user": <user>}``.
 
 ``temp:`` keys are never stored. An append writes its event (with
-``PUT_MODE_CREATE``), the new head and every state key it changes in ONE
-PutRecords, so all of it commits or none. The event's id is the one after the
+``PUT_MODE_CREATE``), the new head (with ``PUT_MODE_UPDATE``) and every
+state key it changes in ONE PutRecords, so all of it commits or none; a
+session deleted meanwhile refuses it whole (``SessionNotFoundError``), so an
+append racing a deletion never brings the session back. The event's id is the one after the
 newest event the session object has seen (kept in the session's
 ``_storage_update_marker``, ADK's own field for a storage revision): when
 another writer appended first, that id is taken, the sidecar refuses the
@@ -72,7 +74,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from ._common import finish_mutation as _finish
 from .aio import AsyncClient
-from .errors import RecordExists
+from .errors import RecordExists, RecordNotFound
 from .v1 import records_pb2 as rec
 
 __all__ = ["EVENT_KIND", "SESSION_KIND", "STATE_KIND", "StepwellSessionService"]
@@ -367,10 +369,14 @@ class StepwellSessionService(BaseSessionService):
         records = [
             _event_record(turn, seq, event),
             _head_record(turn, session.app_name, session.user_id, session.id, info["create_time"], event.timestamp,
-                         rec.PUT_MODE_UPSERT),
+                         rec.PUT_MODE_UPDATE),
         ] + self._delta_records(session, turn, event)
         try:
             await _finish(self._put(records))
+        except RecordNotFound:
+            # Deleted since the head was read: the update of the head refuses
+            # the whole append, so a deleted session never comes back.
+            raise SessionNotFoundError(f"Session {session.id} not found.") from None
         except RecordExists:
             if not await self._stored_as(turn, seq, event):
                 raise StaleSessionError(_STALE_MESSAGE) from None

@@ -95,6 +95,13 @@ class RecordExists(StepwellError):
     names the record (``turn_id``, ``scope``, ``kind``, ``id``)."""
 
 
+class RecordNotFound(StepwellError):
+    """NOT_FOUND / RECORD_NOT_FOUND: a PutRecords with PUT_MODE_UPDATE met
+    an address holding no record (deleted, or never written), so nothing of
+    it was written; ``.metadata`` names the record (``turn_id``, ``scope``,
+    ``kind``, ``id``)."""
+
+
 class KeyNotFound(StepwellError):
     """NOT_FOUND / KEY_NOT_FOUND: Get on an unknown key."""
 
@@ -208,6 +215,7 @@ _BY_REASON: Dict[str, Type[StepwellError]] = {
     "RESULT_MISMATCH": ResultMismatch,
     "KEY_NOT_FOUND": KeyNotFound,
     "RECORD_EXISTS": RecordExists,
+    "RECORD_NOT_FOUND": RecordNotFound,
     "OVERLOADED": Overloaded,
     "MESSAGE_TOO_LARGE": MessageTooLarge,
     "STORE_FULL": StoreFull,

@@ -15,7 +15,9 @@ from typing import Iterator, List
 
 import pytest
 from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
 from google.genai import types
 
 from adk_support import adk_namespace, adk_sidecar, adk_target  # noqa: F401  (fixtures)
@@ -124,5 +126,39 @@ def test_retried_append_is_not_a_duplicate(adk_target: str, adk_namespace: str) 
                 await service.append_event(session, other)
             got = await service.get_session(app_name=APP, user_id=USER, session_id="retry")
             assert got is not None and [e.id for e in got.events] == [event.id]
+
+    asyncio.run(main())
+
+
+class _DeletedAfterHeadRead(StepwellSessionService):
+    """Deletes the session right after an append has read its head: the
+    window in which another process's delete_session lands mid-append."""
+
+    async def _head(self, turn: str):  # type: ignore[no-untyped-def]
+        head = await super()._head(turn)
+        if head is not None and self.delete_next:
+            self.delete_next = False
+            await self.delete_session(app_name=APP, user_id=USER, session_id="doomed")
+        return head
+
+
+def test_append_racing_a_delete_does_not_bring_the_session_back(adk_target: str, adk_namespace: str) -> None:
+    async def main() -> None:
+        async with AsyncClient(adk_target, namespace=adk_namespace) as client:
+            service = _DeletedAfterHeadRead(client)
+            service.delete_next = False
+            session = await service.create_session(app_name=APP, user_id=USER, session_id="doomed", state={"k": 1})
+            event = Event(
+                author="user", invocation_id="inv", content=types.Content(parts=[types.Part(text="late")]),
+                actions=EventActions(state_delta={"k": 2, "user:seen": True}),
+            )
+            service.delete_next = True
+            with pytest.raises(SessionNotFoundError):
+                await service.append_event(session, event)
+            assert not service.delete_next, "the delete ran inside the append"
+            assert await service.get_session(app_name=APP, user_id=USER, session_id="doomed") is None
+            listed = await service.list_sessions(app_name=APP, user_id=USER)
+            assert "doomed" not in [s.id for s in listed.sessions]
+            assert await service.get_user_state(app_name=APP, user_id=USER) == {}, "no delta of the append landed"
 
     asyncio.run(main())

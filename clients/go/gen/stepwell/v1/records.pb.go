@@ -56,6 +56,15 @@ const (
 	// this request. With it, a writer claims the next id of a sequence
 	// (contract 1.3): of two racing writers, one wins and the other learns it.
 	PutMode_PUT_MODE_CREATE PutMode = 3
+	// Replace the stored record only if the address holds one; otherwise
+	// refuse the whole request, with nothing of it written: NOT_FOUND with
+	// reason RECORD_NOT_FOUND, its metadata naming the record (turn_id, scope,
+	// kind, id). The address holds a record when it is stored, or written by a
+	// request committed before this one in the same transaction, or by an
+	// earlier record of this request. With it, a writer updates a record a
+	// deleter may remove at the same time without bringing it back
+	// (contract 1.3): the deletion and the update are ordered, never mixed.
+	PutMode_PUT_MODE_UPDATE PutMode = 4
 )
 
 // Enum value maps for PutMode.
@@ -65,12 +74,14 @@ var (
 		1: "PUT_MODE_UPSERT",
 		2: "PUT_MODE_INSERT_IF_ABSENT",
 		3: "PUT_MODE_CREATE",
+		4: "PUT_MODE_UPDATE",
 	}
 	PutMode_value = map[string]int32{
 		"PUT_MODE_UNSPECIFIED":      0,
 		"PUT_MODE_UPSERT":           1,
 		"PUT_MODE_INSERT_IF_ABSENT": 2,
 		"PUT_MODE_CREATE":           3,
+		"PUT_MODE_UPDATE":           4,
 	}
 )
 
@@ -1063,12 +1074,13 @@ const file_stepwell_v1_records_proto_rawDesc = "" +
 	"\x0esource_turn_id\x18\x02 \x01(\tR\fsourceTurnId\x12$\n" +
 	"\x0etarget_turn_id\x18\x03 \x01(\tR\ftargetTurnId\"*\n" +
 	"\x10CopyTurnResponse\x12\x16\n" +
-	"\x06copied\x18\x01 \x01(\x03R\x06copied*l\n" +
+	"\x06copied\x18\x01 \x01(\x03R\x06copied*\x81\x01\n" +
 	"\aPutMode\x12\x18\n" +
 	"\x14PUT_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fPUT_MODE_UPSERT\x10\x01\x12\x1d\n" +
 	"\x19PUT_MODE_INSERT_IF_ABSENT\x10\x02\x12\x13\n" +
-	"\x0fPUT_MODE_CREATE\x10\x032\xd1\x02\n" +
+	"\x0fPUT_MODE_CREATE\x10\x03\x12\x13\n" +
+	"\x0fPUT_MODE_UPDATE\x10\x042\xd1\x02\n" +
 	"\rRecordService\x12M\n" +
 	"\n" +
 	"PutRecords\x12\x1e.stepwell.v1.PutRecordsRequest\x1a\x1f.stepwell.v1.PutRecordsResponse\x12P\n" +

@@ -56,6 +56,16 @@ class _PutModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PutMode.Value
     this request. With it, a writer claims the next id of a sequence
     (contract 1.3): of two racing writers, one wins and the other learns it.
     """
+    PUT_MODE_UPDATE: _PutMode.ValueType  # 4
+    """Replace the stored record only if the address holds one; otherwise
+    refuse the whole request, with nothing of it written: NOT_FOUND with
+    reason RECORD_NOT_FOUND, its metadata naming the record (turn_id, scope,
+    kind, id). The address holds a record when it is stored, or written by a
+    request committed before this one in the same transaction, or by an
+    earlier record of this request. With it, a writer updates a record a
+    deleter may remove at the same time without bringing it back
+    (contract 1.3): the deletion and the update are ordered, never mixed.
+    """
 
 class PutMode(_PutMode, metaclass=_PutModeEnumTypeWrapper):
     """PutMode says what a put does when the record's address is already stored."""
@@ -74,6 +84,16 @@ counts as taken when it is stored, or written by a request committed
 before this one in the same transaction, or by an earlier record of
 this request. With it, a writer claims the next id of a sequence
 (contract 1.3): of two racing writers, one wins and the other learns it.
+"""
+PUT_MODE_UPDATE: PutMode.ValueType  # 4
+"""Replace the stored record only if the address holds one; otherwise
+refuse the whole request, with nothing of it written: NOT_FOUND with
+reason RECORD_NOT_FOUND, its metadata naming the record (turn_id, scope,
+kind, id). The address holds a record when it is stored, or written by a
+request committed before this one in the same transaction, or by an
+earlier record of this request. With it, a writer updates a record a
+deleter may remove at the same time without bringing it back
+(contract 1.3): the deletion and the update are ordered, never mixed.
 """
 Global___PutMode: _TypeAlias = PutMode  # noqa: Y015
 
