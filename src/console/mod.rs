@@ -269,5 +269,10 @@ const NAMESPACES_MAX: u32 = 100;
 /// Writes an action's audit event.
 fn audit(viewer: &Viewer, action: &str, namespace: &str, subject: &str, outcome: &str) {
     let subject = subject.escape_debug().to_string();
-    tracing::info!(target: AUDIT_TARGET, principal = viewer.name(), via = "console", action, namespace, subject, outcome, "audit");
+    let principal = viewer.name();
+    if outcome == "ok" {
+        tracing::info!(target: AUDIT_TARGET, principal, via = "console", action, namespace, subject, outcome, "audit");
+    } else {
+        tracing::warn!(target: AUDIT_TARGET, principal, via = "console", action, namespace, subject, outcome, "audit");
+    }
 }
