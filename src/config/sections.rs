@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::Errors;
 use super::retention::{TurnRetention, turn_retention};
 use super::serve::ServeArgs;
+pub use super::values::ConsoleMode;
 use super::values::{AdminListen, Listen};
 use crate::domain::clock::Clock;
 use crate::domain::limits;
@@ -120,16 +121,6 @@ pub struct Security {
     pub insecure_allow_network: bool,
     /// Permissions of a Unix socket file.
     pub unix_socket_mode: u32,
-}
-
-/// What the web console allows (`--console`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ConsoleMode {
-    Off,
-    /// Pages only.
-    Read,
-    /// Pages, and actions for a principal with the admin role.
-    Admin,
 }
 
 /// The web console on the admin listener.

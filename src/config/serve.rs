@@ -10,9 +10,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::env::Env;
-use super::sections::ConsoleMode;
 use super::values::{
-    AdminListen, Listen, Retention, admin_listen, count, millis, octal_mode, retention, seconds, size,
+    AdminListen, ConsoleMode, Listen, Retention, admin_listen, count, millis, octal_mode, retention, seconds, size,
 };
 use super::{Command, parse};
 use crate::domain::limits;

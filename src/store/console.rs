@@ -62,7 +62,7 @@ impl Statement {
         let n = self.bind(Param::Now);
         match dialect {
             Dialect::Sqlite => n,
-            Dialect::Postgres => format!("({} + {n})", super::postgres::DB_NOW_NS),
+            Dialect::Postgres => format!("({} + {n})", super::sql::DB_NOW_NS),
         }
     }
 }

@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 
 use stepwell::api::pb::{BeginOutcome, CheckpointRequest, CreateWaitRequest, GetRequest, RecordState};
 use stepwell::auth::token_sha256;
+use stepwell_test_support::IdempotencyClient;
 use stepwell_test_support::admin::{HttpResponse, free_local_address, request, request_tls};
 use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::requests::{T0, begin_leased, checkpoint};
 use stepwell_test_support::sidecar::SidecarProcess;
-use stepwell_test_support::IdempotencyClient;
 use stepwell_test_support::tls::{Authority, ClientTls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Request;
@@ -32,7 +32,11 @@ fn auth_file(dir: &Path) -> PathBuf {
         format!("[[principals]]\nid = \"{id}\"\ntoken_sha256 = \"{}\"\ngrants = [{grants}]\n\n", token_sha256(token))
     };
     let text = [
-        principal("admin", ADMIN_TOKEN, "{ namespace = \"alpha\", role = \"admin\" }, { namespace = \"beta\", role = \"admin\" }"),
+        principal(
+            "admin",
+            ADMIN_TOKEN,
+            "{ namespace = \"alpha\", role = \"admin\" }, { namespace = \"beta\", role = \"admin\" }",
+        ),
         principal("reader", READER_TOKEN, "{ namespace = \"alpha\", role = \"read\" }"),
     ]
     .concat();
@@ -88,7 +92,12 @@ async fn pages_answer_with_a_strict_policy_and_show_what_callers_wrote_as_text()
     client.checkpoint(checkpoint("run-1", "act", T0 + 1, "{\"n\":1}")).await.expect("stored");
     let mut keys = server.idempotency();
     keys.begin(begin_leased(PAYLOAD, std::time::Duration::from_secs(60))).await.expect("begun");
-    let wait = CreateWaitRequest { turn_id: PAYLOAD.to_owned(), name: "approve".to_owned(), metadata: serde_json_text(PAYLOAD).into_bytes(), ..Default::default() };
+    let wait = CreateWaitRequest {
+        turn_id: PAYLOAD.to_owned(),
+        name: "approve".to_owned(),
+        metadata: serde_json_text(PAYLOAD).into_bytes(),
+        ..Default::default()
+    };
     server.waits().create_wait(wait).await.expect("created");
     let turn = format!("/turn?ns=default&id={}", encode(PAYLOAD));
     for path in ["/", "/?ns=default", "/turns?ns=default", "/keys?ns=default", "/waits?ns=default", turn.as_str()] {
@@ -97,7 +106,10 @@ async fn pages_answer_with_a_strict_policy_and_show_what_callers_wrote_as_text()
         let policy = page.header("content-security-policy").unwrap_or_default();
         assert!(policy.contains("default-src 'none'") && policy.contains("script-src 'self'"), "{path}: {policy}");
         assert_eq!(page.header("x-content-type-options"), Some("nosniff"), "{path}");
-        assert!(!page.body.contains("<script>alert") && !page.body.contains("<img src=x"), "{path}: markup got through");
+        assert!(
+            !page.body.contains("<script>alert") && !page.body.contains("<img src=x"),
+            "{path}: markup got through"
+        );
         assert!(!page.body.contains(" style="), "{path}: no inline style, which the policy would block");
     }
     let turns = get(&admin, "/turns?ns=default", "").await;
@@ -142,7 +154,8 @@ async fn a_person_signs_in_with_a_token_and_sees_only_the_namespaces_granted() {
     let wrong = post(&admin, "/signin", "", "token=not-a-token&next=%2F").await;
     assert_eq!(wrong.status, 401);
     assert!(wrong.cookie().is_none(), "a wrong token gets no session");
-    let signed = post(&admin, "/signin", "", &format!("token={READER_TOKEN}&next=%2Fturn%3Fns%3Dalpha%26id%3Dalpha-run")).await;
+    let signed =
+        post(&admin, "/signin", "", &format!("token={READER_TOKEN}&next=%2Fturn%3Fns%3Dalpha%26id%3Dalpha-run")).await;
     assert_eq!(signed.header("location"), Some("/turn?ns=alpha&id=alpha-run"), "back to the deep link");
     let set_cookie = signed.header("set-cookie").expect("a cookie");
     assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"), "{set_cookie}");
@@ -203,7 +216,13 @@ async fn an_action_needs_its_csrf_token_the_admin_role_and_a_confirmation() {
     assert_eq!(key_state(&mut keys).await, RecordState::InProgress, "nothing changed");
 
     let token = csrf(&page);
-    let ask = post(&admin, "/actions/release-key", &operator, &format!("csrf={token}&ns=alpha&key=charge-1&permanent=on&error=stuck")).await;
+    let ask = post(
+        &admin,
+        "/actions/release-key",
+        &operator,
+        &format!("csrf={token}&ns=alpha&key=charge-1&permanent=on&error=stuck"),
+    )
+    .await;
     assert_eq!(ask.status, 200);
     assert!(ask.body.contains("name=\"confirmed\" value=\"1\""), "a confirmation comes first: {}", ask.body);
     assert_eq!(key_state(&mut keys).await, RecordState::InProgress, "asking changes nothing");
@@ -212,7 +231,12 @@ async fn an_action_needs_its_csrf_token_the_admin_role_and_a_confirmation() {
     assert_eq!(done.header("location"), Some("/keys?ns=alpha&notice=failed"));
     assert_eq!(key_state(&mut keys).await, RecordState::Failed, "the key failed permanently");
     let audit = std::fs::read_to_string(&log).expect("the log");
-    for expected in ["action=\"release-key\"", "outcome=\"CSRF_TOKEN_WRONG\"", "outcome=\"PERMISSION_DENIED\"", "action=\"fail-key\""] {
+    for expected in [
+        "action=\"release-key\"",
+        "outcome=\"CSRF_TOKEN_WRONG\"",
+        "outcome=\"PERMISSION_DENIED\"",
+        "action=\"fail-key\"",
+    ] {
         assert!(audit.contains(expected), "the audit log has {expected}: {audit}");
     }
 }
@@ -236,7 +260,8 @@ async fn a_read_only_console_refuses_actions_and_an_off_console_serves_no_page()
     drop(server);
 
     let off = free_local_address();
-    let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&off).flags(&["--console", "off"]).spawn().await;
+    let server =
+        SidecarProcess::builder(STEPWELL, &store).admin_listen(&off).flags(&["--console", "off"]).spawn().await;
     assert_eq!(get(&off, "/", "").await.status, 404, "no console");
     assert_eq!(get(&off, "/healthz", "").await.status, 200, "the probes stay");
     drop(server);
@@ -248,10 +273,17 @@ async fn the_sessions_and_the_stalled_threshold_follow_their_flags() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let admin = free_local_address();
     let auth = auth_file(dir.path());
-    let flags = ["--auth-file", auth.to_str().expect("UTF-8"), "--console-sessions-max", "2", "--console-stalled-after-seconds", "60"];
+    let flags = [
+        "--auth-file",
+        auth.to_str().expect("UTF-8"),
+        "--console-sessions-max",
+        "2",
+        "--console-stalled-after-seconds",
+        "60",
+    ];
     let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).flags(&flags).spawn().await;
     let mut client = server.client();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_nanos() as i64;
+    let now = stepwell::domain::clock::system_now();
     for (turn, ago) in [("quiet-run", 120), ("busy-run", 1)] {
         let request = in_namespace(checkpoint(turn, "plan", now - ago * 1_000_000_000, "{}"), "alpha");
         client.checkpoint(with_token(request, ADMIN_TOKEN)).await.expect("stored");

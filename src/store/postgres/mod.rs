@@ -36,7 +36,7 @@ pub mod waits;
 use self::batch::Conn;
 use self::open::Nondurable;
 use super::rows::{self, KeyRow, PageRow, TurnRow};
-use super::sql::{self, Dialect, TURN};
+use super::sql::{self, DB_NOW_NS, Dialect, TURN};
 use super::{DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
@@ -44,9 +44,6 @@ use crate::domain::model::{ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnS
 use crate::domain::records::{RecordEntry, RecordQuery};
 use crate::domain::waits::{Wait, WaitKey, WaitQuery};
 use crate::observe::metrics::StoreState;
-
-/// The database server's time in nanoseconds (microsecond resolution).
-pub(super) const DB_NOW_NS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT * 1000";
 
 /// A page of a turn's checkpoints on Postgres, from the oldest or from the
 /// newest, chosen whole by one statement (SQLite's connection steps through

@@ -56,7 +56,14 @@ impl HttpResponse {
 }
 
 /// Sends one HTTP/1.1 request (`Connection: close`) over `stream`.
-async fn exchange<S>(mut stream: S, host: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> HttpResponse
+async fn exchange<S>(
+    mut stream: S,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpResponse
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -77,7 +84,8 @@ where
     let (head, body) = response.split_once("\r\n\r\n").expect("a response has a head and a body");
     let mut lines = head.lines();
     let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|code| code.parse().ok());
-    let headers = lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())).collect();
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())).collect();
     HttpResponse { status: status.expect("a status line"), headers, body: body.to_owned() }
 }
 
