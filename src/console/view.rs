@@ -141,9 +141,18 @@ pub fn cut(text: &str, max: usize) -> String {
     }
 }
 
-/// A small class index for a phase, so a phase keeps its colour on a page.
-pub fn phase_class(phase: &str) -> usize {
-    phase.bytes().fold(7usize, |h, b| h.wrapping_mul(31).wrapping_add(usize::from(b))) % 8
+/// A colour class per phase, in the order the phases first appear in
+/// `phases` (oldest first), so the phases of a page differ while eight
+/// colours last and a phase keeps its colour across the page.
+pub fn phase_classes<'a>(phases: impl Iterator<Item = &'a str>) -> Vec<(String, usize)> {
+    let mut classes: Vec<(String, usize)> = Vec::new();
+    for phase in phases {
+        if !classes.iter().any(|(p, _)| p == phase) {
+            let class = classes.len() % 8;
+            classes.push((phase.to_owned(), class));
+        }
+    }
+    classes
 }
 
 /// The JSON viewer: a state as nested `<details>`, at most `budget` nodes
@@ -316,6 +325,12 @@ mod tests {
         assert_eq!(size(3 * 1024 + 512), "3.5 KiB");
         assert_eq!(bytes_text(&[0xff, 0x01], 10), "0xff01");
         assert_eq!(cut("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn phases_take_colours_in_the_order_they_first_appear() {
+        let classes = phase_classes(["plan", "act", "plan", "done"].into_iter());
+        assert_eq!(classes, vec![("plan".into(), 0), ("act".into(), 1), ("done".into(), 2)]);
     }
 
     #[test]

@@ -209,7 +209,13 @@ async fn turn_page(
 /// sidecar's disagree by more than a round trip could explain.
 const SKEW_MARKED_NANOS: i64 = 1_000_000_000;
 
+/// The colour class of `phase` among `classes`.
+fn class_of(classes: &[(String, usize)], phase: &str) -> usize {
+    classes.iter().find(|(p, _)| p == phase).map_or(0, |(_, c)| *c)
+}
+
 fn mark_rows(marks: Vec<Mark>, stalled_after: i64, base: &str, selected: Option<i64>) -> Vec<MarkRow> {
+    let classes = view::phase_classes(marks.iter().rev().map(|m| m.phase.as_str()));
     let mut rows: Vec<MarkRow> = Vec::with_capacity(marks.len());
     // Newest first: the gap before a checkpoint is to the next row's (older) one.
     let older: Vec<Option<UnixNanos>> = marks.iter().skip(1).map(|m| Some(m.timestamp)).chain([None]).collect();
@@ -225,7 +231,7 @@ fn mark_rows(marks: Vec<Mark>, stalled_after: i64, base: &str, selected: Option<
             gap,
             link: format!("{base}&at={}#state", mark.seq),
             selected: Some(mark.seq) == selected,
-            phase_class: view::phase_class(&mark.phase),
+            phase_class: class_of(&classes, &mark.phase),
             mark,
         });
     }
@@ -238,18 +244,13 @@ fn timeline(marks: &[Mark], stalled_after: i64) -> Timeline {
     };
     let span = (newest.timestamp - oldest.timestamp).max(1) as f64;
     let x = |at: UnixNanos| 10.0 + (at - oldest.timestamp) as f64 / span * 780.0;
-    let mut phases: Vec<(String, usize)> = Vec::new();
+    let mut phases = view::phase_classes(marks.iter().rev().map(|m| m.phase.as_str()));
     let dots = marks
         .iter()
-        .map(|m| {
-            if !phases.iter().any(|(p, _)| *p == m.phase) {
-                phases.push((m.phase.clone(), view::phase_class(&m.phase)));
-            }
-            Dot {
-                x: x(m.timestamp),
-                class: view::phase_class(&m.phase),
-                title: format!("{} at {}", m.phase, view::time(m.timestamp)),
-            }
+        .map(|m| Dot {
+            x: x(m.timestamp),
+            class: class_of(&phases, &m.phase),
+            title: format!("{} at {}", m.phase, view::time(m.timestamp)),
         })
         .collect();
     let gaps = marks
