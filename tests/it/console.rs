@@ -327,3 +327,54 @@ async fn the_admin_listener_serves_tls_with_the_servers_certificate() {
     assert!(!answer.starts_with(b"HTTP/1.1 200"), "plain HTTP gets no page from a TLS listener");
     drop(server);
 }
+
+/// Every `rel="next"` link of a page, unescaped.
+fn next_link(page: &HttpResponse) -> Option<String> {
+    let at = page.body.find("rel=\"next\" href=\"")? + 17;
+    Some(page.body[at..].split('"').next()?.replace("&#38;", "&").replace("&amp;", "&"))
+}
+
+/// The values of `attribute` on the page's rows, in order.
+fn rows_of(page: &HttpResponse, attribute: &str) -> Vec<String> {
+    let needle = format!("{attribute}=\"");
+    page.body
+        .match_indices(&needle)
+        .map(|(at, _)| page.body[at + needle.len()..].split('"').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn pages_of_turns_and_of_a_turns_checkpoints_follow_their_cursors_through_ties() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).spawn().await;
+    let mut client = server.client();
+    // 120 turns whose last activity ties in threes, and a turn of 450 checkpoints.
+    for i in 0..120 {
+        client.checkpoint(checkpoint(&format!("run-{i:03}"), "plan", T0 + i / 3, "{}")).await.expect("stored");
+    }
+    for i in 0..450 {
+        client.checkpoint(checkpoint("long", &format!("step-{i:03}"), T0 + i / 2, "{}")).await.expect("stored");
+    }
+    let mut seen = Vec::new();
+    let mut path = Some("/turns?ns=default&prefix=run-".to_owned());
+    while let Some(next) = path {
+        let page = get(&admin, &next, "").await;
+        assert_eq!(page.status, 200, "{next}");
+        seen.extend(rows_of(&page, "data-turn"));
+        path = next_link(&page);
+    }
+    let mut expected: Vec<String> = (0..120).map(|i| format!("run-{i:03}")).collect();
+    expected.sort_by_key(|id| std::cmp::Reverse((id[4..].parse::<i64>().unwrap() / 3, id.clone())));
+    assert_eq!(seen, expected, "every turn once, newest activity first, ties by id");
+
+    let mut phases = Vec::new();
+    let mut path = Some("/turn?ns=default&id=long".to_owned());
+    while let Some(next) = path {
+        let page = get(&admin, &next, "").await;
+        phases.extend(rows_of(&page, "data-phase"));
+        path = next_link(&page);
+    }
+    let expected: Vec<String> = (0..450).rev().map(|i| format!("step-{i:03}")).collect();
+    assert_eq!(phases, expected, "every checkpoint once, newest first, over three pages");
+}
