@@ -1,8 +1,8 @@
 """The console's pages as the page-speed benchmark sees them: one HTTP
 connection kept open to the sidecar's admin listener (with the session
 cookie the console hands every visitor, so the rounds do not open a session
-per request), the timed GET of a page, the links a page offers (`rel=next`,
-`rel=prev`), the checks that a page holds what it should, and the list of
+per request), the timed GET of a page, the links a page offers (by rel and
+by text), the checks that a page holds what it should, and the list of
 page kinds with their URLs, found by walking the console as a person would.
 
 Only the standard library: the benchmark runs before any virtualenv exists."""
@@ -19,23 +19,37 @@ from typing import Any, Dict, List, Optional, Tuple
 
 
 class Links(html.parser.HTMLParser):
-    """The href of each <a> by its rel (the first of each rel)."""
+    """The href of each <a>, by its rel and by its text (the first of each)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.rel: Dict[str, str] = {}
+        self.text: Dict[str, str] = {}
+        self._open: Optional[str] = None
+        self._words: List[str] = []
 
     def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
         a = dict(attrs)
-        if tag == "a" and a.get("rel") and a.get("href"):
-            for rel in (a["rel"] or "").split():
-                self.rel.setdefault(rel, a["href"] or "")
+        if tag != "a" or not a.get("href"):
+            return
+        self._open, self._words = a["href"], []
+        for rel in (a.get("rel") or "").split():
+            self.rel.setdefault(rel, a["href"] or "")
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._words.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._open is not None:
+            self.text.setdefault(" ".join("".join(self._words).split()), self._open)
+            self._open = None
 
 
-def links(body: str) -> Dict[str, str]:
+def links(body: str) -> Links:
     parser = Links()
     parser.feed(body)
-    return parser.rel
+    return parser
 
 
 class Client:
@@ -141,15 +155,17 @@ def page_list(seed: Dict[str, Any], ns: str = "default") -> List[Tuple[str, str,
     return pages
 
 
-def follow(client: Client, path: str, rel: str, times: Optional[int]) -> Tuple[str, int]:
-    """The page reached from `path` by following `rel` up to `times` times
-    (None: until there is no such link); the path and how many links it followed."""
+def follow(client: Client, path: str, link: str, times: Optional[int]) -> Tuple[str, int]:
+    """The page reached from `path` by following the link `link` (a rel,
+    or "text:" and the link's text) up to `times` times (None: until there
+    is no such link); the path and how many links it followed."""
     followed = 0
     while times is None or followed < times:
         status, body, _ = client.get(path)
         if status != 200:
             raise RuntimeError(f"GET {path}: status {status}")
-        nxt = links(body).get(rel)
+        found = links(body)
+        nxt = found.text.get(link[5:]) if link.startswith("text:") else found.rel.get(link)
         if not nxt:
             break
         path = urllib.parse.urljoin(path, nxt)
@@ -159,11 +175,13 @@ def follow(client: Client, path: str, rel: str, times: Optional[int]) -> Tuple[s
 
 def walk(client: Client, seed: Dict[str, Any], deep: int, ns: str = "default") -> List[Tuple[str, str, str]]:
     """Every page timed: `page_list`'s, a turns page `deep` pages in (by
-    `rel=next`) and the long turn's oldest page (by `rel=prev`)."""
+    `rel=next`) and the long turn's oldest page (by its "Older" links)."""
     pages = page_list(seed, ns)
     deep_path, went = follow(client, f"/turns?{q(ns=ns)}", "next", deep)
     pages.insert(9, (f"turns, page {went + 1} by next", "turns", deep_path))
-    old_path, back = follow(client, f"/turn?{q(ns=ns, id=seed['long_turn'])}", "prev", None)
+    # The turn page's link to older checkpoints, by its text: its rel says
+    # where it leads in the page sequence, which the text does not depend on.
+    old_path, back = follow(client, f"/turn?{q(ns=ns, id=seed['long_turn'])}", "text:Older", None)
     at = next(i for i, p in enumerate(pages) if p[0] == "turn, long: newest page") + 1
     pages.insert(at, (f"turn, long: oldest page ({back} back)", "turn", old_path))
     return pages

@@ -7,12 +7,13 @@ The store holds, over a few namespaces and many sessions: turns that are
 terminal, open and fresh, and open and stalled (no checkpoint for hours),
 with one to three checkpoints each; one open turn of many checkpoints with
 long gaps and skewed client clocks (the turn page's worst case); idempotency
-keys in every state; and waits pending (with deadlines, with timers, with
-neither) and settled (resolved, cancelled, expired). Every time is relative
-to `now` and every future time is hours ahead, so nothing falls due, expires
-or is purged while the benchmark runs, and the pages read the same store
-throughout. Each turn line is the summary the target rebuilds from the
-checkpoints, so the import's verification holds.
+keys in every state; waits pending (with deadlines, with timers, with
+neither) and settled (resolved, cancelled, expired); and a LangGraph
+thread's checkpoints as records of the long turn and of a small one. Every
+time is relative to `now` and every future time is hours ahead, so nothing
+falls due, expires or is purged while the benchmark runs, and the pages
+read the same store throughout. Each turn line is the summary the target
+rebuilds from the checkpoints, so the import's verification holds.
 
 Random choices come from a seeded generator: the same sizes make the same
 store (apart from `now`)."""
@@ -221,6 +222,10 @@ def write_store(out: IO[str], now: int, turns: int, long_checkpoints: int, keys:
     open_turns = [(s["namespace"], s["turn_id"]) for s in summaries if not s["terminal"]]
     emit_keys(w, rng, now, keys, summaries, chosen)
     emit_waits(w, rng, now, waits, open_turns, chosen)
+    if long_checkpoints:
+        emit_thread(w, now, LONG_TURN, min(400, long_checkpoints // 25))
+    if "small_turn" in chosen:
+        emit_thread(w, now, chosen["small_turn"], 3)
     w.end()
     return {"counts": w.counts, "now_ns": now, **chosen, "long_turn": LONG_TURN if long_checkpoints else None}
 
@@ -262,3 +267,18 @@ def emit_waits(w: Writer, rng: random.Random, now: int, waits: int, open_turns: 
         keys.add((ns, turn, f"{rng.choice(('approval', 'callback', 'timer'))}-{k}"))
     for ns, turn, name in sorted(keys):
         w.line("wait", wait_row(rng, now, ns, turn, name), "waits")
+
+
+def emit_thread(w: Writer, now: int, turn: str, n: int) -> None:
+    """A LangGraph thread's checkpoints as records of the turn (kind
+    "checkpoint", each the child of the one before), which the turn page
+    draws as a tree; a fork at every 50th."""
+    for i in range(n):
+        # Every 50th forks: its parent is the one before its predecessor.
+        parent = "" if i == 0 else f"ckpt-{i - 2 if i % 50 == 0 else i - 1:05d}"
+        w.line("record", {
+            "namespace": LONG_NS, "turn_id": turn, "record_kind": "checkpoint", "scope": "", "id": f"ckpt-{i:05d}",
+            "parent_id": parent, "content_type": "application/json", "payload": b64(b'{"channel_values": {}}'),
+            "metadata": json.dumps({"step": i, "source": "loop"}), "refs": "[]",
+            "recorded_at_ns": now - (n - i) * SECOND,
+        }, "stored_records")
