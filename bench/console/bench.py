@@ -48,7 +48,7 @@ MODES = {
     "full": {"turns": 100_000, "long": 10_000, "keys": 10_000, "waits": 2_000, "rounds": 30, "warm": 3, "deep": 20},
 }
 STORES = ("sqlite", "postgres")
-STALLED_AFTER = "1h"  # the seed's fresh turns were written in the last 5 minutes, its stalled ones hours ago
+STALLED_AFTER_S = 3600  # the seed's fresh turns were written in the last 5 minutes, its stalled ones hours ago
 BOUND_MS = 100.0
 
 
@@ -132,9 +132,15 @@ def prepare(args: argparse.Namespace, store: str, tmp: str, path: str) -> Tuple[
     return url, facts
 
 
-def has_console(binary: str) -> bool:
+def console_flags(binary: str) -> Tuple[str, ...]:
+    """The serve flags of a read-only console that calls a turn stalled
+    after STALLED_AFTER_S, as this binary spells them; () without a console."""
     done = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=30)
-    return "--console" in done.stdout
+    if "--console-stalled-after-seconds" in done.stdout:
+        return ("--console", "read", "--console-stalled-after-seconds", str(STALLED_AFTER_S))
+    if "--console-stalled-after" in done.stdout:
+        return ("--console", "read", "--console-stalled-after", f"{STALLED_AFTER_S}s")
+    return ()
 
 
 def percentile(values: List[float], p: float) -> float:
@@ -168,11 +174,11 @@ def time_pages(client: pages.Client, plist: List[Tuple[str, str, str]], rounds: 
 
 
 def run_store(args: argparse.Namespace, store: str, tmp: str, path: str, info: Dict[str, Any],
-              console: bool) -> Dict[str, Any]:
-    """Loads the store, starts its sidecar and times its pages."""
+              console: Tuple[str, ...]) -> Dict[str, Any]:
+    """Loads the store, starts its sidecar (with the `console` flags, none
+    for a binary without a console) and times its pages."""
     url, facts = prepare(args, store, tmp, path)
-    extra = ("--console", "read", "--console-stalled-after", STALLED_AFTER) if console else ()
-    sidecar = Sidecar(args.stepwell, url, store, tmp, extra)
+    sidecar = Sidecar(args.stepwell, url, store, tmp, console)
     try:
         sidecar.wait_ready(120)
         if not console:
@@ -202,7 +208,7 @@ def header(args: argparse.Namespace, info: Dict[str, Any]) -> Dict[str, Any]:
         "mode": args.mode, "command": args.command, "rounds": args.rounds, "warm_rounds": args.size["warm"],
         "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": {"cpus": os.cpu_count(), "load_start": loadavg(), "platform": platform.platform()},
-        "stepwell_binary": args.stepwell, "seed": info, "stalled_after": STALLED_AFTER, "bound_ms": BOUND_MS,
+        "stepwell_binary": args.stepwell, "seed": info, "stalled_after_s": STALLED_AFTER_S, "bound_ms": BOUND_MS,
     }
     out.update(binary_info(args.stepwell))
     return out
@@ -270,7 +276,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGHUP, interrupt)
     args = parse_args()
-    console = has_console(args.stepwell)
+    console = console_flags(args.stepwell)
     if not console and not args.seed_only:
         log(f"{args.stepwell} has no --console flag: a sidecar with the console is needed (or --seed-only)")
         return 1
