@@ -162,7 +162,8 @@ def time_pages(client: pages.Client, plist: List[Tuple[str, str, str]], rounds: 
             page = out[name]
             problems, rows = pages.check(kind, status, body)
             if problems and len(page["problems"]) < 5:
-                page["problems"].append(f"round {r + 1 - warm}: {', '.join(problems)}")
+                when = f"round {r + 1 - warm}" if r >= warm else f"warm-up {r + 1}"
+                page["problems"].append(f"{when}: {', '.join(problems)}")
             if page["rows"] is None:
                 page["rows"], page["bytes"] = rows, len(body.encode())
             if r >= warm:
