@@ -151,6 +151,10 @@ async fn a_person_signs_in_with_a_token_and_sees_only_the_namespaces_granted() {
     let away = get(&admin, "/turn?ns=alpha&id=alpha-run", "").await;
     assert_eq!(away.status, 303, "signed out, a page sends to sign-in");
     assert_eq!(away.header("location"), Some("/signin?next=%2Fturn%3Fns%3Dalpha%26id%3Dalpha-run"));
+    let headers = [("Origin", "https://elsewhere.example"), ("Content-Type", "application/x-www-form-urlencoded")];
+    let forged = request(&admin, "POST", "/signin", &headers, &format!("token={READER_TOKEN}&next=%2F")).await;
+    assert_eq!(forged.status, 403, "a sign-in posted from another site is refused");
+    assert!(forged.cookie().is_none());
     let wrong = post(&admin, "/signin", "", "token=not-a-token&next=%2F").await;
     assert_eq!(wrong.status, 401);
     assert!(wrong.cookie().is_none(), "a wrong token gets no session");
