@@ -122,22 +122,34 @@ async fn secure_headers(mut response: Response) -> Response {
     response
 }
 
-/// A form posted from another site is refused before its handler runs:
-/// a browser names the page's origin on every POST, and it must be this
-/// listener's. This stops a sign-in forged from elsewhere (which no CSRF
-/// token can guard, as there is no session yet), and backs the token up.
+/// A form posted from another site is refused before its handler runs.
+/// This stops a sign-in forged from elsewhere (which no CSRF token can
+/// guard, as there is no session yet), and backs the token up. A browser
+/// says where a request comes from in `Sec-Fetch-Site`, which must be
+/// `same-origin`; one that does not send it names the page's origin in
+/// `Origin`, which must be this listener's (under `no-referrer` a browser
+/// may send `Origin: null`, which then proves nothing and is refused). A
+/// client that is no browser sends neither, and meets the CSRF token alone.
 async fn same_origin(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if request.method() == axum::http::Method::POST
-        && let Some(origin) = request.headers().get(header::ORIGIN)
-    {
-        let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-        let origin = origin.to_str().unwrap_or_default();
-        let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
-        if host.is_empty() || authority != host {
-            return Refusal::Forbidden("The form was sent from another site.".to_owned()).into_response();
-        }
+    if request.method() == axum::http::Method::POST && !from_this_site(request.headers()) {
+        return Refusal::Forbidden("The form was sent from another site.".to_owned()).into_response();
     }
     next.run(request).await
+}
+
+fn from_this_site(headers: &HeaderMap) -> bool {
+    let text = |name| headers.get(name).map(|v: &HeaderValue| v.to_str().unwrap_or_default());
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        return site == "same-origin";
+    }
+    match text(header::ORIGIN) {
+        None => true,
+        Some(origin) => {
+            let host = text(header::HOST).unwrap_or_default();
+            let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
+            !host.is_empty() && authority == host
+        }
+    }
 }
 
 /// Why a console request gets no page.
@@ -293,5 +305,30 @@ fn audit(viewer: &Viewer, action: &str, namespace: &str, subject: &str, outcome:
         tracing::info!(target: AUDIT_TARGET, principal, via = "console", action, namespace, subject, outcome, "audit");
     } else {
         tracing::warn!(target: AUDIT_TARGET, principal, via = "console", action, namespace, subject, outcome, "audit");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        pairs.iter().map(|(n, v)| (header::HeaderName::from_static(n), HeaderValue::from_static(v))).collect()
+    }
+
+    #[test]
+    fn a_post_is_from_this_site_by_its_fetch_metadata_or_its_origin() {
+        let host = ("host", "127.0.0.1:9464");
+        assert!(from_this_site(&headers(&[host, ("sec-fetch-site", "same-origin"), ("origin", "null")])));
+        assert!(!from_this_site(&headers(&[
+            host,
+            ("sec-fetch-site", "cross-site"),
+            ("origin", "http://127.0.0.1:9464")
+        ])));
+        assert!(!from_this_site(&headers(&[host, ("sec-fetch-site", "same-site")])));
+        assert!(from_this_site(&headers(&[host, ("origin", "http://127.0.0.1:9464")])));
+        assert!(!from_this_site(&headers(&[host, ("origin", "https://elsewhere.example")])));
+        assert!(!from_this_site(&headers(&[host, ("origin", "null")])), "a null origin proves nothing");
+        assert!(from_this_site(&headers(&[host])), "a client that is no browser meets the CSRF token alone");
     }
 }
