@@ -104,6 +104,16 @@ export async function rowKeys(page, table, attr) {
   return page.locator(`table#${table} tr[data-${attr}]`).evaluateAll((rows, a) => rows.map((r) => r.getAttribute(`data-${a}`)), attr);
 }
 
+/** A table row's cells' text by their column headers (lower case), and the row's class. */
+export async function cells(row) {
+  return row.evaluate((tr) => {
+    const headers = [...tr.closest("table").querySelectorAll("thead th")].map((th) => th.textContent.trim().toLowerCase());
+    const out = { className: tr.className };
+    [...tr.cells].forEach((td, i) => (out[headers[i] ?? i] = td.textContent.trim()));
+    return out;
+  });
+}
+
 /** The csrf token of the page's sign-out form. */
 export async function csrfOf(page) {
   return page.locator('form[action="/signout"] input[name="csrf"]').inputValue();

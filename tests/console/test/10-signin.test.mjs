@@ -87,6 +87,19 @@ test("the old session's cookie no longer works after signing out", async () => {
   await context.close();
 });
 
+test("a next that leaves the console is not followed", async () => {
+  for (const next of ["//elsewhere.example/", "https://elsewhere.example/", "/\\elsewhere.example"]) {
+    const response = await fetch(`${fixture.base}/signin`, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ token: fixture.tokens.reader, next }),
+      redirect: "manual",
+    });
+    assert.equal(response.status, 303, next);
+    assert.equal(response.headers.get("location"), "/", next);
+  }
+});
+
 test("a deep link opened signed out leads, after signing in, to the turn it names", async () => {
   const context = await newContext(browser);
   const page = await context.newPage();

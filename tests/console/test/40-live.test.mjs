@@ -25,8 +25,6 @@ test("a checkpoint written while the turn page is open appears without a reload"
   const phase = `landed-${process.pid}`;
   assert.equal(await page.locator(`table#checkpoints tr[data-phase="${phase}"]`).count(), 0);
   await page.evaluate(() => (window.stepwellMarker = "same document"));
-  let navigations = 0;
-  page.on("framenavigated", (frame) => frame === page.mainFrame() && navigations++);
 
   const client = new StepwellClient({ target: fixture.target, namespace: "alpha", token: fixture.tokens.admin });
   try {
@@ -36,7 +34,6 @@ test("a checkpoint written while the turn page is open appears without a reload"
   }
   await page.locator(`table#checkpoints tr[data-phase="${phase}"]`).waitFor({ timeout: 30_000 });
   assert.equal(await page.evaluate(() => window.stepwellMarker), "same document");
-  assert.equal(navigations, 0);
   await page.close();
 });
 

@@ -7,7 +7,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { RecordState, StepwellClient, WaitStatus } from "../../../clients/typescript/dist/src/index.js";
-import { csrfOf, fixture, launch, open, personContext, url } from "../lib/browser.mjs";
+import { csrfOf, fixture, launch, open, personContext, rowKeys, url } from "../lib/browser.mjs";
 
 let browser;
 let admin;
@@ -25,19 +25,19 @@ after(async () => {
   await browser?.close();
 });
 
+/** The form of `action` inside `scope` whose button is named `button`. */
+function actionForm(scope, action, button) {
+  return scope.locator(`form[action="/actions/${action}"]`).filter({ has: scope.page().getByRole("button", { name: button, exact: true }) });
+}
+
 /**
- * Submits the action form inside `scope` with `fields` filled in, checks
- * the confirmation page (its form repeats the fields with confirmed=1)
- * and that nothing changed yet (`unchanged`), confirms, and returns the
- * page it lands on.
+ * Submits `form` with `fields` typed in, checks the confirmation page (its
+ * form repeats the fields with confirmed=1) and that nothing changed yet
+ * (`unchanged`), confirms, and returns the page it lands on.
  */
-async function act(page, scope, action, fields, unchanged) {
-  const form = scope.locator(`form[action="/actions/${action}"]`).first();
-  for (const [name, value] of Object.entries(fields)) {
-    const input = form.locator(`[name="${name}"]`);
-    if ((await input.getAttribute("type")) === "checkbox") await input.check();
-    else await input.fill(value);
-  }
+async function act(page, form, action, fields, unchanged) {
+  assert.equal(await form.count(), 1, `one ${action} form`);
+  for (const [name, value] of Object.entries(fields)) await form.locator(`[name="${name}"]`).fill(value);
   const [confirmation] = await Promise.all([
     page.waitForResponse((r) => r.request().method() === "POST" && new URL(r.url()).pathname === `/actions/${action}`),
     form.locator('button, [type="submit"]').first().click(),
@@ -56,9 +56,12 @@ test("the admin releases a key, retryable, through its confirmation", async () =
   const page = await admin.newPage();
   await open(page, url("/keys", { ns: "alpha", state: "in_progress", prefix: "act-retry" }));
   const row = page.locator('table#keys tr[data-key="act-retry"]');
-  await act(page, row, "release-key", {}, async () => assert.equal((await client.get("act-retry")).state, RecordState.IN_PROGRESS));
+  const form = actionForm(row, "release-key", "Release");
+  await act(page, form, "release-key", {}, async () => assert.equal((await client.get("act-retry")).state, RecordState.IN_PROGRESS));
   assert.equal(new URL(page.url()).pathname, "/keys");
   assert.equal((await client.get("act-retry")).state, RecordState.RELEASED);
+  await open(page, url("/keys", { ns: "alpha", state: "released" }));
+  assert.deepEqual(await rowKeys(page, "keys", "key"), ["act-retry"]);
   await page.close();
 });
 
@@ -66,7 +69,8 @@ test("the admin releases a key permanently, with an error", async () => {
   const page = await admin.newPage();
   await open(page, url("/keys", { ns: "alpha", state: "in_progress", prefix: "act-perm" }));
   const row = page.locator('table#keys tr[data-key="act-perm"]');
-  await act(page, row, "release-key", { permanent: "on", error: "stuck: released by hand" }, async () =>
+  const form = actionForm(row, "release-key", "Fail permanently");
+  await act(page, form, "release-key", { error: "stuck: released by hand" }, async () =>
     assert.equal((await client.get("act-perm")).state, RecordState.IN_PROGRESS),
   );
   const got = await client.get("act-perm");
@@ -81,7 +85,8 @@ test("the admin signals a wait, and cancels another", async () => {
   const page = await admin.newPage();
   const pending = async (name) => assert.equal((await client.getWait({ turnId: "act-wait", name })).wait.status, WaitStatus.PENDING);
   await open(page, url("/waits", { ns: "alpha", status: "pending", turn: "act-wait" }));
-  await act(page, page.locator('table#waits tr[data-wait="act-wait/to-signal"]'), "signal-wait", { payload: '{"approved":true}' }, () => pending("to-signal"));
+  const signalForm = actionForm(page.locator('table#waits tr[data-wait="act-wait/to-signal"]'), "signal-wait", "Signal");
+  await act(page, signalForm, "signal-wait", { payload: '{"approved":true}' }, () => pending("to-signal"));
   const signalled = (await client.getWait({ turnId: "act-wait", name: "to-signal" })).wait;
   assert.equal(signalled.status, WaitStatus.RESOLVED);
   assert.equal(signalled.contentType, "application/json");
@@ -89,7 +94,8 @@ test("the admin signals a wait, and cancels another", async () => {
   assert.equal(signalled.settledBy, "admin");
 
   await open(page, url("/waits", { ns: "alpha", status: "pending", turn: "act-wait" }));
-  await act(page, page.locator('table#waits tr[data-wait="act-wait/to-cancel"]'), "cancel-wait", {}, () => pending("to-cancel"));
+  const cancelForm = actionForm(page.locator('table#waits tr[data-wait="act-wait/to-cancel"]'), "cancel-wait", "Cancel");
+  await act(page, cancelForm, "cancel-wait", {}, () => pending("to-cancel"));
   assert.equal((await client.getWait({ turnId: "act-wait", name: "to-cancel" })).wait.status, WaitStatus.CANCELLED);
   await page.close();
 });
@@ -97,7 +103,8 @@ test("the admin signals a wait, and cancels another", async () => {
 test("the admin deletes a turn", async () => {
   const page = await admin.newPage();
   await open(page, url("/turn", { ns: "alpha", id: "delete-me" }));
-  await act(page, page.locator("main"), "delete-turn", {}, async () => assert.equal((await client.restore("delete-me")).length, 1));
+  const form = actionForm(page.locator("main"), "delete-turn", "Delete this turn");
+  await act(page, form, "delete-turn", {}, async () => assert.equal((await client.restore("delete-me")).length, 1));
   assert.equal(new URL(page.url()).pathname, "/turns");
   assert.deepEqual(await client.restore("delete-me"), []);
   await open(page, url("/turns", { ns: "alpha", status: "all", prefix: "delete-me" }));

@@ -29,7 +29,7 @@ test("the reader opening beta's URLs gets 403 and none of beta's data", async ()
     url("/keys", { ns: "beta" }),
     url("/keys", { ns: "beta", state: "all" }),
     url("/waits", { ns: "beta", status: "all" }),
-    url("/turn/state", { ns: "beta", id: "beta-secret-turn", phase: "plan", ts: "0" }),
+    url("/turn/state", { ns: "beta", id: "beta-secret-turn", seq: "1" }),
   ];
   for (const path of paths) {
     const response = await page.goto(path);
