@@ -104,7 +104,7 @@ export async function until(fn, what, ms = 30_000) {
  * `consoleArgs` are the console's flags (a binary without a console is
  * started without them to test this harness alone).
  */
-export async function startSidecar({ backend, consoleArgs = harnessOnly() ? [] : defaultConsoleArgs() }) {
+export async function startSidecar({ backend, consoleArgs = consoleArgsFromEnv() }) {
   const bin = stepwellBin();
   if (!existsSync(bin)) throw new Error(`stepwell binary not found at ${bin} (set STEPWELL_BIN)`);
   const dir = mkdtempSync(join(tmpdir(), "stepwell-console-"));
@@ -143,11 +143,19 @@ export async function startSidecar({ backend, consoleArgs = harnessOnly() ? [] :
   return sidecar;
 }
 
-/** STEPWELL_CONSOLE_ARGS=none starts a binary without the console's flags, to check the harness and seeding alone. */
-function harnessOnly() {
-  return process.env.STEPWELL_CONSOLE_ARGS === "none";
+/**
+ * The console's flags: by default admin mode and the short stalled
+ * threshold. STEPWELL_CONSOLE_ARGS replaces them (split at spaces), so a
+ * run can show that the tests fail on a console that is read-only or has
+ * another threshold; "none" starts a binary without any, to check the
+ * harness and the seeding alone.
+ */
+function consoleArgsFromEnv() {
+  const given = process.env.STEPWELL_CONSOLE_ARGS;
+  if (given === undefined) return defaultConsoleArgs();
+  return given === "none" ? [] : given.split(" ").filter(Boolean);
 }
 
 export function defaultConsoleArgs() {
-  return ["--console", "admin", "--console-stalled-after", `${STALLED_AFTER_SECONDS}s`];
+  return ["--console", "admin", "--console-stalled-after-seconds", String(STALLED_AFTER_SECONDS)];
 }
