@@ -23,8 +23,8 @@ let code = 1;
 try {
   const fixture = await seed(sidecar);
   const file = join(sidecar.dir, "fixture.json");
-  const { base, target, tokens } = sidecar;
-  writeFileSync(file, JSON.stringify({ backend, base, target, tokens, artifacts, ...fixture }), { mode: 0o600 });
+  const { base, target, tokens, log } = sidecar;
+  writeFileSync(file, JSON.stringify({ backend, base, target, tokens, log, artifacts, ...fixture }), { mode: 0o600 });
   const tests = readdirSync(join(here, "test"))
     .filter((f) => f.endsWith(".test.mjs"))
     .sort()

@@ -6,7 +6,7 @@
 // reruns never meet an earlier run's data.
 import { spawn, execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync, existsSync } from "node:fs";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -114,14 +114,18 @@ export async function startSidecar({ backend, consoleArgs = consoleArgsFromEnv()
   const adminPort = await freePort();
   const args = ["serve", "--listen", `127.0.0.1:${grpcPort}`, "--admin-listen", `127.0.0.1:${adminPort}`];
   args.push("--database-url", store.url, "--auth-file", auth.path, ...consoleArgs);
-  const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, STEPWELL_LOG: "warn,stepwell::audit=info" } });
+  // JSON logs, audit events kept: the action tests read the console's audit events from the log file.
+  args.push("--log-format", "json", "--log", "warn,stepwell::audit=info");
+  const log = join(dir, "sidecar.log");
+  const proc = spawn(bin, args, { stdio: ["ignore", "ignore", "pipe"], env: process.env });
   let stderr = "";
   proc.stderr.on("data", (d) => {
+    appendFileSync(log, d);
     stderr = (stderr + d.toString()).slice(-50_000);
   });
   const exited = new Promise((r) => proc.once("exit", r));
   const base = `http://127.0.0.1:${adminPort}`;
-  const sidecar = { base, target: `127.0.0.1:${grpcPort}`, tokens: auth.tokens, dir, stderr: () => stderr };
+  const sidecar = { base, target: `127.0.0.1:${grpcPort}`, tokens: auth.tokens, dir, log, stderr: () => stderr };
   sidecar.stop = async () => {
     if (proc.exitCode === null && proc.signalCode === null) {
       proc.kill("SIGTERM");

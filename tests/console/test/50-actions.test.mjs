@@ -1,13 +1,14 @@
 // The admin actions: releasing a key (retryable and permanent), signalling
 // and cancelling a wait, and deleting a turn, each through its confirmation
-// page, then checked through the gRPC client as well as on the page. The
-// reader sees no action buttons and a POST built by hand is refused; a POST
-// without its CSRF token, or with a wrong one, is refused and changes
-// nothing.
+// page, then checked through the gRPC client as well as on the page, and in
+// the audit events of the sidecar's log. The reader sees no action buttons
+// and a POST built by hand is refused; a POST without its CSRF token, or
+// with a wrong one, is refused and changes nothing. Refusals are audited.
+import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { RecordState, StepwellClient, WaitStatus } from "../../../clients/typescript/dist/src/index.js";
-import { csrfOf, fixture, launch, open, personContext, rowKeys, url } from "../lib/browser.mjs";
+import { csrfOf, fixture, launch, open, personContext, rowKeys, until, url } from "../lib/browser.mjs";
 
 let browser;
 let admin;
@@ -24,6 +25,23 @@ after(async () => {
   assert.deepEqual([...(admin?.dialogs ?? []), ...(reader?.dialogs ?? [])], []);
   await browser?.close();
 });
+
+/** The console's audit events in the sidecar's log (JSON lines) so far. */
+function auditEvents() {
+  const events = [];
+  for (const line of readFileSync(fixture.log, "utf8").split("\n")) {
+    if (!line.startsWith("{")) continue;
+    const event = JSON.parse(line);
+    if (event.target === "stepwell::audit" && event.fields?.via === "console") events.push(event.fields);
+  }
+  return events;
+}
+
+/** Waits for an audit event whose fields equal `fields` (a function field is a test of it). */
+async function assertAudited(fields) {
+  const matches = (e) => Object.entries(fields).every(([k, v]) => (typeof v === "function" ? v(e[k] ?? "") : e[k] === v));
+  await until(() => auditEvents().some(matches), `an audit event ${JSON.stringify(fields)}`, 15_000);
+}
 
 /** The form of `action` inside `scope` whose button is named `button`. */
 function actionForm(scope, action, button) {
@@ -60,6 +78,7 @@ test("the admin releases a key, retryable, through its confirmation", async () =
   await act(page, form, "release-key", {}, async () => assert.equal((await client.get("act-retry")).state, RecordState.IN_PROGRESS));
   assert.equal(new URL(page.url()).pathname, "/keys");
   assert.equal((await client.get("act-retry")).state, RecordState.RELEASED);
+  await assertAudited({ principal: "admin", action: "release-key", namespace: "alpha", subject: "act-retry", outcome: "ok" });
   await open(page, url("/keys", { ns: "alpha", state: "released" }));
   assert.deepEqual(await rowKeys(page, "keys", "key"), ["act-retry"]);
   await page.close();
@@ -76,6 +95,7 @@ test("the admin releases a key permanently, with an error", async () => {
   const got = await client.get("act-perm");
   assert.equal(got.state, RecordState.FAILED);
   assert.equal(got.error, "stuck: released by hand");
+  await assertAudited({ principal: "admin", action: "fail-key", namespace: "alpha", subject: "act-perm", outcome: "ok" });
   await open(page, url("/keys", { ns: "alpha", state: "failed", prefix: "act-perm" }));
   assert.match(await page.locator('table#keys tr[data-key="act-perm"]').innerText(), /stuck: released by hand/);
   await page.close();
@@ -92,11 +112,13 @@ test("the admin signals a wait, and cancels another", async () => {
   assert.equal(signalled.contentType, "application/json");
   assert.deepEqual(JSON.parse(new TextDecoder().decode(signalled.payload)), { approved: true });
   assert.equal(signalled.settledBy, "admin");
+  await assertAudited({ principal: "admin", action: "signal-wait", namespace: "alpha", subject: (s) => s.includes("to-signal"), outcome: "ok" });
 
   await open(page, url("/waits", { ns: "alpha", status: "pending", turn: "act-wait" }));
   const cancelForm = actionForm(page.locator('table#waits tr[data-wait="act-wait/to-cancel"]'), "cancel-wait", "Cancel");
   await act(page, cancelForm, "cancel-wait", {}, () => pending("to-cancel"));
   assert.equal((await client.getWait({ turnId: "act-wait", name: "to-cancel" })).wait.status, WaitStatus.CANCELLED);
+  await assertAudited({ principal: "admin", action: "cancel-wait", namespace: "alpha", subject: (s) => s.includes("to-cancel"), outcome: "ok" });
   await page.close();
 });
 
@@ -107,6 +129,7 @@ test("the admin deletes a turn", async () => {
   await act(page, form, "delete-turn", {}, async () => assert.equal((await client.restore("delete-me")).length, 1));
   assert.equal(new URL(page.url()).pathname, "/turns");
   assert.deepEqual(await client.restore("delete-me"), []);
+  await assertAudited({ principal: "admin", action: "delete-turn", namespace: "alpha", subject: "delete-me", outcome: "ok" });
   await open(page, url("/turns", { ns: "alpha", status: "all", prefix: "delete-me" }));
   assert.equal(await page.locator('table#turns tr[data-turn="delete-me"]').count(), 0);
   await page.close();
@@ -139,6 +162,7 @@ test("the reader sees no action buttons, and a POST built by hand is refused", a
   for (const [action, form] of attempts) {
     const response = await page.request.post(`/actions/${action}`, { form: { ...form, csrf, confirmed: "1" }, maxRedirects: 0 });
     assert.equal(response.status(), 403, `reader POST /actions/${action}`);
+    await assertAudited({ principal: "reader", action, namespace: "alpha", outcome: "PERMISSION_DENIED" });
   }
   await assertUntouched();
   await page.close();
@@ -155,6 +179,7 @@ test("an admin POST without its CSRF token, or with a wrong one, is refused and 
       assert.equal(response.status(), 403, `POST /actions/${action} with csrf ${JSON.stringify(token)}`);
       assert.match(await response.text(), /CSRF/);
     }
+    await assertAudited({ principal: "admin", action, outcome: "CSRF_TOKEN_WRONG" });
   }
   // A plain fetch with the session cookie and no token: refused too.
   const cookie = (await admin.cookies()).find((c) => c.name === "stepwell_console");
