@@ -109,6 +109,11 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// The principal's grants, as the file lists them.
+    pub fn grants(&self) -> &[Grant] {
+        &self.grants
+    }
+
     /// The best role the principal's grants give in `namespace`, if any.
     pub fn role_in(&self, namespace: &str) -> Option<Role> {
         self.grants
@@ -386,6 +391,21 @@ impl Authenticator {
                 .cloned()
                 .ok_or(Unknown::NoCredentials),
         }
+    }
+}
+
+impl Authenticator {
+    /// The principal a token names, and the token's SHA-256, which a
+    /// console session keeps instead of the token.
+    pub fn sign_in(&self, token: &str) -> Option<(Arc<Principal>, [u8; 32])> {
+        let hash: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        self.by_token_hash(&hash).map(|principal| (principal, hash))
+    }
+
+    /// The principal whose token has this SHA-256, as the file says now: a
+    /// session ends as soon as a reload drops its principal.
+    pub fn by_token_hash(&self, hash: &[u8; 32]) -> Option<Arc<Principal>> {
+        self.current().by_token_hash(hash).cloned()
     }
 }
 

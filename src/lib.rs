@@ -16,6 +16,9 @@
 //!   connection passes before gRPC sees it;
 //! - `api`: the tonic services, request checks and the one error-to-status
 //!   table, the only code (with `ops`' gRPC client side) that knows protobuf;
+//! - `console`: the web console the admin listener serves: pages over the
+//!   store's reads, sign-in and sessions, and the admin actions through the
+//!   writer;
 //! - `server`: `serve`, which wires the parts to a listener, the admin
 //!   listener, the store's health monitor and the retention sweeper;
 //! - `ops`: what never runs while serving: the operator commands, moving a
@@ -26,6 +29,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod console;
 pub mod domain;
 pub mod net;
 pub mod observe;

@@ -57,8 +57,10 @@ use tower::{Service, ServiceExt};
 
 use crate::api::{Authenticated, Shared, status};
 use crate::config::sections::Connections;
+use crate::domain::clock;
 use crate::domain::error::Error;
-use crate::domain::rpc::Rpc;
+use crate::domain::rpc::{Role, Rpc};
+use crate::observe::activity;
 use crate::observe::metrics::Metrics;
 use crate::observe::traces::{self, RequestScope, Traces};
 
@@ -176,6 +178,8 @@ where
             let (response, refused) = answer.unwrap_or_else(|_| refusal(Error::RequestTimeout { after }));
             let code = response.extensions().get::<Status>().map_or(Code::Ok, Status::code);
             if let Some(rpc) = rpc {
+                let minute = clock::system_now().div_euclid(NANOS_PER_MINUTE);
+                admission.metrics.activity.record(minute, rpc.role() != Role::Read, activity::is_failure(code));
                 let namespace = scope.as_ref().and_then(|scope| scope.namespace.borrow_mut().take());
                 if let Some(started) = started {
                     let histogram = admission.metrics.rpc_duration(rpc, code, refused, namespace.as_deref());
@@ -189,6 +193,9 @@ where
         })
     }
 }
+
+/// A minute in nanoseconds: the activity chart's resolution.
+const NANOS_PER_MINUTE: i64 = 60_000_000_000;
 
 /// An answer, and why admission refused the request if it did.
 type Answer = (Response, Option<&'static str>);

@@ -254,6 +254,11 @@ impl Shared {
         Ok(self.opened()?.store.hub())
     }
 
+    /// Who may call, when authentication is on.
+    pub fn authenticator(&self) -> Option<&Arc<Authenticator>> {
+        self.authenticator.as_ref()
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::Errors;
 use super::retention::{TurnRetention, turn_retention};
 use super::serve::ServeArgs;
+pub use super::values::ConsoleMode;
 use super::values::{AdminListen, Listen};
 use crate::domain::clock::Clock;
 use crate::domain::limits;
@@ -122,11 +123,24 @@ pub struct Security {
     pub unix_socket_mode: u32,
 }
 
+/// The web console on the admin listener.
+#[derive(Debug, Clone)]
+pub struct Console {
+    pub mode: ConsoleMode,
+    pub session_ttl: Duration,
+    pub sessions_max: usize,
+    /// An open turn without a checkpoint for longer than this is stalled.
+    pub stalled_after: Duration,
+}
+
 /// What the sidecar tells its operators beyond logs.
 #[derive(Debug, Clone)]
 pub struct Observability {
-    /// Where /metrics, /healthz and /readyz are served; `None` serves none.
+    /// Where /metrics, /healthz, /readyz and the console are served; `None` serves none.
     pub admin_listen: Option<SocketAddr>,
+    /// The admin listener's certificate and key when it serves TLS.
+    pub admin_tls: Option<Tls>,
+    pub console: Console,
     /// Request metrics carry the namespace as a label: at most this many
     /// namespaces each, the rest under `_other`; `None` labels none.
     pub namespace_labels: Option<usize>,
@@ -258,24 +272,28 @@ fn security(args: &ServeArgs, errors: &mut Errors) -> Security {
     }
 }
 
-/// The admin listener follows the rule of `--listen`, but it has neither
-/// TLS nor authentication: beyond loopback only on the operator's word. Tracing is on when
-/// an OTLP endpoint is named and the exporter is not `none`.
+/// The admin listener follows the rule of `--listen`: beyond loopback it
+/// needs TLS (`--admin-tls`) and authentication (`--auth-file`, which the
+/// console's sign-in uses), or the operator's word. Tracing is on when an
+/// OTLP endpoint is named and the exporter is not `none`.
 fn observability(args: &ServeArgs, errors: &mut Errors) -> Observability {
     let admin_listen = match args.admin_listen {
         AdminListen::Off => None,
         AdminListen::Tcp(address) => Some(address),
     };
+    let admin_tls = admin_tls(args, errors);
     if let Some(address) = admin_listen
         && !address.ip().is_loopback()
+        && !(admin_tls.is_some() && args.auth_file.is_some())
         && !args.insecure_allow_network
     {
         errors.add(
             "admin-listen",
             format!(
-                "{address} is reachable beyond this host, and the admin listener serves plain HTTP without \
-                 authentication: anyone who reaches it could read the metrics. Listen on 127.0.0.1 (a scraper in \
-                 the same pod or host reaches it), or pass --insecure-allow-network to accept the risk"
+                "{address} is reachable beyond this host, and without TLS and authentication anyone who reaches it \
+                 could read the metrics and the console's pages. Add --admin-tls and --auth-file, listen on \
+                 127.0.0.1 (a scraper in the same pod or host reaches it), or pass --insecure-allow-network to \
+                 accept the risk"
             ),
         );
     }
@@ -286,9 +304,50 @@ fn observability(args: &ServeArgs, errors: &mut Errors) -> Observability {
     let endpoint = args.otlp_traces_endpoint.clone().or_else(|| args.otlp_endpoint.clone()).filter(|e| !e.is_empty());
     Observability {
         admin_listen,
+        admin_tls,
+        console: Console {
+            mode: args.console,
+            session_ttl: args.console_session_ttl,
+            sessions_max: args.console_sessions_max as usize,
+            stalled_after: args.console_stalled_after,
+        },
         namespace_labels: args.metrics_namespace_labels.then_some(args.metrics_namespace_labels_max as usize),
         otlp_endpoint: endpoint.filter(|_| exporter != "none"),
         service_name: Some(args.otel_service_name.trim()).filter(|n| !n.is_empty()).unwrap_or("stepwell").to_owned(),
+    }
+}
+
+/// The admin listener's certificate with `--admin-tls`: its own, or the server's.
+fn admin_tls(args: &ServeArgs, errors: &mut Errors) -> Option<Tls> {
+    let own = match (&args.admin_tls_cert, &args.admin_tls_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (None, None) => None,
+        (Some(_), None) => {
+            errors.add("admin-tls-cert", "needs --admin-tls-key, the certificate's private key".to_owned());
+            return None;
+        }
+        (None, Some(_)) => {
+            errors.add("admin-tls-key", "needs --admin-tls-cert, the certificate it belongs to".to_owned());
+            return None;
+        }
+    };
+    if !args.admin_tls {
+        if own.is_some() {
+            errors.add("admin-tls-cert", "applies only with --admin-tls".to_owned());
+        }
+        return None;
+    }
+    let server = args.tls_cert.clone().zip(args.tls_key.clone());
+    match own.or(server) {
+        Some((cert, key)) => Some(Tls { cert, key, client_ca: None }),
+        None => {
+            errors.add(
+                "admin-tls",
+                "needs a certificate: --admin-tls-cert and --admin-tls-key, or the server's --tls-cert and --tls-key"
+                    .to_owned(),
+            );
+            None
+        }
     }
 }
 

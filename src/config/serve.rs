@@ -11,7 +11,7 @@ use clap::Args;
 
 use super::env::Env;
 use super::values::{
-    AdminListen, Listen, Retention, admin_listen, count, millis, octal_mode, retention, seconds, size,
+    AdminListen, ConsoleMode, Listen, Retention, admin_listen, count, millis, octal_mode, retention, seconds, size,
 };
 use super::{Command, parse};
 use crate::domain::limits;
@@ -389,6 +389,45 @@ pub struct ServeArgs {
     #[arg(long = "admin-listen", env = "STEPWELL_ADMIN_LISTEN", value_name = "ADDR|off", default_value = "127.0.0.1:9464",
           value_parser = admin_listen)]
     pub admin_listen: AdminListen,
+
+    /// Serve the admin listener (metrics, probes and the console) over TLS,
+    /// with --admin-tls-cert and --admin-tls-key, or else the server's
+    /// --tls-cert and --tls-key. No client certificate is asked for.
+    #[arg(long = "admin-tls", env = "STEPWELL_ADMIN_TLS")]
+    pub admin_tls: bool,
+
+    /// With --admin-tls: the admin listener's own certificate chain (PEM);
+    /// needs --admin-tls-key. SIGHUP reloads it.
+    #[arg(long = "admin-tls-cert", env = "STEPWELL_ADMIN_TLS_CERT", value_name = "PATH")]
+    pub admin_tls_cert: Option<PathBuf>,
+
+    /// The private key of --admin-tls-cert (PEM).
+    #[arg(long = "admin-tls-key", env = "STEPWELL_ADMIN_TLS_KEY", value_name = "PATH")]
+    pub admin_tls_key: Option<PathBuf>,
+
+    /// The web console on the admin listener, at /: off, read (pages only)
+    /// or admin (pages, and actions for a principal with the admin role:
+    /// release a key, signal or cancel a wait, delete a turn). With
+    /// --auth-file a person signs in with a bearer token.
+    #[arg(long = "console", env = "STEPWELL_CONSOLE", value_enum, default_value = "read")]
+    pub console: ConsoleMode,
+
+    /// How long a console session lasts after sign-in, in seconds.
+    #[arg(long = "console-session-ttl-seconds", value_name = "SECONDS", env = "STEPWELL_CONSOLE_SESSION_TTL_SECONDS",
+          default_value = "28800", value_parser = seconds(60, 30 * DAY_SECONDS))]
+    pub console_session_ttl: Duration,
+
+    /// Most console sessions open at once; a new one ends the session that
+    /// expires first.
+    #[arg(long = "console-sessions-max", env = "STEPWELL_CONSOLE_SESSIONS_MAX", default_value = "1000",
+          value_parser = count(1, 1_000_000))]
+    pub console_sessions_max: u32,
+
+    /// The console calls an open turn stalled when its last checkpoint is
+    /// older than this, in seconds.
+    #[arg(long = "console-stalled-after-seconds", value_name = "SECONDS", env = "STEPWELL_CONSOLE_STALLED_AFTER_SECONDS",
+          default_value = "300", value_parser = seconds(1, 30 * DAY_SECONDS))]
+    pub console_stalled_after: Duration,
 
     /// Label request metrics with their namespace. Each namespace then adds
     /// its own series (about 20 per method and status code seen); only

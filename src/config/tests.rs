@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::env::Env;
 use super::retention::{NamespaceRetention, TurnRetention};
-use super::sections::Config;
+use super::sections::{Config, ConsoleMode};
 use super::serve::ServeArgs;
 use super::values::Listen;
 use super::*;
@@ -191,6 +191,67 @@ fn the_admin_listener_and_tracing_follow_their_flags_and_variables() {
     assert_eq!(Config::from_args(&serve(&[], &env).unwrap()).unwrap().observability.otlp_endpoint, None);
     let env: Env = [("OTEL_TRACES_EXPORTER", "zipkin")].into_iter().collect();
     assert!(Config::from_args(&serve(&[], &env).unwrap()).is_err(), "an exporter stepwell has not is refused");
+}
+
+#[test]
+fn the_console_and_the_admin_listeners_tls_follow_their_flags() {
+    let defaults = Config::from_args(&ServeArgs::defaults()).unwrap().observability;
+    assert_eq!(defaults.console.mode, ConsoleMode::Read, "read is the default");
+    assert_eq!(defaults.console.session_ttl, Duration::from_secs(8 * 3600));
+    assert_eq!(defaults.console.sessions_max, 1000);
+    assert_eq!(defaults.console.stalled_after, Duration::from_secs(300));
+    assert_eq!(defaults.admin_tls, None, "plain HTTP unless asked");
+    let set = serve(
+        &[
+            "--console",
+            "admin",
+            "--console-session-ttl-seconds",
+            "600",
+            "--console-sessions-max",
+            "5",
+            "--console-stalled-after-seconds",
+            "9",
+        ],
+        &Env::default(),
+    );
+    let console = Config::from_args(&set.unwrap()).unwrap().observability.console;
+    assert_eq!(
+        (console.mode, console.session_ttl, console.sessions_max),
+        (ConsoleMode::Admin, Duration::from_secs(600), 5)
+    );
+    assert_eq!(console.stalled_after, Duration::from_secs(9));
+    for (flag, value) in [
+        ("--console-session-ttl-seconds", "59"),
+        ("--console-sessions-max", "0"),
+        ("--console-stalled-after-seconds", "0"),
+        ("--console", "write"),
+    ] {
+        let lines = mistakes(&serve(&[flag, value], &Env::default()).unwrap_err());
+        assert!(lines.iter().any(|l| l.contains(flag)), "{flag} {value}: {lines:?}");
+    }
+
+    // TLS: the server's certificate, or the admin listener's own.
+    let server_cert = ["--tls-cert", "c.pem", "--tls-key", "k.pem", "--admin-tls"];
+    let tls = Config::from_args(&serve(&server_cert, &Env::default()).unwrap()).unwrap().observability.admin_tls;
+    assert_eq!(tls.map(|t| (t.cert, t.client_ca)), Some(("c.pem".into(), None)), "no client certificate asked");
+    let own = ["--admin-tls", "--admin-tls-cert", "a.pem", "--admin-tls-key", "ak.pem"];
+    let tls = Config::from_args(&serve(&own, &Env::default()).unwrap()).unwrap().observability.admin_tls;
+    assert_eq!(tls.map(|t| t.key), Some("ak.pem".into()));
+    for (args, flag) in [
+        (&["--admin-tls"][..], "--admin-tls"),
+        (&["--admin-tls", "--admin-tls-cert", "a.pem"][..], "--admin-tls-cert"),
+        (&["--admin-tls-cert", "a.pem", "--admin-tls-key", "k.pem"][..], "--admin-tls-cert"),
+    ] {
+        let lines = Config::from_args(&serve(args, &Env::default()).unwrap()).unwrap_err().0;
+        assert!(lines.iter().any(|l| l.contains(flag)), "{args:?}: {lines:?}");
+    }
+
+    // Beyond loopback: TLS and an auth file, or the operator's word.
+    let wide =
+        ["--admin-listen", "0.0.0.0:9464", "--admin-tls", "--admin-tls-cert", "a.pem", "--admin-tls-key", "k.pem"];
+    assert!(Config::from_args(&serve(&wide, &Env::default()).unwrap()).is_err(), "TLS alone is not enough");
+    let secured = [&wide[..], &["--auth-file", "auth.toml"]].concat();
+    assert!(Config::from_args(&serve(&secured, &Env::default()).unwrap()).is_ok());
 }
 
 #[test]

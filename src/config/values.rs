@@ -35,6 +35,17 @@ impl FromStr for Listen {
     }
 }
 
+/// What the web console allows (`--console`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConsoleMode {
+    Off,
+    // Pages only. (Plain comments: a variant's doc would turn clap's help
+    // into its long form.)
+    Read,
+    // Pages, and actions for a principal with the admin role.
+    Admin,
+}
+
 /// Where the admin HTTP listener listens, if anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminListen {

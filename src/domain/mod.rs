@@ -2,6 +2,7 @@
 //! protobuf, SQL and I/O. Every other layer builds on these words.
 
 pub mod clock;
+pub mod console;
 pub mod error;
 pub mod keys;
 pub mod limits;

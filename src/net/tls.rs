@@ -61,22 +61,35 @@ impl FileError {
 /// The listener's TLS configuration, replaced whole on each good reload.
 pub struct ServerTls {
     files: config::sections::Tls,
+    /// The protocols offered by ALPN.
+    alpn: &'static [&'static [u8]],
     current: RwLock<Arc<ServerConfig>>,
 }
 
 impl ServerTls {
     /// Loads the certificate chain, its key and the client CAs; any file
-    /// that cannot be read or does not fit the others is an error.
+    /// that cannot be read or does not fit the others is an error. gRPC's
+    /// listener offers HTTP/2 alone.
     pub fn load(files: &config::sections::Tls) -> Result<Arc<ServerTls>, FileError> {
-        let current = RwLock::new(Arc::new(server_config(files)?));
-        Ok(Arc::new(ServerTls { files: files.clone(), current }))
+        ServerTls::offering(files, &[b"h2"])
+    }
+
+    /// As `load`, offering HTTP/2 and HTTP/1.1: the admin listener's, which
+    /// browsers, scrapers and probes of either kind reach.
+    pub fn load_for_http(files: &config::sections::Tls) -> Result<Arc<ServerTls>, FileError> {
+        ServerTls::offering(files, &[b"h2", b"http/1.1"])
+    }
+
+    fn offering(files: &config::sections::Tls, alpn: &'static [&'static [u8]]) -> Result<Arc<ServerTls>, FileError> {
+        let current = RwLock::new(Arc::new(server_config(files, alpn)?));
+        Ok(Arc::new(ServerTls { files: files.clone(), alpn, current }))
     }
 
     /// Reads the files again. On success new handshakes use them (open
     /// connections keep what they agreed); on failure the configuration in
     /// use stays, and the error says why.
     pub fn reload(&self) -> Result<(), FileError> {
-        let config = Arc::new(server_config(&self.files)?);
+        let config = Arc::new(server_config(&self.files, self.alpn)?);
         *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = config;
         Ok(())
     }
@@ -92,8 +105,8 @@ impl ServerTls {
 }
 
 /// Builds rustls's server configuration from the files, with ring as its
-/// cryptography and HTTP/2 as the one protocol offered.
-fn server_config(files: &config::sections::Tls) -> Result<ServerConfig, FileError> {
+/// cryptography and `alpn` the protocols offered.
+fn server_config(files: &config::sections::Tls, alpn: &[&[u8]]) -> Result<ServerConfig, FileError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = certificates(&files.cert)?;
     let key = private_key(&files.key)?;
@@ -116,7 +129,7 @@ fn server_config(files: &config::sections::Tls) -> Result<ServerConfig, FileErro
     let mut config = builder
         .with_single_cert(chain, key)
         .map_err(|e| FileError::new(&files.key, format!("does not fit the certificate in --tls-cert: {e}")))?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(config)
 }
 

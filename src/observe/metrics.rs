@@ -24,6 +24,7 @@ use metrics::{Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use tonic::Code;
 
+use super::activity::Activity;
 use crate::domain::rpc::Rpc;
 
 const METADATA: Metadata<'static> = Metadata::new("stepwell", Level::INFO, Some(module_path!()));
@@ -157,6 +158,8 @@ pub struct Metrics {
     store_up: Gauge,
     breaker_open: Gauge,
     store: Vec<Gauge>,
+    /// The last hour, minute by minute, for the console's charts.
+    pub activity: Activity,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -237,6 +240,7 @@ impl Metrics {
             store_up: r.gauge("stepwell_store_up", &[]),
             breaker_open: r.gauge("stepwell_store_breaker_open", &[]),
             store,
+            activity: Activity::default(),
             recorder,
             handle,
         };

@@ -126,7 +126,7 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let Loaded { tls, authenticator, hangup } = load_security(&config)?;
+    let Loaded { tls, admin_tls, authenticator, hangup } = load_security(&config)?;
     warn_if_exposed(&config);
     let Observed { metrics, traces, admin_listener } = observe(&config).await?;
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -138,14 +138,17 @@ pub async fn serve(
     // when a task it needs fails; `stopping` tells every task that it has.
     let (stopping_tx, stopping) = watch::channel(false);
     let (ended_tx, ended) = watch::channel(false);
-    let admin = admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), stopping.clone(), ended)));
+    let admin_serving = admin_serving(&config, &shared, &metrics, admin_tls.clone());
+    let admin =
+        admin_listener.map(|l| tokio::spawn(admin::serve(l, shared.clone(), (stopping.clone(), ended), admin_serving)));
     let failed = Arc::new(Notify::new());
     let signal = drain_signal(shutdown, failed.clone(), stopping_tx, health.clone());
 
     let stopping_for_start = stopping.clone();
     let server_ended = Notify::new();
     let description = listener.describe();
-    let reloader = hangup.map(|hangup| tokio::spawn(reload_on_hangup(hangup, tls.clone(), authenticator.clone())));
+    let reloader = hangup
+        .map(|hangup| tokio::spawn(reload_on_hangup(hangup, [tls.clone(), admin_tls.clone()], authenticator.clone())));
     // Held to the end: dropping it removes the socket file if it is still ours.
     let (server, socket_file) = serve_on(listener, router, tls, &config.connections, &metrics, signal);
     let observers = (metrics.clone(), traces.clone());
@@ -225,6 +228,22 @@ async fn stop_observers(admin: Option<JoinHandle<()>>, traces: Option<Arc<Traces
     if let Some(traces) = traces {
         // Exporting what is left blocks until the collector answers.
         let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+}
+
+/// What the admin listener serves beside its endpoints: the console, and
+/// its TLS if it has any.
+fn admin_serving(
+    config: &Config,
+    shared: &Arc<Shared>,
+    metrics: &Arc<Metrics>,
+    tls: Option<Arc<ServerTls>>,
+) -> admin::Serving {
+    let settings = crate::console::Settings::new(&config.observability.console, tls.is_some());
+    let handshakes = config.connections.tls_handshakes;
+    admin::Serving {
+        console: crate::console::routes(shared.clone(), settings),
+        tls: tls.map(|tls| (tls, handshakes, metrics.clone())),
     }
 }
 
@@ -320,6 +339,8 @@ fn warn_if_exposed(config: &Config) {
 /// What `--tls-*` and `--auth-file` load at start-up, and the SIGHUP that reloads them.
 struct Loaded {
     tls: Option<Arc<ServerTls>>,
+    /// The admin listener's, with `--admin-tls`.
+    admin_tls: Option<Arc<ServerTls>>,
     authenticator: Option<Arc<Authenticator>>,
     hangup: Option<tokio::signal::unix::Signal>,
 }
@@ -333,15 +354,19 @@ fn load_security(config: &Config) -> Result<Loaded, ServeError> {
         Some(files) => Some(ServerTls::load(files)?),
         None => None,
     };
+    let admin_tls = match &config.observability.admin_tls {
+        Some(files) if config.observability.admin_listen.is_some() => Some(ServerTls::load_for_http(files)?),
+        _ => None,
+    };
     let authenticator = match &config.security.auth_file {
         Some(path) => Some(Arc::new(Authenticator::load(path)?)),
         None => None,
     };
-    let hangup = match (&tls, &authenticator) {
-        (None, None) => None,
+    let hangup = match (&tls, &admin_tls, &authenticator) {
+        (None, None, None) => None,
         _ => Some(tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(ServeError::Signal)?),
     };
-    Ok(Loaded { tls, authenticator, hangup })
+    Ok(Loaded { tls, admin_tls, authenticator, hangup })
 }
 
 /// The server running until drained.
@@ -390,11 +415,11 @@ fn serve_on(
 /// force, and the log says why.
 async fn reload_on_hangup(
     mut hangup: tokio::signal::unix::Signal,
-    tls: Option<Arc<ServerTls>>,
+    tls: [Option<Arc<ServerTls>>; 2],
     authenticator: Option<Arc<Authenticator>>,
 ) {
     while hangup.recv().await.is_some() {
-        if let Some(tls) = &tls {
+        for tls in tls.iter().flatten() {
             match tls.reload() {
                 Ok(()) => tracing::info!("SIGHUP: reloaded the TLS certificate and client CAs"),
                 Err(error) => tracing::warn!(%error, "SIGHUP: TLS files did not load; keeping the ones in use"),

@@ -13,6 +13,7 @@
 pub mod batch;
 pub mod bulk;
 mod cause;
+pub mod console;
 mod handle;
 pub mod hub;
 pub mod postgres;
@@ -375,6 +376,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), Error>;
+
+    /// The SQL dialect the backend speaks, for the statements `console` builds.
+    fn dialect(&self) -> Dialect;
+
+    /// Runs one of `console`'s read statements and returns its rows, each
+    /// column as a `console::Value`. Only statements the store layer builds
+    /// reach it: nothing outside `store` writes SQL.
+    async fn read_rows(&self, statement: &console::Statement) -> Result<Vec<Vec<console::Value>>, Error>;
 
     /// The backend's own figures for a metrics scrape (file sizes, or the
     /// connection pool's state), read at that moment.

@@ -20,6 +20,10 @@ pub enum Dialect {
     Postgres,
 }
 
+/// Postgres's server time in nanoseconds (microsecond resolution): the
+/// store's clock there, which every sidecar of the store shares.
+pub(super) const DB_NOW_NS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT * 1000";
+
 pub(super) const TURN: &str = "SELECT * FROM turns WHERE namespace = $1 AND turn_id = $2";
 
 /// A page of turns after `$2` in turn_id order, one statement for each set

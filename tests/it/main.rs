@@ -11,6 +11,7 @@ mod auth;
 mod bounded_waits;
 mod checkpoint;
 mod connections;
+mod console;
 mod contention;
 mod contract;
 mod crash_only;

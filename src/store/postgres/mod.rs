@@ -28,6 +28,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Connection, FromRow, Postgres, Row};
 
 mod batch;
+mod console;
 mod open;
 mod records;
 pub mod waits;
@@ -35,7 +36,7 @@ pub mod waits;
 use self::batch::Conn;
 use self::open::Nondurable;
 use super::rows::{self, KeyRow, PageRow, TurnRow};
-use super::sql::{self, Dialect, TURN};
+use super::sql::{self, DB_NOW_NS, Dialect, TURN};
 use super::{DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
@@ -43,9 +44,6 @@ use crate::domain::model::{ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnS
 use crate::domain::records::{RecordEntry, RecordQuery};
 use crate::domain::waits::{Wait, WaitKey, WaitQuery};
 use crate::observe::metrics::StoreState;
-
-/// The database server's time in nanoseconds (microsecond resolution).
-const DB_NOW_NS: &str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT * 1000";
 
 /// A page of a turn's checkpoints on Postgres, from the oldest or from the
 /// newest, chosen whole by one statement (SQLite's connection steps through
@@ -387,6 +385,14 @@ impl Store for PostgresStore {
 
     async fn ping(&self) -> Result<(), Error> {
         Ok(self.answers().await.map_err(DbError::sqlx)?)
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    async fn read_rows(&self, statement: &super::console::Statement) -> Result<Vec<Vec<super::console::Value>>, Error> {
+        Ok(console::read_rows(&mut *self.acquire().await?, statement, self.clock.offset()).await?)
     }
 
     /// The pool's connections in use and idle, the requests waiting for

@@ -31,6 +31,7 @@ use tokio::sync::{Mutex, Semaphore};
 
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
 use super::cause::{migration_failed, sqlite_cause};
+use super::console::Value;
 use super::rows::{self, CheckpointRow, InsertedRow, KeyRow, PageRow, TurnRow, decode_error};
 use super::sql::{self, DELETE_CHUNK, DELETE_TURN, Dialect, OLDEST_AFTER, SHRINK_TURN, TURN};
 use super::{Cause, DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
@@ -43,6 +44,7 @@ use crate::domain::records::{Address, NewRecord, RecordDelete, RecordEntry, Reco
 use crate::domain::waits::{Wait, WaitKey, WaitQuery};
 use crate::observe::metrics::StoreState;
 
+mod console;
 mod records;
 mod waits;
 
@@ -826,6 +828,15 @@ impl Store for SqliteStore {
 
     async fn ping(&self) -> Result<(), Error> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(sqlite)).await
+    }
+
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    async fn read_rows(&self, statement: &crate::store::console::Statement) -> Result<Vec<Vec<Value>>, Error> {
+        let (statement, now) = (statement.clone(), self.clock.now());
+        self.read(move |conn| console::read_rows(conn, &statement, now)).await
     }
 
     /// The sizes of the database file and of its write-ahead log (0 when

@@ -1,6 +1,7 @@
-//! The admin listener as a scraper meets it: a free loopback address to
-//! serve it on, a plain HTTP/1.1 GET, and a parsed `/metrics` scrape whose
-//! series a test reads by name and labels.
+//! The admin listener as a scraper and a browser meet it: a free loopback
+//! address to serve it on, a plain HTTP/1.1 GET, any HTTP/1.1 request with
+//! its headers (over TLS too), and a parsed `/metrics` scrape whose series a
+//! test reads by name and labels.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -32,6 +33,78 @@ pub async fn get(address: &str, path: &str) -> (u16, String, String) {
         .map(|(_, value)| value.trim().to_owned())
         .unwrap_or_default();
     (status.expect("a status line"), content_type, body.to_owned())
+}
+
+/// An answer of the admin listener: its status, headers and body.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The first header of this name (case-insensitive), if any.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The `name=value` part of the Set-Cookie the answer carries.
+    pub fn cookie(&self) -> Option<String> {
+        self.header("set-cookie").and_then(|c| c.split(';').next()).map(str::to_owned)
+    }
+}
+
+/// Sends one HTTP/1.1 request (`Connection: close`) over `stream`.
+async fn exchange<S>(
+    mut stream: S,
+    host: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpResponse
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).await.expect("send the request");
+    let mut response = Vec::new();
+    // A TLS peer that closes without close_notify still sent everything.
+    let _ = stream.read_to_end(&mut response).await;
+    let response = String::from_utf8(response).expect("a UTF-8 answer");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response has a head and a body");
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|line| line.split(' ').nth(1)).and_then(|code| code.parse().ok());
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())).collect();
+    HttpResponse { status: status.expect("a status line"), headers, body: body.to_owned() }
+}
+
+/// One HTTP/1.1 request to the admin listener at `address`.
+pub async fn request(address: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> HttpResponse {
+    let stream = TcpStream::connect(address).await.expect("connect to the admin listener");
+    exchange(stream, address, method, path, headers, body).await
+}
+
+/// One HTTP/1.1 request over TLS to the admin listener at `address`,
+/// trusting `tls`'s CA; the server is named `localhost`.
+pub async fn request_tls(address: &str, tls: &crate::tls::ClientTls, path: &str) -> HttpResponse {
+    let mut config = (*tls.config).clone();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = TcpStream::connect(address).await.expect("connect to the admin listener");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a server name");
+    let stream = connector.connect(name, tcp).await.expect("a TLS handshake with the admin listener");
+    exchange(stream, address, "GET", path, &[], "").await
 }
 
 /// One `/metrics` scrape, parsed.

@@ -1,0 +1,128 @@
+//! The console's pages. Each reads its filters from the query string, so a
+//! URL is a saved view; each list is one bounded page from an index, with a
+//! cursor to the next. The namespace is checked against the viewer's grants
+//! before anything of it is read.
+
+mod keys;
+mod overview;
+mod signin;
+mod turn;
+mod turns;
+mod waits;
+
+pub use keys::keys;
+pub use overview::overview;
+pub use signin::{sign_in, sign_in_page, sign_out};
+pub use turn::{state, turn};
+pub use turns::turns;
+pub use waits::waits;
+
+use keys::{KeyRow, key_rows};
+use waits::{WaitRow, wait_row};
+
+use askama::Template;
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::view::{self, TreeNode};
+use super::{Console, Entered, Refusal, html, session};
+use crate::domain::clock;
+use crate::domain::console::{
+    ActivityQuery, KeyFilter, KeyQuery, Mark, MarkQuery, Overview, RecordMark, WaitFilter, WaitPageQuery,
+};
+use crate::domain::keys::{KeyRecord, KeyState};
+use crate::domain::model::{TurnStatus, TurnSummary, UnixNanos};
+use crate::domain::waits::{Wait, WaitStatus};
+use crate::store::console as reads;
+
+/// Rows on a page of turns, keys or waits.
+const PAGE_ROWS: u32 = 50;
+/// Checkpoints on a page of a turn's timeline.
+const MARKS_PER_PAGE: u32 = 200;
+/// Nodes the JSON viewer shows before it says "download the rest".
+const JSON_NODES_MAX: usize = 2000;
+/// Records the turn page lists.
+const RECORDS_MAX: u32 = 500;
+
+/// A query-string value, percent-encoded.
+pub fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A query string from its pairs, leaving out the empty ones.
+fn query(pairs: &[(&str, &str)]) -> String {
+    let kept: Vec<String> =
+        pairs.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={}", encode(v))).collect();
+    kept.join("&")
+}
+
+/// What every page's frame shows: the navigation, the namespace picker,
+/// the sign-out form, the notice.
+pub struct Frame {
+    pub title: String,
+    pub section: &'static str,
+    pub ns: String,
+    pub namespaces: Vec<String>,
+    pub csrf: String,
+    pub signed_in: bool,
+    pub who: String,
+    pub notice: Option<&'static str>,
+}
+
+/// What an action's `notice` code says on the page it returns to.
+fn notice(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "released" => "The key was released: it may be begun again.",
+        "failed" => "The key was failed permanently.",
+        "signalled" => "The wait was signalled.",
+        "cancelled" => "The wait was cancelled.",
+        "deleted" => "The turn was deleted.",
+        "unchanged" => "Nothing changed: it was already settled.",
+        _ => return None,
+    })
+}
+
+impl Console {
+    async fn frame(
+        &self,
+        entered: &Entered,
+        title: String,
+        section: &'static str,
+        ns: &str,
+        code: &str,
+    ) -> Result<Frame, Refusal> {
+        Ok(Frame {
+            title,
+            section,
+            ns: ns.to_owned(),
+            namespaces: self.namespaces(&entered.viewer).await?,
+            csrf: entered.viewer.csrf.clone(),
+            signed_in: entered.viewer.principal.is_some(),
+            who: entered.viewer.name().to_owned(),
+            notice: notice(code),
+        })
+    }
+}
+
+/// A page's answer, with the new session's cookie if it got one.
+fn answer(entered: &Entered, page: impl Template) -> Response {
+    let mut response = html(page.render());
+    if let Some(cookie) = &entered.set_cookie
+        && let Ok(value) = cookie.parse()
+    {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
+fn now() -> UnixNanos {
+    clock::system_now()
+}

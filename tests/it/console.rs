@@ -1,0 +1,325 @@
+//! The web console as a browser without JavaScript meets it, against the
+//! real binary on each backend: its pages with their security headers and
+//! every caller-written value escaped; sign-in, its cookie and a reader
+//! kept to its namespaces; actions that need the CSRF token, the admin role
+//! and `--console admin`, each audited; its limits' flags (sessions,
+//! the stalled threshold); `--console off`; and the admin listener over TLS.
+//! The browser suite (tests/console) drives the same pages in Chromium.
+
+use std::path::{Path, PathBuf};
+
+use stepwell::api::pb::{BeginOutcome, CheckpointRequest, CreateWaitRequest, GetRequest, RecordState};
+use stepwell::auth::token_sha256;
+use stepwell_test_support::IdempotencyClient;
+use stepwell_test_support::admin::{HttpResponse, free_local_address, request, request_tls};
+use stepwell_test_support::backend::TestStore;
+use stepwell_test_support::requests::{T0, begin_leased, checkpoint};
+use stepwell_test_support::sidecar::SidecarProcess;
+use stepwell_test_support::tls::{Authority, ClientTls};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::Request;
+
+use crate::STEPWELL;
+
+const ADMIN_TOKEN: &str = "console-admin-token";
+const READER_TOKEN: &str = "console-reader-token";
+/// What a caller may write into every field the console shows.
+const PAYLOAD: &str = "<script>alert(1)</script>\"'><img src=x onerror=alert(1)>";
+
+/// An auth file with an admin of `alpha` and `beta` and a reader of `alpha`.
+fn auth_file(dir: &Path) -> PathBuf {
+    let principal = |id: &str, token: &str, grants: &str| {
+        format!("[[principals]]\nid = \"{id}\"\ntoken_sha256 = \"{}\"\ngrants = [{grants}]\n\n", token_sha256(token))
+    };
+    let text = [
+        principal(
+            "admin",
+            ADMIN_TOKEN,
+            "{ namespace = \"alpha\", role = \"admin\" }, { namespace = \"beta\", role = \"admin\" }",
+        ),
+        principal("reader", READER_TOKEN, "{ namespace = \"alpha\", role = \"read\" }"),
+    ]
+    .concat();
+    let path = dir.join("auth.toml");
+    std::fs::write(&path, text).expect("write the auth file");
+    path
+}
+
+fn with_token<T>(message: T, token: &str) -> Request<T> {
+    let mut request = Request::new(message);
+    request.metadata_mut().insert("authorization", format!("Bearer {token}").parse().expect("ASCII"));
+    request
+}
+
+fn in_namespace(mut request: CheckpointRequest, namespace: &str) -> CheckpointRequest {
+    request.namespace = namespace.to_owned();
+    request
+}
+
+async fn get(admin: &str, path: &str, cookie: &str) -> HttpResponse {
+    request(admin, "GET", path, &[("Cookie", cookie)], "").await
+}
+
+async fn post(admin: &str, path: &str, cookie: &str, form: &str) -> HttpResponse {
+    let headers = [("Cookie", cookie), ("Content-Type", "application/x-www-form-urlencoded")];
+    request(admin, "POST", path, &headers, form).await
+}
+
+/// Signs in with `token`: the session cookie.
+async fn sign_in(admin: &str, token: &str) -> String {
+    let answer = post(admin, "/signin", "", &format!("token={token}&next=%2F")).await;
+    assert_eq!(answer.status, 303, "a known token signs in: {}", answer.body);
+    answer.cookie().expect("a session cookie")
+}
+
+/// The CSRF token of a page's session, which every page names.
+fn csrf(page: &HttpResponse) -> String {
+    let needle = "<meta name=\"csrf-token\" content=\"";
+    let at = page.body.find(needle).expect("a page with a CSRF token") + needle.len();
+    page.body[at..].split('"').next().expect("a quoted value").to_owned()
+}
+
+#[tokio::test]
+async fn pages_answer_with_a_strict_policy_and_show_what_callers_wrote_as_text() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).spawn().await;
+    let mut client = server.client();
+    let mut state = checkpoint(PAYLOAD, "plan", T0, &serde_json_text(PAYLOAD));
+    state.session_id = PAYLOAD.to_owned();
+    state.workflow_version = PAYLOAD.to_owned();
+    client.checkpoint(state).await.expect("stored");
+    client.checkpoint(checkpoint("run-1", "act", T0 + 1, "{\"n\":1}")).await.expect("stored");
+    let mut keys = server.idempotency();
+    keys.begin(begin_leased(PAYLOAD, std::time::Duration::from_secs(60))).await.expect("begun");
+    let wait = CreateWaitRequest {
+        turn_id: PAYLOAD.to_owned(),
+        name: "approve".to_owned(),
+        metadata: serde_json_text(PAYLOAD).into_bytes(),
+        ..Default::default()
+    };
+    server.waits().create_wait(wait).await.expect("created");
+    let turn = format!("/turn?ns=default&id={}", encode(PAYLOAD));
+    for path in ["/", "/?ns=default", "/turns?ns=default", "/keys?ns=default", "/waits?ns=default", turn.as_str()] {
+        let page = get(&admin, path, "").await;
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        let policy = page.header("content-security-policy").unwrap_or_default();
+        assert!(policy.contains("default-src 'none'") && policy.contains("script-src 'self'"), "{path}: {policy}");
+        assert_eq!(page.header("x-content-type-options"), Some("nosniff"), "{path}");
+        assert!(
+            !page.body.contains("<script>alert") && !page.body.contains("<img src=x"),
+            "{path}: markup got through"
+        );
+        assert!(!page.body.contains(" style="), "{path}: no inline style, which the policy would block");
+    }
+    let turns = get(&admin, "/turns?ns=default", "").await;
+    assert!(turns.body.contains("&#60;script&#62;alert(1)&#60;/script&#62;"), "the turn id is shown as text");
+    assert!(turns.body.contains("run-1"), "every turn is listed");
+    let timeline = get(&admin, &turn, "").await;
+    assert!(timeline.body.contains("data-phase=\"plan\""), "the timeline lists the checkpoint");
+    assert!(timeline.body.contains("json-key"), "the state is shown in the JSON viewer");
+    let missing = get(&admin, "/turn?ns=default&id=nothing-here", "").await;
+    assert_eq!(missing.status, 404);
+}
+
+fn serde_json_text(value: &str) -> String {
+    format!("{{\"v\":\"{}\"}}", value.replace('"', "\\\""))
+}
+
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_person_signs_in_with_a_token_and_sees_only_the_namespaces_granted() {
+    let store = TestStore::new().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let admin = free_local_address();
+    let auth = auth_file(dir.path());
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .admin_listen(&admin)
+        .flags(&["--auth-file", auth.to_str().expect("UTF-8"), "--console", "admin"])
+        .spawn()
+        .await;
+    let mut client = server.client();
+    for (ns, turn) in [("alpha", "alpha-run"), ("beta", "beta-secret-run")] {
+        let request = with_token(in_namespace(checkpoint(turn, "plan", T0, "{}"), ns), ADMIN_TOKEN);
+        client.checkpoint(request).await.expect("stored");
+    }
+    let away = get(&admin, "/turn?ns=alpha&id=alpha-run", "").await;
+    assert_eq!(away.status, 303, "signed out, a page sends to sign-in");
+    assert_eq!(away.header("location"), Some("/signin?next=%2Fturn%3Fns%3Dalpha%26id%3Dalpha-run"));
+    let wrong = post(&admin, "/signin", "", "token=not-a-token&next=%2F").await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.cookie().is_none(), "a wrong token gets no session");
+    let signed =
+        post(&admin, "/signin", "", &format!("token={READER_TOKEN}&next=%2Fturn%3Fns%3Dalpha%26id%3Dalpha-run")).await;
+    assert_eq!(signed.header("location"), Some("/turn?ns=alpha&id=alpha-run"), "back to the deep link");
+    let set_cookie = signed.header("set-cookie").expect("a cookie");
+    assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+    let reader = signed.cookie().expect("a session cookie");
+    let overview = get(&admin, "/", &reader).await;
+    assert!(overview.body.contains("data-ns=\"alpha\"") && !overview.body.contains("beta"), "only alpha is listed");
+    for path in ["/turns?ns=beta", "/turn?ns=beta&id=beta-secret-run", "/keys?ns=beta", "/waits?ns=beta", "/?ns=beta"] {
+        let refused = get(&admin, path, &reader).await;
+        assert_eq!(refused.status, 403, "{path}");
+        assert!(!refused.body.contains("beta-secret-run"), "{path}: nothing of beta shows");
+    }
+    let page = get(&admin, "/turns?ns=alpha", &reader).await;
+    assert!(page.body.contains("alpha-run"));
+    let out = post(&admin, "/signout", &reader, &format!("csrf={}", csrf(&page))).await;
+    assert_eq!(out.status, 303);
+    assert!(out.header("set-cookie").is_some_and(|c| c.contains("Max-Age=0")), "the cookie is cleared");
+    assert_eq!(get(&admin, "/turns?ns=alpha", &reader).await.status, 303, "the session ended");
+}
+
+async fn key_state(keys: &mut IdempotencyClient) -> RecordState {
+    let request = with_token(GetRequest { namespace: "alpha".into(), key: "charge-1".into() }, ADMIN_TOKEN);
+    keys.get(request).await.expect("a key").into_inner().state()
+}
+
+#[tokio::test]
+async fn an_action_needs_its_csrf_token_the_admin_role_and_a_confirmation() {
+    let store = TestStore::new().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let admin = free_local_address();
+    let auth = auth_file(dir.path());
+    let log = dir.path().join("stderr.log");
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .admin_listen(&admin)
+        .flags(&["--auth-file", auth.to_str().expect("UTF-8"), "--console", "admin", "--log", "info"])
+        .stderr_to(&log)
+        .spawn()
+        .await;
+    let mut keys = server.idempotency();
+    let mut lease = begin_leased("charge-1", std::time::Duration::from_secs(600));
+    lease.namespace = "alpha".to_owned();
+    let begun = keys.begin(with_token(lease, ADMIN_TOKEN)).await.expect("begun").into_inner();
+    assert_eq!(begun.outcome(), BeginOutcome::Acquired);
+    let release = "ns=alpha&key=charge-1&permanent=on&error=stuck&confirmed=1";
+
+    let reader = sign_in(&admin, READER_TOKEN).await;
+    let page = get(&admin, "/keys?ns=alpha", &reader).await;
+    assert!(!page.body.contains("/actions/release-key"), "a reader gets no action buttons");
+    let refused = post(&admin, "/actions/release-key", &reader, &format!("csrf={}&{release}", csrf(&page))).await;
+    assert_eq!(refused.status, 403, "a reader may not act");
+    assert!(refused.body.contains("admin role"), "refused for the role, not the token: {}", refused.body);
+
+    let operator = sign_in(&admin, ADMIN_TOKEN).await;
+    let page = get(&admin, "/keys?ns=alpha", &operator).await;
+    assert!(page.body.contains("/actions/release-key"), "an admin gets the buttons");
+    assert_eq!(post(&admin, "/actions/release-key", &operator, release).await.status, 403, "no CSRF token");
+    let forged = post(&admin, "/actions/release-key", &operator, &format!("csrf=forged&{release}")).await;
+    assert_eq!(forged.status, 403, "a wrong CSRF token");
+    assert_eq!(key_state(&mut keys).await, RecordState::InProgress, "nothing changed");
+
+    let token = csrf(&page);
+    let ask = post(
+        &admin,
+        "/actions/release-key",
+        &operator,
+        &format!("csrf={token}&ns=alpha&key=charge-1&permanent=on&error=stuck"),
+    )
+    .await;
+    assert_eq!(ask.status, 200);
+    assert!(ask.body.contains("name=\"confirmed\" value=\"1\""), "a confirmation comes first: {}", ask.body);
+    assert_eq!(key_state(&mut keys).await, RecordState::InProgress, "asking changes nothing");
+    let done = post(&admin, "/actions/release-key", &operator, &format!("csrf={token}&{release}")).await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    assert_eq!(done.header("location"), Some("/keys?ns=alpha&notice=failed"));
+    assert_eq!(key_state(&mut keys).await, RecordState::Failed, "the key failed permanently");
+    let audit = std::fs::read_to_string(&log).expect("the log");
+    for expected in [
+        "action=\"release-key\"",
+        "outcome=\"CSRF_TOKEN_WRONG\"",
+        "outcome=\"PERMISSION_DENIED\"",
+        "action=\"fail-key\"",
+    ] {
+        assert!(audit.contains(expected), "the audit log has {expected}: {audit}");
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_console_refuses_actions_and_an_off_console_serves_no_page() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).spawn().await;
+    let mut client = server.client();
+    client.checkpoint(checkpoint("run-1", "plan", T0, "{}")).await.expect("stored");
+    let page = get(&admin, "/turns?ns=default", "").await;
+    let cookie = page.cookie().expect("a session without an auth file, for the CSRF token");
+    let page = get(&admin, "/turn?ns=default&id=run-1", &cookie).await;
+    assert!(!page.body.contains("/actions/delete-turn"), "read is the default: no actions");
+    let form = format!("csrf={}&ns=default&id=run-1&confirmed=1", csrf(&page));
+    let refused = post(&admin, "/actions/delete-turn", &cookie, &form).await;
+    assert_eq!(refused.status, 403);
+    assert!(refused.body.contains("read-only"), "refused for the mode, not the token: {}", refused.body);
+    assert_eq!(get(&admin, "/turn?ns=default&id=run-1", &cookie).await.status, 200, "the turn is still there");
+    drop(server);
+
+    let off = free_local_address();
+    let server =
+        SidecarProcess::builder(STEPWELL, &store).admin_listen(&off).flags(&["--console", "off"]).spawn().await;
+    assert_eq!(get(&off, "/", "").await.status, 404, "no console");
+    assert_eq!(get(&off, "/healthz", "").await.status, 200, "the probes stay");
+    drop(server);
+}
+
+#[tokio::test]
+async fn the_sessions_and_the_stalled_threshold_follow_their_flags() {
+    let store = TestStore::new().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let admin = free_local_address();
+    let auth = auth_file(dir.path());
+    let flags = [
+        "--auth-file",
+        auth.to_str().expect("UTF-8"),
+        "--console-sessions-max",
+        "2",
+        "--console-stalled-after-seconds",
+        "60",
+    ];
+    let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).flags(&flags).spawn().await;
+    let mut client = server.client();
+    let now = stepwell::domain::clock::system_now();
+    for (turn, ago) in [("quiet-run", 120), ("busy-run", 1)] {
+        let request = in_namespace(checkpoint(turn, "plan", now - ago * 1_000_000_000, "{}"), "alpha");
+        client.checkpoint(with_token(request, ADMIN_TOKEN)).await.expect("stored");
+    }
+    let first = sign_in(&admin, READER_TOKEN).await;
+    let stalled = get(&admin, "/turns?ns=alpha&stalled=1", &first).await;
+    assert!(stalled.body.contains("quiet-run") && !stalled.body.contains("busy-run"), "{}", stalled.body);
+    sign_in(&admin, READER_TOKEN).await;
+    let third = sign_in(&admin, READER_TOKEN).await;
+    assert_eq!(get(&admin, "/", &first).await.status, 303, "the oldest session made room");
+    assert_eq!(get(&admin, "/", &third).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_admin_listener_serves_tls_with_the_servers_certificate() {
+    let store = TestStore::new().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let authority = Authority::new("console test CA");
+    let (cert, key) = authority.server().write(dir.path(), "server");
+    let admin = free_local_address();
+    let (cert, key) = (cert.to_str().expect("UTF-8"), key.to_str().expect("UTF-8"));
+    let flags = ["--tls-cert", cert, "--tls-key", key, "--admin-tls"];
+    let server = SidecarProcess::builder(STEPWELL, &store)
+        .admin_listen(&admin)
+        .flags(&flags)
+        .client_tls(ClientTls::new(&authority, None))
+        .stderr_to(dir.path().join("stderr.log"))
+        .spawn_on_loopback()
+        .await;
+    let page = request_tls(&admin, &ClientTls::new(&authority, None), "/").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.header("set-cookie").is_some_and(|c| c.contains("; Secure")), "the cookie is Secure over TLS");
+    let mut plain = tokio::net::TcpStream::connect(&admin).await.expect("connect");
+    plain.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.expect("send");
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer).await;
+    assert!(!answer.starts_with(b"HTTP/1.1 200"), "plain HTTP gets no page from a TLS listener");
+    drop(server);
+}
