@@ -111,7 +111,8 @@ test("the admin signals a wait, and cancels another", async () => {
   assert.equal(signalled.status, WaitStatus.RESOLVED);
   assert.equal(signalled.contentType, "application/json");
   assert.deepEqual(JSON.parse(new TextDecoder().decode(signalled.payload)), { approved: true });
-  assert.equal(signalled.settledBy, "admin");
+  // The console signals on behalf of the person signed in, and says so.
+  assert.equal(signalled.settledBy, "console:admin");
   await assertAudited({ principal: "admin", action: "signal-wait", namespace: "alpha", subject: (s) => s.includes("to-signal"), outcome: "ok" });
 
   await open(page, url("/waits", { ns: "alpha", status: "pending", turn: "act-wait" }));

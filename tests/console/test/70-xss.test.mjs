@@ -106,7 +106,7 @@ test("a confirmation page repeats payload fields as text", async () => {
     },
     { csrf, key: `${XSS_TURN}/${IMG}`, error: `${SCRIPT}${QUOTES}` },
   );
-  await page.locator('input[name="confirmed"][value="1"]').waitFor();
+  await page.locator('input[name="confirmed"][value="1"]').waitFor({ state: "attached" });
   await assertInert(undefined, []);
   assert.equal(await page.locator('form[action="/actions/release-key"] [name="key"]').inputValue(), `${XSS_TURN}/${IMG}`);
   assert.equal(await page.locator('form[action="/actions/release-key"] [name="error"]').inputValue(), `${SCRIPT}${QUOTES}`);

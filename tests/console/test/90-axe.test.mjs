@@ -23,10 +23,8 @@ after(async () => {
 const pages = {
   overview: "/",
   turns: url("/turns", { ns: "alpha", status: "all" }),
-  "turns-stalled": url("/turns", { ns: "alpha", stalled: "1" }),
   turn: url("/turn", { ns: "alpha", id: "skew-1" }),
   "turn-thread": url("/turn", { ns: "alpha", id: "lg-thread" }),
-  "turn-open": url("/turn", { ns: "alpha", id: "open-1" }),
   keys: url("/keys", { ns: "alpha", state: "all" }),
   waits: url("/waits", { ns: "alpha", status: "all" }),
 };
@@ -60,7 +58,7 @@ test("a confirmation page: no serious or critical axe violation", async () => {
   await open(page, url("/keys", { ns: "alpha", state: "in_progress", prefix: "open-1/charge" }));
   const form = page.locator('table#keys tr[data-key="open-1/charge"] form[action="/actions/release-key"]').first();
   await Promise.all([page.waitForURL((u) => u.pathname === "/actions/release-key"), form.locator('button, [type="submit"]').first().click()]);
-  await page.locator('input[name="confirmed"][value="1"]').waitFor();
+  await page.locator('input[name="confirmed"][value="1"]').waitFor({ state: "attached" });
   await screenshot(page, "confirm-release");
   assert.deepEqual(await seriousViolations(page), []);
   assert.ok(await page.locator('input[name="csrf"]').inputValue());
