@@ -1,8 +1,9 @@
 // Runs the console's browser tests on the store STEPWELL_TEST_BACKEND names
 // (sqlite, or postgres under scripts/with-postgres): starts one seeded
 // sidecar, hands its address, tokens and fixture to the test files through
-// a JSON file (STEPWELL_CONSOLE_FIXTURE), runs them one file at a time with
-// Node's test runner (they share the sidecar, and two cores), and stops the
+// a JSON file (STEPWELL_CONSOLE_FIXTURE), runs them with Node's test runner
+// two files at a time (they share the sidecar, and each file's tests touch
+// only the seeded rows of their own, so no order is needed), and stops the
 // sidecar whatever the outcome. The sidecar's stderr, audit events included,
 // is printed when a test fails.
 import { spawn } from "node:child_process";
@@ -30,7 +31,7 @@ try {
     .sort()
     .map((f) => join(here, "test", f));
   const only = process.argv.slice(2);
-  const child = spawn(process.execPath, ["--test", "--test-concurrency=1", "--test-force-exit", ...(only.length ? only : tests)], {
+  const child = spawn(process.execPath, ["--test", "--test-concurrency=2", "--test-force-exit", ...(only.length ? only : tests)], {
     stdio: "inherit",
     env: { ...process.env, STEPWELL_CONSOLE_FIXTURE: file },
   });

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { XSS_PRINCIPAL } from "./payloads.mjs";
 
 /** The stalled threshold the console is started with; the seeded stalled turn waits it out. */
-export const STALLED_AFTER_SECONDS = 8;
+export const STALLED_AFTER_SECONDS = 10;
 
 export function stepwellBin() {
   if (process.env.STEPWELL_BIN) return process.env.STEPWELL_BIN;
