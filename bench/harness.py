@@ -83,9 +83,9 @@ def loadavg() -> str:
 
 class Sidecar:
     """A stepwell sidecar process on a free loopback port, with its admin
-    listener (/metrics, /readyz) on another."""
+    listener (/metrics, /readyz) on another; `extra` are more serve flags."""
 
-    def __init__(self, binary: str, database_url: str, name: str, logdir: str):
+    def __init__(self, binary: str, database_url: str, name: str, logdir: str, extra: tuple = ()):
         self.name = name
         self.port = free_port()
         self.admin = free_port()
@@ -95,7 +95,7 @@ class Sidecar:
         env = dict(os.environ, STEPWELL_LOG=os.environ.get("STEPWELL_LOG", "warn"))
         self.proc = subprocess.Popen(
             [binary, "serve", "--listen", self.address, "--database-url", database_url,
-             "--admin-listen", f"127.0.0.1:{self.admin}"],
+             "--admin-listen", f"127.0.0.1:{self.admin}", *extra],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
     def wait_ready(self, timeout: float = 60.0) -> None:

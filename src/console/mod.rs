@@ -102,6 +102,7 @@ pub fn routes(shared: Arc<Shared>, settings: Settings) -> Option<Router> {
         .route("/assets/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
         .route("/assets/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
         .with_state(console)
+        .layer(axum::middleware::from_fn(same_origin))
         .layer(axum::middleware::map_response(secure_headers));
     Some(router)
 }
@@ -119,6 +120,24 @@ async fn secure_headers(mut response: Response) -> Response {
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
     response
+}
+
+/// A form posted from another site is refused before its handler runs:
+/// a browser names the page's origin on every POST, and it must be this
+/// listener's. This stops a sign-in forged from elsewhere (which no CSRF
+/// token can guard, as there is no session yet), and backs the token up.
+async fn same_origin(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    if request.method() == axum::http::Method::POST
+        && let Some(origin) = request.headers().get(header::ORIGIN)
+    {
+        let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        let origin = origin.to_str().unwrap_or_default();
+        let authority = origin.split_once("://").map_or("", |(_, rest)| rest);
+        if host.is_empty() || authority != host {
+            return Refusal::Forbidden("The form was sent from another site.".to_owned()).into_response();
+        }
+    }
+    next.run(request).await
 }
 
 /// Why a console request gets no page.

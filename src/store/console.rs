@@ -4,6 +4,9 @@
 //! rows into the domain's console types. Every statement reads an index
 //! (migrations `*_console_indexes.sql`), and every page is bounded.
 //!
+//! A page's cursor is a row value, `(a, b) < ($1, $2)`, which both planners
+//! read as a range of the index rather than a filter over its rows.
+//!
 //! "Now" is the store's clock: SQLite's `Clock`, Postgres's server time, as
 //! leases are read everywhere else; a statement asks for it with
 //! `Param::Now` and the dialect's expression.
@@ -190,7 +193,7 @@ pub async fn turns(store: &dyn Store, q: &ActivityQuery) -> Result<(Vec<TurnSumm
     }
     if let Some((at, turn_id)) = &q.after {
         let (a, t) = (s.bind(Param::Int(*at)), s.bind(Param::Text(turn_id.clone())));
-        sql += &format!(" AND (last_ts_ns < {a} OR (last_ts_ns = {a} AND turn_id < {t}))");
+        sql += &format!(" AND (last_ts_ns, turn_id) < ({a}, {t})");
     }
     sql += &format!(" ORDER BY last_ts_ns DESC, turn_id DESC LIMIT {}", s.bind(Param::Int(i64::from(q.limit) + 1)));
     s.sql = sql;
@@ -220,7 +223,7 @@ pub async fn marks(store: &dyn Store, q: &MarkQuery) -> Result<(Vec<Mark>, bool)
     );
     if let Some((ts, seq)) = q.before {
         let (t, n) = (s.bind(Param::Int(ts)), s.bind(Param::Int(seq)));
-        sql += &format!(" AND (ts_ns < {t} OR (ts_ns = {t} AND seq < {n}))");
+        sql += &format!(" AND (ts_ns, seq) < ({t}, {n})");
     }
     sql += &format!(" ORDER BY ts_ns DESC, seq DESC LIMIT {}", s.bind(Param::Int(i64::from(q.limit) + 1)));
     s.sql = sql;
@@ -357,7 +360,7 @@ pub async fn waits(store: &dyn Store, q: &WaitPageQuery) -> Result<(Vec<Wait>, b
     }
     if let Some((turn_id, name)) = &q.after {
         let (t, n) = (s.bind(Param::Text(turn_id.clone())), s.bind(Param::Text(name.clone())));
-        sql += &format!(" AND (turn_id > {t} OR (turn_id = {t} AND name > {n}))");
+        sql += &format!(" AND (turn_id, name) > ({t}, {n})");
     }
     sql += &format!(" ORDER BY turn_id, name LIMIT {}", s.bind(Param::Int(i64::from(q.limit) + 1)));
     s.sql = sql;

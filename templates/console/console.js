@@ -35,11 +35,12 @@
       .then(function (text) {
         var fresh = new DOMParser().parseFromString(text, "text/html").getElementById("main");
         if (!fresh) return;
-        var open = Array.prototype.map.call(main.querySelectorAll("details[open]"), function (d, i) { return i; });
+        // Keep what the reader opened or closed in the JSON viewer.
+        var before = Array.prototype.map.call(main.querySelectorAll("details"), function (d) { return d.open; });
         main.replaceChildren.apply(main, Array.prototype.slice.call(fresh.childNodes));
+        main.querySelectorAll("details").forEach(function (d, i) { if (i < before.length) d.open = before[i]; });
         tick();
         status.textContent = "Updated " + new Date().toLocaleTimeString();
-        return open;
       })
       .catch(function () { status.textContent = "Live refresh paused: the sidecar did not answer."; });
   }

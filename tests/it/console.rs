@@ -151,6 +151,10 @@ async fn a_person_signs_in_with_a_token_and_sees_only_the_namespaces_granted() {
     let away = get(&admin, "/turn?ns=alpha&id=alpha-run", "").await;
     assert_eq!(away.status, 303, "signed out, a page sends to sign-in");
     assert_eq!(away.header("location"), Some("/signin?next=%2Fturn%3Fns%3Dalpha%26id%3Dalpha-run"));
+    let headers = [("Origin", "https://elsewhere.example"), ("Content-Type", "application/x-www-form-urlencoded")];
+    let forged = request(&admin, "POST", "/signin", &headers, &format!("token={READER_TOKEN}&next=%2F")).await;
+    assert_eq!(forged.status, 403, "a sign-in posted from another site is refused");
+    assert!(forged.cookie().is_none());
     let wrong = post(&admin, "/signin", "", "token=not-a-token&next=%2F").await;
     assert_eq!(wrong.status, 401);
     assert!(wrong.cookie().is_none(), "a wrong token gets no session");
@@ -322,4 +326,55 @@ async fn the_admin_listener_serves_tls_with_the_servers_certificate() {
     let _ = plain.read_to_end(&mut answer).await;
     assert!(!answer.starts_with(b"HTTP/1.1 200"), "plain HTTP gets no page from a TLS listener");
     drop(server);
+}
+
+/// Every `rel="next"` link of a page, unescaped.
+fn next_link(page: &HttpResponse) -> Option<String> {
+    let at = page.body.find("rel=\"next\" href=\"")? + 17;
+    Some(page.body[at..].split('"').next()?.replace("&#38;", "&").replace("&amp;", "&"))
+}
+
+/// The values of `attribute` on the page's rows, in order.
+fn rows_of(page: &HttpResponse, attribute: &str) -> Vec<String> {
+    let needle = format!("{attribute}=\"");
+    page.body
+        .match_indices(&needle)
+        .map(|(at, _)| page.body[at + needle.len()..].split('"').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn pages_of_turns_and_of_a_turns_checkpoints_follow_their_cursors_through_ties() {
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).spawn().await;
+    let mut client = server.client();
+    // 120 turns whose last activity ties in threes, and a turn of 450 checkpoints.
+    for i in 0..120 {
+        client.checkpoint(checkpoint(&format!("run-{i:03}"), "plan", T0 + i / 3, "{}")).await.expect("stored");
+    }
+    for i in 0..450 {
+        client.checkpoint(checkpoint("long", &format!("step-{i:03}"), T0 + i / 2, "{}")).await.expect("stored");
+    }
+    let mut seen = Vec::new();
+    let mut path = Some("/turns?ns=default&prefix=run-".to_owned());
+    while let Some(next) = path {
+        let page = get(&admin, &next, "").await;
+        assert_eq!(page.status, 200, "{next}");
+        seen.extend(rows_of(&page, "data-turn"));
+        path = next_link(&page);
+    }
+    let mut expected: Vec<String> = (0..120).map(|i| format!("run-{i:03}")).collect();
+    expected.sort_by_key(|id| std::cmp::Reverse((id[4..].parse::<i64>().unwrap() / 3, id.clone())));
+    assert_eq!(seen, expected, "every turn once, newest activity first, ties by id");
+
+    let mut phases = Vec::new();
+    let mut path = Some("/turn?ns=default&id=long".to_owned());
+    while let Some(next) = path {
+        let page = get(&admin, &next, "").await;
+        phases.extend(rows_of(&page, "data-phase"));
+        path = next_link(&page);
+    }
+    let expected: Vec<String> = (0..450).rev().map(|i| format!("step-{i:03}")).collect();
+    assert_eq!(phases, expected, "every checkpoint once, newest first, over three pages");
 }
