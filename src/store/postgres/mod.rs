@@ -12,7 +12,8 @@
 //! the same statement reads the clock and draws the batch's fencing tokens.
 //! Multi-row statements take their rows from `UNNEST` arrays, so a batch is a
 //! constant number of round trips: with idempotency requests, BEGIN, the
-//! locks, the records, their upsert, COMMIT (`batch`).
+//! locks, the records, their upsert, COMMIT (`batch`); a batch of only
+//! Begins and Completes on distinct keys is one statement (`keys`).
 //!
 //! The backend is concrete, on sqlx's Postgres driver: its pool, its
 //! statements and its errors stay in here, and its errors leave as
@@ -29,6 +30,7 @@ use sqlx::{Connection, FromRow, Postgres, Row};
 
 mod batch;
 mod console;
+mod keys;
 mod open;
 mod records;
 pub mod waits;
@@ -169,6 +171,9 @@ impl PostgresStore {
     /// one statement.
     async fn run_batch(&self, batch: &[Write], recorded_at: UnixNanos) -> Result<crate::store::batch::Ran, Error> {
         let mut conn = self.acquire().await?;
+        if keys::applies(batch) {
+            return keys::run(&mut conn, &self.clock, batch).await;
+        }
         if !crate::store::batch::needs_transaction(batch) {
             // One statement, atomic and durable by itself, in one round trip.
             return crate::store::batch::run(&mut Conn { conn: &mut conn, clock: &self.clock }, batch, recorded_at)
