@@ -4,7 +4,10 @@
 -- written by the rules of src/domain/keys.rs (`plan_begin`, `acquired`,
 -- `plan_complete`), which this function follows case by case. It is
 -- VOLATILE, so each query below reads with a snapshot taken after the
--- locks: it sees what the batch it waited for committed.
+-- locks: it sees what the batch it waited for committed. Each record is
+-- read by a probe of the primary key (a lateral subquery that cannot be
+-- flattened, whatever plan the statistics of the moment suggest) and
+-- written by an upsert, which finds its row through the same index.
 --
 -- One row per request: `kind` 0 for a Begin, 1 for a Complete; `idx` its
 -- place among its kind (from 1); `code` 0 when it acquired (a Begin) or
@@ -35,23 +38,29 @@ BEGIN
     WITH args AS (
         SELECT * FROM UNNEST(c_ns, c_key, c_token, c_result) WITH ORDINALITY AS a(n, k, t, r, i)),
     cur AS (
-        SELECT a.i, a.n, a.k, a.t, a.r, x.held, x.lease_token AS tok, x.result AS stored, x.updated_at_ns AS updated
-        FROM args a LEFT JOIN idempotency x ON x.namespace = a.n AND x.key = a.k AND x.purge_after_ns > now_ns),
+        SELECT a.i, a.n, a.k, a.t, a.r, x.*
+        FROM args a LEFT JOIN LATERAL (
+            SELECT * FROM idempotency r
+            WHERE r.namespace = a.n AND r.key = a.k AND r.purge_after_ns > now_ns OFFSET 0) x ON true),
     done AS (
-        UPDATE idempotency x SET held = 2, result = c.r, updated_at_ns = now_ns,
-               purge_after_ns = now_ns + x.retention_ns
-        FROM cur c
-        WHERE x.namespace = c.n AND x.key = c.k AND c.held = 1 AND c.tok = c.t
+        INSERT INTO idempotency AS x (namespace, key, held, fingerprint, attempt, lease_token, lease_expires_at_ns,
+                                      result, error, retention_ns, created_at_ns, updated_at_ns, purge_after_ns)
+        SELECT c.n, c.k, 2, c.fingerprint, c.attempt, c.lease_token, c.lease_expires_at_ns, c.r, c.error,
+               c.retention_ns, c.created_at_ns, now_ns, now_ns + c.retention_ns
+        FROM cur c WHERE c.held = 1 AND c.lease_token = c.t
+        ON CONFLICT (namespace, key) DO UPDATE SET
+          held = excluded.held, result = excluded.result, updated_at_ns = excluded.updated_at_ns,
+          purge_after_ns = excluded.purge_after_ns
         RETURNING x.key)
     SELECT 1, c.i,
            CASE WHEN c.held IS NULL THEN 12
-                WHEN c.tok <> c.t THEN 11
+                WHEN c.lease_token <> c.t THEN 11
                 WHEN c.held = 1 THEN 0
-                WHEN c.held = 2 AND c.stored = c.r THEN 0
+                WHEN c.held = 2 AND c.result = c.r THEN 0
                 WHEN c.held = 2 THEN 13
                 ELSE 12 END,
            0::BIGINT, 0::BIGINT,
-           CASE WHEN c.held = 1 THEN now_ns ELSE coalesce(c.updated, 0) END,
+           CASE WHEN c.held = 1 THEN now_ns ELSE coalesce(c.updated_at_ns, 0) END,
            false, NULL::BYTEA
     FROM cur c;
 
@@ -71,7 +80,9 @@ BEGIN
                     WHEN x.held = 2 THEN 1
                     WHEN x.held = 3 THEN 3
                     ELSE 0 END AS code
-        FROM args a LEFT JOIN idempotency x ON x.namespace = a.n AND x.key = a.k AND x.purge_after_ns > now_ns),
+        FROM args a LEFT JOIN LATERAL (
+            SELECT * FROM idempotency r
+            WHERE r.namespace = a.n AND r.key = a.k AND r.purge_after_ns > now_ns OFFSET 0) x ON true),
     acquiring AS MATERIALIZED (
         SELECT s.i, nextval('lease_tokens') AS token
         FROM (SELECT i FROM cur WHERE code = 0 ORDER BY i) s),
