@@ -205,10 +205,11 @@ fn sidecar_flags(args: &Args) -> Result<Vec<(String, String)>, String> {
 }
 
 /// File descriptors the harness and a sidecar each need: one a connection,
-/// and room for the rest.
+/// and room for the rest (an idle sidecar holds about 20, its SQLite
+/// readers up to 3 each).
 fn fds_needed(args: &Args) -> u64 {
     let carriers = args.awaits.div_ceil(usize::from(args.awaits_per_connection));
-    (args.connections.max(carriers) + 1024) as u64
+    (args.connections.max(carriers) + 256) as u64
 }
 
 /// Raises this process's soft open-file limit to its hard limit (sidecars
