@@ -6,6 +6,8 @@
 //!
 //! `stepwell-bench floor-server --listen ADDR` serves the floor baseline
 //! instead (see `floor`); the harness starts it as a child of its own.
+//! `stepwell-bench memory ...` measures the sidecar's memory instead (see
+//! `memory`; `bench/memory/run` runs it).
 //!
 //! It is normally run by `bench/run`, which builds it, starts a throwaway
 //! Postgres and passes its URL in `STEPWELL_TEST_POSTGRES_URL`. Exit status:
@@ -17,6 +19,7 @@ mod direct;
 mod floor;
 mod load;
 mod machine;
+mod memory;
 mod meter;
 mod payload;
 mod pgbench;
@@ -93,7 +96,16 @@ async fn main() -> ExitCode {
         };
         return served.map_or_else(|why| fail(&why), |()| ExitCode::SUCCESS);
     }
-    let args = Args::parse();
+    // Dropping the run on a signal kills its sidecars and pgbench (kill on
+    // drop) and removes its temporary directory.
+    if argv.get(1).map(String::as_str) == Some(memory::SUBCOMMAND) {
+        return until_interrupted(memory::main(&argv[2..])).await;
+    }
+    until_interrupted(run(Args::parse())).await
+}
+
+/// `work`'s exit code, or 130 once SIGINT or SIGTERM arrives (dropping `work`).
+async fn until_interrupted(work: impl Future<Output = ExitCode>) -> ExitCode {
     let interrupted = async {
         let mut term =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
@@ -102,10 +114,8 @@ async fn main() -> ExitCode {
             _ = term.recv() => {}
         }
     };
-    // Dropping the run on a signal kills its sidecars and pgbench (kill on
-    // drop) and removes its temporary directory.
     tokio::select! {
-        code = run(args) => code,
+        code = work => code,
         _ = interrupted => {
             eprintln!("stepwell-bench: interrupted; stopping sidecars and removing temporary files");
             ExitCode::from(130)

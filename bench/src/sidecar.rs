@@ -50,6 +50,8 @@ pub struct Sidecar {
     child: Child,
     addr: Address,
     log: PathBuf,
+    /// The admin listener's address (metrics), when the harness chose it.
+    admin: Option<String>,
 }
 
 impl Sidecar {
@@ -64,14 +66,30 @@ impl Sidecar {
     /// Unix socket path), logging to `log`, and waits until it is SERVING.
     pub async fn start_on(binary: &Path, database_url: &str, log: &Path, addr: Address) -> Result<Sidecar, String> {
         let mut command = Command::new(binary);
+        command.arg("serve");
+        Sidecar::start_with(binary, database_url, log, addr, command).await
+    }
+
+    /// Starts `command` (the sidecar `binary` and `serve`, with whatever
+    /// flags and process settings the caller added) serving
+    /// `database_url` on `addr`, logging to `log`, and waits until it is SERVING.
+    pub async fn start_with(
+        binary: &Path,
+        database_url: &str,
+        log: &Path,
+        addr: Address,
+        mut command: Command,
+    ) -> Result<Sidecar, String> {
+        let admin = admin_listen()?;
         command
-            .arg("serve")
             .args(["--listen", &addr.to_string(), "--database-url", database_url])
             .env("STEPWELL_LOG", std::env::var("STEPWELL_LOG").unwrap_or_else(|_| "warn".into()))
             // Metrics on, as a user gets them, on a port of its own; the
             // caller's STEPWELL_ADMIN_LISTEN (off, say) goes first.
-            .env("STEPWELL_ADMIN_LISTEN", admin_listen()?);
-        Sidecar::spawn(command, binary, log, addr).await
+            .env("STEPWELL_ADMIN_LISTEN", &admin);
+        let mut sidecar = Sidecar::spawn(command, binary, log, addr).await?;
+        sidecar.admin = Some(admin).filter(|a| a != "off");
+        Ok(sidecar)
     }
 
     /// Starts the floor baseline (this binary's `floor-server`) on a free
@@ -93,7 +111,7 @@ impl Sidecar {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("start {}: {e}", binary.display()))?;
-        let mut sidecar = Sidecar { child, addr, log: log.to_owned() };
+        let mut sidecar = Sidecar { child, addr, log: log.to_owned(), admin: None };
         match sidecar.wait_until_serving().await {
             Ok(()) => Ok(sidecar),
             Err(why) => Err(format!("the sidecar did not become ready: {why}\n{}", sidecar.log_tail())),
@@ -102,6 +120,16 @@ impl Sidecar {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
+    }
+
+    /// The address the sidecar serves gRPC on.
+    pub fn address(&self) -> &Address {
+        &self.addr
+    }
+
+    /// The admin listener's address (metrics), unless it is off.
+    pub fn admin(&self) -> Option<&str> {
+        self.admin.as_deref()
     }
 
     /// `n` separate HTTP/2 connections to the sidecar.
