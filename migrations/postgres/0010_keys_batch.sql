@@ -20,7 +20,12 @@ CREATE FUNCTION stepwell_keys_batch(
     c_ns TEXT[], c_key TEXT[], c_token BIGINT[], c_result BYTEA[], clock_offset BIGINT)
 RETURNS TABLE (kind INT, idx BIGINT, code INT, attempt BIGINT, lease_token BIGINT, at_ns BIGINT,
                previous_lease_expired BOOLEAN, payload BYTEA)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+-- Its queries' plans are kept, never made again per call: every read is an
+-- index probe whatever the arrays hold, and a plan made per call (the
+-- first calls' default) cost more than the whole rest of the call.
+SET plan_cache_mode = force_generic_plan
+AS $$
 #variable_conflict use_column
 DECLARE
     now_ns BIGINT;
