@@ -125,7 +125,7 @@ impl Args {
             channel_per_caller: self.channel_per_caller,
             http2_window: self.http2_window,
             http2_adaptive_window: self.http2_adaptive_window,
-            http2_keepalive: self.http2_keepalive_ms.map(std::time::Duration::from_millis),
+            http2_keepalive_ms: self.http2_keepalive_ms,
             tcp_nodelay: !self.no_tcp_nodelay,
             requests: self.requests,
             callers: self.callers,

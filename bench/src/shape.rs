@@ -72,8 +72,8 @@ pub struct Shape {
     /// HTTP/2 initial stream and connection window, in bytes (None: tonic's).
     pub http2_window: Option<u32>,
     pub http2_adaptive_window: bool,
-    /// HTTP/2 keepalive ping interval (None: no pings).
-    pub http2_keepalive: Option<Duration>,
+    /// HTTP/2 keepalive ping interval in milliseconds (None: no pings).
+    pub http2_keepalive_ms: Option<u64>,
     pub tcp_nodelay: bool,
     pub requests: Requests,
     pub callers: Callers,
@@ -90,7 +90,7 @@ impl Default for Shape {
             channel_per_caller: false,
             http2_window: None,
             http2_adaptive_window: false,
-            http2_keepalive: None,
+            http2_keepalive_ms: None,
             tcp_nodelay: true,
             requests: Requests::Prebuilt,
             callers: Callers::Spawned,
@@ -114,8 +114,8 @@ impl Shape {
         if self.http2_adaptive_window {
             endpoint = endpoint.http2_adaptive_window(true);
         }
-        if let Some(interval) = self.http2_keepalive {
-            endpoint = endpoint.http2_keep_alive_interval(interval).keep_alive_while_idle(true);
+        if let Some(interval) = self.http2_keepalive_ms {
+            endpoint = endpoint.http2_keep_alive_interval(Duration::from_millis(interval)).keep_alive_while_idle(true);
         }
         endpoint
     }
