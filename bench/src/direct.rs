@@ -10,6 +10,15 @@
 //! The keys and payloads are those of W1's `Append`, so the two are compared
 //! on identical rows.
 //!
+//! With `--direct-sqlite rusqlite`, the SQLite writer is instead what an
+//! application using a synchronous binding writes: a thread that owns one
+//! rusqlite connection (same settings) and commits each insert as its own
+//! transaction, one hop there and one back per insert instead of sqlx's
+//! message per statement to its worker thread. (Running the insert on the
+//! caller's own thread would block the runtime's workers, and with them the
+//! harness's timers.) Ratios against it are the ones an independent load
+//! generator with such a writer sees.
+//!
 //! For W2, `DirectRead` is the application reading a whole turn itself: one
 //! `SELECT … ORDER BY ts_ns, seq LIMIT 101` of the turn's checkpoints per
 //! call, every column decoded, through a pool of one connection per caller
@@ -55,6 +64,8 @@ const POSTGRES_READ_TURN: &str = "SELECT seq, session_id, phase, ts_ns, state, t
 enum Pool {
     Sqlite(SqlitePool),
     Postgres(PgPool),
+    /// The thread that owns a synchronous connection, by its queue.
+    Rusqlite(std::sync::mpsc::Sender<Insert>),
 }
 
 /// Inserts W1's checkpoints directly; each must be new (one row affected).
@@ -76,6 +87,33 @@ impl DirectInsert {
             .map_err(|e| format!("open {}: {e}", path.display()))?;
         sqlx::raw_sql(SQLITE_SCHEMA).execute(&pool).await.map_err(|e| format!("create the schema: {e}"))?;
         Ok(DirectInsert { pool: Pool::Sqlite(pool), run, payloads })
+    }
+
+    /// A new SQLite file at `path` with stepwell's checkpoint table, written
+    /// by a thread of its own through one rusqlite connection in WAL mode
+    /// with `synchronous=FULL`, as through sqlx. The thread ends when the
+    /// last handle to its queue is dropped.
+    pub fn rusqlite(path: &Path, run: String, payloads: Arc<Payloads>) -> Result<DirectInsert, String> {
+        let open = || -> rusqlite::Result<rusqlite::Connection> {
+            let connection = rusqlite::Connection::open(path)?;
+            connection.busy_timeout(Duration::from_secs(5))?;
+            connection.pragma_update(None, "journal_mode", "WAL")?;
+            connection.pragma_update(None, "synchronous", "FULL")?;
+            connection.execute_batch(SQLITE_SCHEMA)?;
+            Ok(connection)
+        };
+        let connection = open().map_err(|e| format!("open {}: {e}", path.display()))?;
+        let (queue, inserts) = std::sync::mpsc::channel::<Insert>();
+        std::thread::Builder::new()
+            .name("direct-rusqlite".into())
+            .spawn(move || {
+                for insert in inserts {
+                    let inserted = rusqlite_insert(&connection, &insert);
+                    let _ = insert.answer.send(inserted);
+                }
+            })
+            .map_err(|e| format!("start the writer thread: {e}"))?;
+        Ok(DirectInsert { pool: Pool::Rusqlite(queue), run, payloads })
     }
 
     /// The empty database at `url`, given stepwell's checkpoint table and
@@ -105,8 +143,39 @@ impl DirectInsert {
         match &self.pool {
             Pool::Sqlite(pool) => pool.close().await,
             Pool::Postgres(pool) => pool.close().await,
+            Pool::Rusqlite(_) => {}
         }
     }
+}
+
+/// One W1 row for the rusqlite writer thread, and where its answer goes.
+struct Insert {
+    key: (String, String, i64),
+    state: Vec<u8>,
+    recorded_at: i64,
+    answer: tokio::sync::oneshot::Sender<Result<u64, String>>,
+}
+
+/// Commits one W1 row as its own transaction (autocommit).
+fn rusqlite_insert(connection: &rusqlite::Connection, insert: &Insert) -> Result<u64, String> {
+    let mut statement = connection.prepare_cached(SQLITE_INSERT).map_err(|e| e.to_string())?;
+    let (turn_id, phase, ts) = &insert.key;
+    let inserted = statement
+        .execute(rusqlite::params![NAMESPACE, turn_id, phase, ts, insert.state, insert.recorded_at])
+        .map_err(|e| e.to_string())?;
+    Ok(inserted as u64)
+}
+
+/// Hands one row to the rusqlite writer thread and waits for its answer.
+async fn rusqlite_call(
+    queue: &std::sync::mpsc::Sender<Insert>,
+    key: (String, String, i64),
+    state: Vec<u8>,
+    recorded_at: i64,
+) -> Result<u64, String> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    queue.send(Insert { key, state, recorded_at, answer }).map_err(|_| "the writer thread has ended".to_string())?;
+    answered.await.map_err(|_| "the writer thread dropped the insert".to_string())?
 }
 
 impl Workload for DirectInsert {
@@ -127,7 +196,8 @@ impl Workload for DirectInsert {
                     .bind(recorded_at)
                     .execute(&pool)
                     .await
-                    .map(|done| done.rows_affected()),
+                    .map(|done| done.rows_affected())
+                    .map_err(|e| e.to_string()),
                 Pool::Postgres(pool) => sqlx::query(POSTGRES_INSERT)
                     .bind(NAMESPACE)
                     .bind(&turn_id)
@@ -137,9 +207,13 @@ impl Workload for DirectInsert {
                     .bind(recorded_at)
                     .execute(&pool)
                     .await
-                    .map(|done| done.rows_affected()),
+                    .map(|done| done.rows_affected())
+                    .map_err(|e| e.to_string()),
+                Pool::Rusqlite(queue) => {
+                    rusqlite_call(&queue, (turn_id.clone(), phase.clone(), ts), state, recorded_at).await
+                }
             }
-            .map_err(|e| Failure::Error(e.to_string()))?;
+            .map_err(Failure::Error)?;
             if inserted != 1 {
                 return Err(Failure::Check(format!(
                     "inserting new checkpoint {turn_id}/{phase} affected {inserted} rows"
@@ -201,6 +275,7 @@ impl DirectRead {
         match &self.pool {
             Pool::Sqlite(pool) => pool.close().await,
             Pool::Postgres(pool) => pool.close().await,
+            Pool::Rusqlite(_) => {}
         }
     }
 }
@@ -251,6 +326,7 @@ impl Workload for DirectRead {
                         .await;
                     rows.and_then(|rows| decoded(&rows).map(|_| rows.len()))
                 }
+                Pool::Rusqlite(_) => Err(sqlx::Error::Protocol("the direct read reads through sqlx".into())),
             }
             .map_err(|e| Failure::Error(e.to_string()))?;
             if read as u64 != TURN_LENGTH {

@@ -18,6 +18,7 @@ use hdrhistogram::Histogram;
 use tokio::sync::Semaphore;
 
 use crate::meter::{Meters, Usage};
+use crate::shape::{self, Callers};
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone)]
@@ -192,31 +193,40 @@ async fn closed_loop(
     callers: usize,
     window: (Instant, Instant),
 ) -> (Tally, Option<Histogram<u64>>) {
-    let tasks: Vec<_> = (0..callers)
-        .map(|caller| {
-            let workload = workload.clone();
-            tokio::spawn(async move {
-                let mut tally = Tally::new();
-                for k in 0.. {
-                    let sent = Instant::now();
-                    if sent >= window.1 {
-                        break;
-                    }
-                    let result = workload.call(caller, k).await;
-                    tally.record(&result, sent, Instant::now(), window);
-                    if result.is_err() {
-                        break;
-                    }
-                }
-                tally
-            })
-        })
-        .collect();
     let mut total = Tally::new();
-    for task in tasks {
-        total.merge(task.await.expect("a caller panicked"));
+    match shape::get().callers {
+        Callers::Spawned => {
+            let tasks: Vec<_> =
+                (0..callers).map(|caller| tokio::spawn(one_caller(workload.clone(), caller, window))).collect();
+            for task in tasks {
+                total.merge(task.await.expect("a caller panicked"));
+            }
+        }
+        Callers::OneTask => {
+            let all = (0..callers).map(|caller| one_caller(workload.clone(), caller, window));
+            for tally in futures::future::join_all(all).await {
+                total.merge(tally);
+            }
+        }
     }
     (total, None)
+}
+
+/// One closed-loop caller: its next call as soon as the last one answered.
+async fn one_caller(workload: Arc<dyn Workload>, caller: usize, window: (Instant, Instant)) -> Tally {
+    let mut tally = Tally::new();
+    for k in 0.. {
+        let sent = Instant::now();
+        if sent >= window.1 {
+            break;
+        }
+        let result = workload.call(caller, k).await;
+        tally.record(&result, sent, Instant::now(), window);
+        if result.is_err() {
+            break;
+        }
+    }
+    tally
 }
 
 /// Sends call i at `start + i / rate` from a dedicated thread (a thread's

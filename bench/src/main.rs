@@ -25,6 +25,7 @@ mod payload;
 mod pgbench;
 mod plot;
 mod report;
+mod shape;
 mod sidecar;
 mod stores;
 mod suite;
@@ -66,8 +67,39 @@ struct Args {
     /// HTTP/2 connections from the load generator to a sidecar (callers share them).
     #[arg(long, default_value_t = 4)]
     channels: usize,
+    /// One HTTP/2 connection per caller instead of --channels shared ones.
+    #[arg(long)]
+    channel_per_caller: bool,
+    /// The load generator's tokio runtime.
+    #[arg(long, value_enum, default_value = "multi")]
+    client_runtime: shape::Runtime,
+    /// Worker threads of the multi-threaded runtime (default: one per core).
+    #[arg(long)]
+    client_workers: Option<usize>,
+    /// The client's HTTP/2 initial stream and connection window, in bytes (default: tonic's).
+    #[arg(long)]
+    http2_window: Option<u32>,
+    /// The client's HTTP/2 adaptive flow-control window.
+    #[arg(long)]
+    http2_adaptive_window: bool,
+    /// The client's HTTP/2 keepalive ping interval, in milliseconds (default: no pings).
+    #[arg(long)]
+    http2_keepalive_ms: Option<u64>,
+    /// Leave Nagle's algorithm on for the client's TCP connections.
+    #[arg(long)]
+    no_tcp_nodelay: bool,
+    /// How W1's JSON states are made: copied from prebuilt documents, or serialised with serde_json per call.
+    #[arg(long, value_enum, default_value = "prebuilt")]
+    requests: shape::Requests,
+    /// How closed-loop callers are scheduled: a task each, or all in one task (join_all).
+    #[arg(long, value_enum, default_value = "spawned")]
+    callers: shape::Callers,
+    /// Baseline (a)'s writer on SQLite: sqlx (its worker thread) or rusqlite (synchronous, in the caller's thread).
+    #[arg(long, value_enum, default_value = "sqlx")]
+    direct_sqlite: shape::DirectSqlite,
     /// Only run the points whose id contains one of these (comma-separated,
-    /// e.g. "sqlite/stepwell/w1-1kb,w3").
+    /// e.g. "sqlite/stepwell/w1-1kb,w3"); one ending in `$` must end the id
+    /// (e.g. "w1-1kb/c1$" is not "w1-1kb/c16").
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// How many times each point and its baselines run, interleaved round
@@ -86,25 +118,53 @@ enum BackendArg {
     Postgres,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+impl Args {
+    /// The client shape the flags ask for.
+    fn shape(&self) -> shape::Shape {
+        shape::Shape {
+            runtime: self.client_runtime,
+            workers: self.client_workers,
+            channels: self.channels.max(1),
+            channel_per_caller: self.channel_per_caller,
+            http2_window: self.http2_window,
+            http2_adaptive_window: self.http2_adaptive_window,
+            http2_keepalive_ms: self.http2_keepalive_ms,
+            tcp_nodelay: !self.no_tcp_nodelay,
+            requests: self.requests,
+            callers: self.callers,
+            direct_sqlite: self.direct_sqlite,
+        }
+    }
+}
+
+fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(floor::SUBCOMMAND) {
+        // The floor server keeps a multi-threaded runtime of default size,
+        // whatever shape the load generator's client has.
+        let runtime = shape::Shape::default().build_runtime().expect("a tokio runtime");
         let served = match floor::listen_address(&argv[2..]) {
-            Ok(listen) => floor::serve(listen).await,
+            Ok(listen) => runtime.block_on(floor::serve(listen)),
             Err(why) => Err(why),
         };
         return served.map_or_else(|why| fail(&why), |()| ExitCode::SUCCESS);
     }
-    // Dropping the run on a signal kills its sidecars and pgbench (kill on
-    // drop) and removes its temporary directory.
+    // The memory benchmark's load has a multi-threaded runtime of default size.
     if argv.get(1).map(String::as_str) == Some(memory::SUBCOMMAND) {
-        return until_interrupted(memory::main(&argv[2..])).await;
+        let runtime = shape::Shape::default().build_runtime().expect("a tokio runtime");
+        return runtime.block_on(until_interrupted(memory::main(&argv[2..])));
     }
-    until_interrupted(run(Args::parse())).await
+    let args = Args::parse();
+    shape::set(args.shape());
+    match shape::get().build_runtime() {
+        Ok(runtime) => runtime.block_on(until_interrupted(run(args))),
+        Err(e) => fail(&format!("cannot start the client's runtime: {e}")),
+    }
 }
 
-/// `work`'s exit code, or 130 once SIGINT or SIGTERM arrives (dropping `work`).
+/// `work`'s exit code, or 130 once SIGINT or SIGTERM arrives (dropping
+/// `work`, which kills its sidecars and pgbench and removes its temporary
+/// directory).
 async fn until_interrupted(work: impl Future<Output = ExitCode>) -> ExitCode {
     let interrupted = async {
         let mut term =
@@ -175,8 +235,13 @@ async fn run(args: Args) -> ExitCode {
     meta.insert(
         "load_generator".into(),
         json!({
-            "channels": args.channels,
-            "tokio_worker_threads": std::thread::available_parallelism().map_or(0, |n| n.get()),
+            "shape": shape::get(),
+            "tokio_worker_threads": match shape::get().runtime {
+                shape::Runtime::CurrentThread => 1,
+                shape::Runtime::Multi => shape::get()
+                    .workers
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(0, |n| n.get())),
+            },
         }),
     );
     meta.insert(
@@ -206,7 +271,6 @@ async fn run(args: Args) -> ExitCode {
         stepwell: args.stepwell.clone(),
         pg_bindir: args.pg_bindir.clone(),
         backends,
-        channels: args.channels.max(1),
         only: args.only.clone(),
         rounds: args.rounds.map(usize::from),
     };

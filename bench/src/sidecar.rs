@@ -25,6 +25,8 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+use crate::shape;
+
 /// How long a sidecar may take to open and migrate its store.
 const READY_LIMIT: Duration = Duration::from_secs(60);
 /// How long a stopping sidecar may drain before it is killed.
@@ -143,11 +145,14 @@ impl Sidecar {
 
     async fn connect_one(&self) -> Result<Channel, tonic::transport::Error> {
         match &self.addr {
-            Address::Tcp(addr) => Endpoint::from_shared(format!("http://{addr}"))?.tcp_nodelay(true).connect().await,
+            Address::Tcp(addr) => {
+                shape::get().endpoint(Endpoint::from_shared(format!("http://{addr}"))?).connect().await
+            }
             Address::Unix(path) => {
                 let path = path.clone();
                 // A Unix-socket channel has no authority of its own; tonic wants one.
-                Endpoint::from_static("http://localhost")
+                shape::get()
+                    .endpoint(Endpoint::from_static("http://localhost"))
                     .connect_with_connector(tower::service_fn(move |_: Uri| {
                         let path = path.clone();
                         async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }

@@ -31,6 +31,7 @@ use crate::meter::Meters;
 use crate::payload::Payloads;
 use crate::pgbench;
 use crate::report::{Backend, Point, Row, System, combine_rounds, median, relate_to_floor};
+use crate::shape::{self, DirectSqlite};
 use crate::sidecar::{Address, Sidecar};
 use crate::stores::{
     Database, PgServer, SqliteFiles, lsn, pg_execute, pg_footprint, pg_idempotency_counts, remove_sqlite,
@@ -137,14 +138,22 @@ const PG_BACKGROUND_WAL_BYTES: u64 = 1024;
 /// How many WAL records of the pairs phase the control reads.
 const WAL_CONTROL_RECORDS: u64 = 10_000;
 
+/// Whether an `--only` entry picks the point `id`: an entry ending in `$`
+/// must end the id, so that `w1-1kb/c1$` is not also `w1-1kb/c16`; any
+/// other must occur in it.
+fn selects(only: &str, id: &str) -> bool {
+    match only.strip_suffix('$') {
+        Some(end) => id.ends_with(end),
+        None => id.contains(only),
+    }
+}
+
 /// What the suite needs from the command line.
 pub struct Settings {
     pub mode: Mode,
     pub stepwell: PathBuf,
     pub pg_bindir: Option<PathBuf>,
     pub backends: Vec<Backend>,
-    /// HTTP/2 connections the load generator opens (at most one per caller).
-    pub channels: usize,
     /// Only points whose id contains one of these.
     pub only: Vec<String>,
     /// Rounds instead of the mode's.
@@ -264,7 +273,7 @@ impl Suite {
 
     fn selected(&self, point: &Point) -> bool {
         let id = point.id();
-        self.settings.only.is_empty() || self.settings.only.iter().any(|only| id.contains(only.as_str()))
+        self.settings.only.is_empty() || self.settings.only.iter().any(|only| selects(only, &id))
     }
 
     /// Records a row, printing a line of progress.
@@ -329,7 +338,7 @@ impl Suite {
     async fn sidecar(&self, store: &Store, label: &str, callers: usize) -> Fallible<(Sidecar, Vec<Channel>)> {
         let log = self.dir.join(format!("{}.log", file_name(label)));
         let sidecar = Sidecar::start(&self.settings.stepwell, &store.url(), &log).await?;
-        let channels = sidecar.connect(callers.min(self.settings.channels)).await?;
+        let channels = sidecar.connect(shape::get().connections(callers)).await?;
         Ok((sidecar, channels))
     }
 
@@ -338,7 +347,7 @@ impl Suite {
         let log = self.dir.join(format!("{}.log", file_name(label)));
         let socket = Address::Unix(self.dir.join(format!("{}.sock", file_name(label))));
         let sidecar = Sidecar::start_on(&self.settings.stepwell, &store.url(), &log, socket).await?;
-        let channels = sidecar.connect(callers.min(self.settings.channels)).await?;
+        let channels = sidecar.connect(shape::get().connections(callers)).await?;
         Ok((sidecar, channels))
     }
 
@@ -450,7 +459,10 @@ impl Suite {
     async fn measure_direct(&self, point: &Point, store: &Store) -> Fallible<Row> {
         let payloads = Arc::new(Payloads::new(1024));
         let direct = Arc::new(match store {
-            Store::Sqlite(path) => DirectInsert::sqlite(path, "w1".into(), payloads).await?,
+            Store::Sqlite(path) => match shape::get().direct_sqlite {
+                DirectSqlite::Sqlx => DirectInsert::sqlite(path, "w1".into(), payloads).await?,
+                DirectSqlite::Rusqlite => DirectInsert::rusqlite(path, "w1".into(), payloads)?,
+            },
             Store::Postgres(database) => {
                 DirectInsert::postgres(&database.url, point.callers as u32, "w1".into(), payloads).await?
             }
@@ -466,7 +478,14 @@ impl Suite {
         .await;
         let mut row = point.row(&measured, in_process);
         row.notes.push(if in_process {
-            "server CPU is this process's: sqlx and SQLite run inside the load generator (one writer connection)".into()
+            match shape::get().direct_sqlite {
+                DirectSqlite::Sqlx => "server CPU is this process's: sqlx and SQLite run inside the load generator \
+                                       (one writer connection)"
+                    .into(),
+                DirectSqlite::Rusqlite => "server CPU is this process's: one rusqlite connection inside the load \
+                                           generator, owned by a writer thread, one transaction per insert"
+                    .into(),
+            }
         } else {
             format!("sqlx pool of {} connections, synchronous_commit=on", point.callers)
         });
@@ -629,7 +648,7 @@ impl Suite {
     async fn measure_floor(&self, point: &Point) -> Fallible<Row> {
         let log = self.dir.join(format!("{}.log", file_name(&point.id())));
         let server = Sidecar::start_floor(&log).await?;
-        let channels = server.connect(point.callers.min(self.settings.channels)).await?;
+        let channels = server.connect(shape::get().connections(point.callers)).await?;
         let workload: Arc<dyn Workload> = if point.series == "w3-pairs" {
             Arc::new(BeginComplete::new(channels, "floor".into(), point.callers))
         } else {
@@ -937,4 +956,17 @@ fn file_name(label: &str) -> String {
 
 fn human_size(bytes: usize) -> String {
     if bytes >= 1024 { format!("{} KB", bytes / 1024) } else { format!("{bytes} B") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selects;
+
+    #[test]
+    fn only_entries_ending_in_a_dollar_must_end_the_id() {
+        assert!(selects("w1-1kb/c1", "sqlite/stepwell/w1-1kb/c16"));
+        assert!(!selects("w1-1kb/c1$", "sqlite/stepwell/w1-1kb/c16"));
+        assert!(selects("w1-1kb/c1$", "sqlite/direct/w1-1kb/c1"));
+        assert!(!selects("w1-1kb/c64$", "sqlite/stepwell/w1-1kb/c64/fixed-3500/s"));
+    }
 }

@@ -25,6 +25,7 @@ use tonic::transport::Channel;
 
 use crate::load::{CallResult, Failure, Workload};
 use crate::payload::{Payloads, pick};
+use crate::shape::{self, Requests};
 
 /// The namespace every workload writes in.
 pub const NAMESPACE: &str = "bench";
@@ -85,11 +86,30 @@ impl Append {
             namespace: NAMESPACE.into(),
             turn_id,
             phase,
-            state: self.payloads.get(caller, index).to_vec(),
+            state: match shape::get().requests {
+                Requests::Prebuilt => self.payloads.get(caller, index).to_vec(),
+                Requests::Serde => serde_state(self.payloads.get(caller, index)),
+            },
             timestamp: Some(stepwell::api::timestamp(ts)),
             ..Default::default()
         }
     }
+}
+
+/// The state as an application sends it: built as a `serde_json::Value`
+/// from its fields and serialised on every call. The fields are those of
+/// `document` (its long text field copied out as a `String`, as an
+/// application's own state would own it), so the bytes are the same size.
+fn serde_state(document: &[u8]) -> Vec<u8> {
+    let text = std::str::from_utf8(document).expect("the payloads are UTF-8");
+    let notes = text.split_once(r#""notes":""#).map_or("", |(_, rest)| rest.trim_end_matches(r#""}"#));
+    let step: u64 = text
+        .split_once(r#""step":"#)
+        .and_then(|(_, rest)| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let state = serde_json::json!({"step": step, "tool": "search", "status": "ok", "notes": notes.to_owned()});
+    serde_json::to_vec(&state).expect("a JSON value serialises")
 }
 
 impl Workload for Append {
@@ -310,5 +330,16 @@ mod tests {
         let keys: std::collections::HashSet<_> =
             (0..4).flat_map(|c| (0..500).map(move |k| checkpoint_key("r", c, k))).collect();
         assert_eq!(keys.len(), 2000);
+    }
+
+    #[test]
+    fn serde_states_hold_the_same_fields_at_the_same_size() {
+        let payloads = Payloads::new(1024);
+        let document = payloads.get(2, 5);
+        let state = serde_state(document);
+        assert_eq!(state.len(), document.len());
+        let (a, b): (serde_json::Value, serde_json::Value) =
+            (serde_json::from_slice(&state).unwrap(), serde_json::from_slice(document).unwrap());
+        assert_eq!(a, b);
     }
 }
