@@ -121,7 +121,11 @@ fn run_server(args: &ServeArgs) -> ExitCode {
         }
     };
     telemetry::init(config.log_format, &config.log_filter);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.worker_threads {
+        builder.worker_threads(threads);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             tracing::error!(%error, "could not start the async runtime");

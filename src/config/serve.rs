@@ -234,6 +234,13 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_MAX_CONCURRENT_REQUESTS", default_value = "1024", value_parser = size(1, 1_000_000))]
     pub max_concurrent_requests: usize,
 
+    /// Threads of the runtime that serves requests (default: one per core).
+    /// The committer and the store's threads are apart from these. One
+    /// thread saves a lone caller's request a handoff between threads; many
+    /// callers' reads and encoding then share one core.
+    #[arg(long, env = "STEPWELL_WORKER_THREADS", value_parser = size(1, 256))]
+    pub worker_threads: Option<usize>,
+
     // Connections and streams: what one connection may hold, and how long
     // a request, its body and a silent peer are waited for.
     /// HTTP/2 streams one connection may have open at once; the connection

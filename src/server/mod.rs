@@ -191,7 +191,10 @@ async fn run_store(
 ) -> (Result<Option<Started>, ServeError>, Option<ServeError>) {
     let mut started = start_store(config, shared, health, stopping.clone(), observers).await;
     match &started {
-        Ok(Some(_)) => tracing::info!(listen = %description, store = %config.store.database.describe(), "serving"),
+        Ok(Some(_)) => {
+            let workers = tokio::runtime::Handle::current().metrics().num_workers();
+            tracing::info!(listen = %description, store = %config.store.database.describe(), workers, "serving");
+        }
         Ok(None) => {}
         Err(error) => {
             tracing::error!(%error, "could not open the store");

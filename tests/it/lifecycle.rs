@@ -147,3 +147,38 @@ async fn a_unix_socket_listener_serves_the_api() {
 
     assert_eq!(restore_all(&mut client, restore("turn-1")).await, [stored]);
 }
+
+/// `--worker-threads` sets how many threads serve requests, as the
+/// "serving" event reports them; 0 is refused before anything starts.
+#[tokio::test]
+async fn worker_threads_sets_the_serving_threads_and_zero_is_refused() {
+    let store = TestStore::new().await;
+    let (status, stderr) = SidecarProcess::builder(STEPWELL, &store).flags(&["--worker-threads", "0"]).run_until_exit();
+    assert_eq!(status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("--worker-threads"), "{stderr}");
+    for threads in ["1", "3"] {
+        let log = store.dir().join(format!("workers-{threads}.log"));
+        let server = SidecarProcess::builder(STEPWELL, &store)
+            .flags(&["--worker-threads", threads, "--log-format", "json", "--log", "info"])
+            .stderr_to(&log)
+            .spawn()
+            .await;
+        let serving = logged_line(&log, "\"serving\"").await;
+        assert!(serving.contains(&format!("\"workers\":{threads}")), "{serving}");
+        server.kill().await;
+    }
+}
+
+/// The first line of the log at `path` that holds `text`, polled for until
+/// it is written (the sidecar answers health before it logs "serving").
+async fn logged_line(path: &std::path::Path, text: &str) -> String {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let log = std::fs::read_to_string(path).unwrap_or_default();
+        if let Some(line) = log.lines().find(|line| line.contains(text)) {
+            return line.to_owned();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no {text} in the log within 60 s:\n{log}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await; // polling the log, bounded above
+    }
+}
