@@ -13,13 +13,13 @@ use super::Errors;
 use super::retention::{TurnRetention, turn_retention};
 use super::serve::ServeArgs;
 pub use super::values::ConsoleMode;
-use super::values::{AdminListen, Listen};
+use super::values::{AdminListen, Listen, PoolerArg, PostgresProfileArg};
 use crate::domain::clock::Clock;
 use crate::domain::limits;
 use crate::observe::telemetry::LogFormat;
-use crate::store::Database;
 use crate::store::Options as StoreOptions;
 use crate::store::writer::WriterConfig;
+use crate::store::{Database, Pooler, PostgresMode, PostgresProfile};
 
 /// Limits a request is checked against.
 #[derive(Debug, Clone)]
@@ -358,6 +358,7 @@ fn store_options(args: &ServeArgs, errors: &mut Errors) -> StoreOptions {
         errors.add("sqlite-bytes-max", "applies only to a sqlite:// store".to_owned());
     }
     let acquire_default = if sqlite { Duration::from_secs(5) } else { Duration::from_secs(2) };
+    let postgres = postgres_mode(args, errors);
     StoreOptions {
         database: args.database.clone(),
         pool_max: args.pool_max,
@@ -369,6 +370,36 @@ fn store_options(args: &ServeArgs, errors: &mut Errors) -> StoreOptions {
         sqlite_bytes_max: (args.sqlite_bytes_max > 0).then_some(args.sqlite_bytes_max),
         unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
         clock: Clock::system(),
+        postgres,
+    }
+}
+
+/// How a Postgres store is reached; these flags name nothing on SQLite.
+fn postgres_mode(args: &ServeArgs, errors: &mut Errors) -> PostgresMode {
+    let sqlite = matches!(args.database, Database::Sqlite { .. });
+    if sqlite && args.postgres_profile != PostgresProfileArg::Standard {
+        errors.add("postgres-profile", "applies only to a postgres:// store".to_owned());
+    }
+    if sqlite && args.postgres_pooler != PoolerArg::None {
+        errors.add("postgres-pooler", "applies only to a postgres:// store".to_owned());
+    }
+    if let Some(url) = &args.postgres_listen_url {
+        if sqlite {
+            errors.add("postgres-listen-url", "applies only to a postgres:// store".to_owned());
+        } else if !matches!(url.parse(), Ok(Database::Postgres { .. })) {
+            errors.add("postgres-listen-url", "must be a postgres:// URL".to_owned());
+        }
+    }
+    PostgresMode {
+        profile: match args.postgres_profile {
+            PostgresProfileArg::Standard => PostgresProfile::Standard,
+            PostgresProfileArg::Portable => PostgresProfile::Portable,
+        },
+        pooler: match args.postgres_pooler {
+            PoolerArg::None => Pooler::None,
+            PoolerArg::Transaction => Pooler::Transaction,
+        },
+        listen_url: args.postgres_listen_url.clone(),
     }
 }
 

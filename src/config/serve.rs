@@ -11,7 +11,8 @@ use clap::Args;
 
 use super::env::Env;
 use super::values::{
-    AdminListen, ConsoleMode, Listen, Retention, admin_listen, count, millis, octal_mode, retention, seconds, size,
+    AdminListen, ConsoleMode, Listen, PoolerArg, PostgresProfileArg, Retention, admin_listen, count, millis,
+    octal_mode, retention, seconds, size,
 };
 use super::{Command, parse};
 use crate::domain::limits;
@@ -200,6 +201,34 @@ pub struct ServeArgs {
     #[arg(long = "postgres-lock-timeout-ms", value_name = "MS", env = "STEPWELL_POSTGRES_LOCK_TIMEOUT_MS",
           default_value = "5000", value_parser = millis(1, 3_600_000))]
     pub postgres_lock_timeout: Duration,
+
+    /// Which of Postgres's features a Postgres store uses: standard (all),
+    /// or portable (only what distributed SQL engines with Postgres's
+    /// protocol keep: no session advisory lock, the migrations lock a row;
+    /// no ctid; plain jsonb_ops; fencing tokens from a counter row, not a
+    /// sequence). Every sidecar of a store uses the same profile; see
+    /// docs/guides/distributed-sql.md.
+    #[arg(long = "postgres-profile", env = "STEPWELL_POSTGRES_PROFILE", value_enum, default_value = "standard")]
+    pub postgres_profile: PostgresProfileArg,
+
+    /// What stands between the sidecar and Postgres: none, or a pooler in
+    /// transaction mode (PgBouncer's pool_mode = transaction), behind which
+    /// every read and write is a transaction that sets the connection's
+    /// settings for itself, no statement is kept by name, and the startup
+    /// packet carries neither extra_float_digits nor options.
+    #[arg(long = "postgres-pooler", env = "STEPWELL_POSTGRES_POOLER", value_enum, default_value = "none")]
+    pub postgres_pooler: PoolerArg,
+
+    /// A direct Postgres URL (not through a pooler) on which the sidecar
+    /// LISTENs for other sidecars' settlements of waits. Without one, a
+    /// sidecar behind a pooler finds them by polling, within a second.
+    #[arg(
+        long = "postgres-listen-url",
+        value_name = "URL",
+        env = "STEPWELL_POSTGRES_LISTEN_URL",
+        hide_env_values = true
+    )]
+    pub postgres_listen_url: Option<String>,
 
     /// Most write requests waiting to be committed; more are refused with
     /// RESOURCE_EXHAUSTED.

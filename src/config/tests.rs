@@ -473,3 +473,31 @@ fn a_bad_log_filter_is_a_configuration_error() {
     let args = serve(&["--log", "stepwell=loud"], &Env::default()).unwrap();
     assert!(Config::from_args(&args).unwrap_err().0[0].starts_with("--log"));
 }
+
+#[test]
+fn the_postgres_profile_pooler_and_listen_url_reach_the_store_and_name_nothing_on_sqlite() {
+    use crate::store::{Pooler, PostgresProfile};
+    let pg = ["--database-url", "postgres://app@db/stepwell"];
+    let flags = ["--postgres-profile", "portable", "--postgres-pooler", "transaction"];
+    let listen = ["--postgres-listen-url", "postgres://app@db-direct/stepwell"];
+    let args = serve(&[&pg[..], &flags[..], &listen[..]].concat(), &Env::default()).unwrap();
+    let postgres = Config::from_args(&args).unwrap().store.postgres;
+    assert_eq!(postgres.profile, PostgresProfile::Portable);
+    assert_eq!(postgres.pooler, Pooler::Transaction);
+    assert_eq!(postgres.listen_url.as_deref(), Some("postgres://app@db-direct/stepwell"));
+    let defaults = Config::from_args(&serve(&pg, &Env::default()).unwrap()).unwrap().store.postgres;
+    assert_eq!(
+        (defaults.profile, defaults.pooler, defaults.listen_url),
+        (PostgresProfile::Standard, Pooler::None, None)
+    );
+
+    let on_sqlite = serve(&[&flags[..], &listen[..]].concat(), &Env::default()).unwrap();
+    let lines = Config::from_args(&on_sqlite).unwrap_err().0;
+    for flag in ["postgres-profile", "postgres-pooler", "postgres-listen-url"] {
+        assert!(lines.iter().any(|line| line.contains(flag) && line.contains("postgres://")), "{flag}: {lines:?}");
+    }
+    let not_a_url = serve(&[&pg[..], &["--postgres-listen-url", "sqlite://x.db"][..]].concat(), &Env::default());
+    let lines = Config::from_args(&not_a_url.unwrap()).unwrap_err().0;
+    assert!(lines.iter().any(|line| line.contains("postgres-listen-url")), "{lines:?}");
+    assert!(serve(&["--postgres-profile", "cockroach"], &Env::default()).is_err(), "an unknown profile is refused");
+}

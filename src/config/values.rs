@@ -46,6 +46,20 @@ pub enum ConsoleMode {
     Admin,
 }
 
+/// Which of Postgres's features the store uses (`--postgres-profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PostgresProfileArg {
+    Standard,
+    Portable,
+}
+
+/// What stands between the sidecar and Postgres (`--postgres-pooler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PoolerArg {
+    None,
+    Transaction,
+}
+
 /// Where the admin HTTP listener listens, if anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminListen {

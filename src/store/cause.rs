@@ -143,6 +143,13 @@ impl DbError {
         DbError { misconfigured: kind, ..self }
     }
 
+    /// Something between the sidecar and Postgres, a pooler, undid what the
+    /// sidecar set up: a wrong setting, `--postgres-pooler`.
+    pub(super) fn pooler(message: String) -> DbError {
+        DbError::new(Cause::DatabaseError, None, sqlx::Error::Configuration(message.into()))
+            .misconfigured_as(Some(Misconfigured::Pooler))
+    }
+
     /// A row the model cannot represent: the database holds what stepwell never writes.
     pub(super) fn decode(what: impl Into<String>) -> DbError {
         DbError::new(Cause::DatabaseError, None, Undecodable(what.into()))
@@ -188,8 +195,15 @@ impl DbError {
 }
 
 /// A migration's failure, whatever went wrong in it: `Error::Migrate`.
+/// A statement of it that failed for a wrong setting (a pooler in the way,
+/// say) keeps that setting, so that start-up stops and names it.
 pub(super) fn migration_failed(error: sqlx::migrate::MigrateError) -> Error {
-    Error::Migrate(DbError::new(Cause::DatabaseError, None, error))
+    use sqlx::migrate::MigrateError::{Execute, ExecuteMigration};
+    let kind = match &error {
+        Execute(inner) | ExecuteMigration(inner, _) => sqlx_misconfigured(inner),
+        _ => None,
+    };
+    Error::Migrate(DbError::new(Cause::DatabaseError, None, error).misconfigured_as(kind))
 }
 
 /// What a row that does not decode says, as it always has in the logs.
@@ -210,6 +224,14 @@ fn sqlx_misconfigured(error: &sqlx::Error) -> Option<Misconfigured> {
         sqlx::Error::Database(error) => match error.code().as_deref() {
             Some("28P01" | "28000") => Some(Misconfigured::Authentication),
             Some("3D000") => Some(Misconfigured::NoDatabase),
+            // Another client's prepared statement on this server session: a
+            // pooler in transaction mode handed it over mid-way.
+            Some("42P05") => Some(Misconfigured::Pooler),
+            // PgBouncer's refusal of a startup parameter it does not track
+            // (extra_float_digits, options): a protocol violation to it.
+            Some("08P01") if error.message().starts_with("unsupported startup parameter") => {
+                Some(Misconfigured::Pooler)
+            }
             _ => None,
         },
         _ => None,

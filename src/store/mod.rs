@@ -105,6 +105,11 @@ pub enum Misconfigured {
     Authentication,
     /// The database named does not exist (SQLSTATE 3D000).
     NoDatabase,
+    /// A connection pooler in transaction mode stands in front of Postgres
+    /// and `--postgres-pooler transaction` was not given: it refused a
+    /// startup parameter, dropped the connection's settings, or mixed two
+    /// clients' prepared statements.
+    Pooler,
 }
 
 impl Misconfigured {
@@ -120,6 +125,11 @@ impl Misconfigured {
                 "check the user and password (in the URL, PGPASSWORD or ~/.pgpass) and the server's pg_hba.conf"
             }
             Misconfigured::NoDatabase => "create the database, or fix its name in --database-url",
+            Misconfigured::Pooler => {
+                "the URL reaches Postgres through a connection pooler (such as PgBouncer) in transaction mode: \
+                 run with --postgres-pooler transaction, which sends neither extra_float_digits nor options and \
+                 sets the connection's settings in every transaction; see docs/guides/postgres.md"
+            }
         }
     }
 }
@@ -130,7 +140,7 @@ impl Error {
     /// or lost connection is not; the server may yet come back.
     pub fn misconfigured(&self) -> Option<Misconfigured> {
         match self {
-            Error::Database(error) => error.misconfigured(),
+            Error::Database(error) | Error::Migrate(error) => error.misconfigured(),
             Error::Batch(error) => error.misconfigured(),
             _ => None,
         }
@@ -491,6 +501,43 @@ pub struct Options {
     pub unsafe_accept_nondurable_postgres: bool,
     /// The clock leases are computed on (tests move its offset).
     pub clock: Clock,
+    /// How a Postgres store is reached and which of its features it uses.
+    pub postgres: PostgresMode,
+}
+
+/// How a Postgres store is reached and which of Postgres's features it
+/// uses: `--postgres-profile`, `--postgres-pooler`, `--postgres-listen-url`.
+#[derive(Debug, Clone, Default)]
+pub struct PostgresMode {
+    pub profile: PostgresProfile,
+    pub pooler: Pooler,
+    /// A direct URL (not through the pooler) for LISTEN; without one, a
+    /// sidecar behind a pooler finds other sidecars' settlements by polling.
+    pub listen_url: Option<String>,
+}
+
+/// Which of Postgres's features a store may use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PostgresProfile {
+    /// All of them: session advisory locks for migrations, `ctid`, a
+    /// sequence for fencing tokens, `jsonb_path_ops`.
+    #[default]
+    Standard,
+    /// Only what distributed SQL engines with Postgres's protocol keep:
+    /// transaction-scoped locks, a lock row for migrations, a counter row
+    /// for fencing tokens, plain `jsonb_ops`.
+    Portable,
+}
+
+/// What stands between the sidecar and Postgres.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pooler {
+    /// Nothing: each pooled connection is a session of its own.
+    #[default]
+    None,
+    /// A pooler in transaction mode (PgBouncer's `pool_mode = transaction`):
+    /// a server session lasts one transaction, so nothing may outlive one.
+    Transaction,
 }
 
 /// Opens the store `options` name and brings its schema up to date.

@@ -30,7 +30,10 @@
 //! out of the next attempt, so its write is never stored, and a batch whose
 //! callers have all gone is not tried again. No caller hears anything before
 //! its batch commits or the writer gives up on it, which the log's warning
-//! then names with its cause.
+//! then names with its cause. A retry commits alone: the sidecar's other
+//! writer tasks wait while it runs, so that under SERIALIZABLE (the default
+//! of some distributed engines) a batch is not broken off again and again
+//! by its own sidecar's batches.
 //!
 //! A DeleteTurn goes through the queue in chunks of at most
 //! `delete_chunk_rows` checkpoints, one after another, and each chunk is
@@ -183,6 +186,11 @@ struct Committer {
     store: Handle,
     metrics: Arc<Metrics>,
     traces: Option<Arc<Traces>>,
+    /// Whose turn it is: a first attempt commits side by side with the
+    /// other writer tasks' (a read), a retry alone (a write), so that a
+    /// batch broken off for contention is not broken off again by this
+    /// sidecar's own batches.
+    turns: tokio::sync::RwLock<()>,
 }
 
 impl Writer {
@@ -197,7 +205,8 @@ impl Writer {
         let (queue, receiver) = mpsc::channel(config.queue_max);
         let receiver = Arc::new(Mutex::new(receiver));
         let timed = metrics.enabled();
-        let committer = Arc::new(Committer { store: store.clone(), metrics, traces });
+        let turns = tokio::sync::RwLock::new(());
+        let committer = Arc::new(Committer { store: store.clone(), metrics, traces, turns });
         let blocking = store.backend().writes_block();
         let tasks = (0..config.concurrency.max(1))
             .map(|_| {
@@ -427,9 +436,15 @@ impl Committer {
     async fn attempt(&self, mut writes: Vec<Write>, mut waiters: Vec<Waiter>) -> (Outcome, Vec<Waiter>) {
         let mut retries = 0;
         loop {
-            let attempted = match self.store.check_up() {
-                Ok(()) => self.store.backend().attempt(writes).await,
-                Err(down) => return (Outcome::Failed { error: down, retries }, waiters),
+            if let Err(down) = self.store.check_up() {
+                return (Outcome::Failed { error: down, retries }, waiters);
+            }
+            let attempted = if retries == 0 {
+                let _side_by_side = self.turns.read().await;
+                self.store.backend().attempt(writes).await
+            } else {
+                let _alone = self.turns.write().await;
+                self.store.backend().attempt(writes).await
             };
             let NotCommitted { error, batch } = match attempted {
                 Ok(written) => return (Outcome::Committed(written), waiters),

@@ -1,6 +1,7 @@
 //! Waits in the store are bounded. A sidecar starting while another holds
 //! the store's migration lock (SQLite's lock file beside the database,
-//! Postgres's advisory lock) waits `--migration-lock-timeout-ms`, then fails
+//! Postgres's advisory lock, or with the portable profile or behind a
+//! pooler the row of `stepwell_migration_lock`) waits `--migration-lock-timeout-ms`, then fails
 //! to start with a message naming the lock; once the lock is free it starts.
 //! ListTurns' filters read their own index, never the whole namespace: the
 //! query plans of the statements the store runs show it, on both backends.
@@ -10,7 +11,7 @@
 
 use sqlx::Connection;
 use stepwell::domain::model::{ListTurnsQuery, TurnStatus};
-use stepwell::store::Database;
+use stepwell::store::{Database, Pooler, PostgresProfile};
 use stepwell::store::{Dialect, Expired, ExpiredQuery, expired_turns_sql, list_turns_sql};
 
 use stepwell_test_support::backend::{Inspector, TestStore};
@@ -23,6 +24,8 @@ use crate::STEPWELL;
 enum HeldLock {
     Sqlite(std::fs::File),
     Postgres(sqlx::PgConnection),
+    /// A transaction holding the lock row.
+    PostgresRow(sqlx::PgConnection),
 }
 
 impl HeldLock {
@@ -32,6 +35,9 @@ impl HeldLock {
             HeldLock::Sqlite(file) => file.unlock().expect("release the migration lock"),
             HeldLock::Postgres(mut conn) => {
                 sqlx::query("SELECT pg_advisory_unlock_all()").execute(&mut conn).await.expect("release the lock");
+            }
+            HeldLock::PostgresRow(mut conn) => {
+                sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.expect("release the lock row");
             }
         }
     }
@@ -52,6 +58,21 @@ async fn hold_migration_lock(store: &TestStore) -> HeldLock {
             file.lock().expect("take the migration lock");
             HeldLock::Sqlite(file)
         }
+        Database::Postgres { url } if locks_a_row(store) => {
+            let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect to the test's database");
+            sqlx::raw_sql(
+                "CREATE TABLE stepwell_migration_lock (id integer PRIMARY KEY); \
+                 INSERT INTO stepwell_migration_lock VALUES (1)",
+            )
+            .execute(&mut conn)
+            .await
+            .expect("make the lock row");
+            sqlx::raw_sql("BEGIN; SELECT id FROM stepwell_migration_lock WHERE id = 1 FOR UPDATE")
+                .execute(&mut conn)
+                .await
+                .expect("take the lock row");
+            HeldLock::PostgresRow(conn)
+        }
         Database::Postgres { url } => {
             let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect to the test's database");
             let name: String =
@@ -63,6 +84,13 @@ async fn hold_migration_lock(store: &TestStore) -> HeldLock {
             HeldLock::Postgres(conn)
         }
     }
+}
+
+/// Whether the store's sidecars migrate under the lock row rather than the
+/// advisory lock: with the portable profile, or behind a pooler.
+fn locks_a_row(store: &TestStore) -> bool {
+    let mode = store.postgres_mode();
+    mode.profile == PostgresProfile::Portable || mode.pooler == Pooler::Transaction
 }
 
 #[tokio::test]

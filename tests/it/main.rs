@@ -25,6 +25,7 @@ mod metrics;
 mod moving;
 mod namespace;
 mod operator_cli;
+mod pooler;
 mod postgres_only;
 mod postgres_tls;
 mod records;

@@ -170,6 +170,7 @@ impl Tables {
             sqlite_bytes_max: None,
             unsafe_accept_nondurable_postgres: false,
             clock: Clock::system(),
+            postgres: super::PostgresMode::default(),
         };
         drop(super::open(&options).await.map_err(Error::Open)?);
         match database {

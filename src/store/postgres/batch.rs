@@ -23,7 +23,30 @@ use crate::store::sql::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN};
 pub(super) struct Conn<'c> {
     pub conn: &'c mut PgConnection,
     pub clock: &'c Clock,
+    /// The portable profile: fencing tokens come from the counter row.
+    pub portable: bool,
 }
+
+/// Where a batch's fencing tokens come from: the sequence, whose values
+/// (uncached) increase store-wide; or, in the portable profile, the
+/// counter row of `stepwell_counters`, since a distributed engine caches a
+/// sequence's values per connection, and tokens drawn by two sidecars would
+/// then not increase together. The row is locked until the batch commits,
+/// so batches that draw tokens take their turns on it; one that draws none
+/// leaves it alone.
+fn draw_tokens(portable: bool) -> &'static str {
+    if portable {
+        "(SELECT ARRAY(SELECT generate_series(value - $3 + 1, value)) FROM drawn)"
+    } else {
+        "ARRAY(SELECT nextval('lease_tokens') FROM generate_series(1, $3 + 0 * locked.n))"
+    }
+}
+
+/// The counter row's update, for the portable profile: after the locks,
+/// and only for a batch that draws tokens.
+const DRAW_FROM_COUNTER: &str = ", drawn AS ( \
+       UPDATE stepwell_counters SET value = value + $3 \
+       WHERE name = 'lease_tokens' AND $3 > 0 AND (SELECT count(*) FROM locks) >= 0 RETURNING value)";
 
 /// Inserts the batch's new checkpoints and merges each turn's summary in one
 /// statement: the latest inserted checkpoint by (timestamp, seq) per turn,
@@ -107,12 +130,14 @@ impl Statements for Conn<'_> {
     async fn lock_keys(&mut self, keys: &[(&str, &str)], tokens: usize) -> Result<(UnixNanos, Vec<u64>), DbError> {
         let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
         let count = i64::try_from(tokens).map_err(|_| decode_error("too many tokens".into()))?;
+        let (counter, draw) =
+            if self.portable { (DRAW_FROM_COUNTER, draw_tokens(true)) } else { ("", draw_tokens(false)) };
         let (now, mut tokens): (i64, Vec<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "WITH locks AS MATERIALIZED ( \
                SELECT pg_advisory_xact_lock(h) FROM ( \
                  SELECT DISTINCT hashtextextended(n || '/' || k, 0) AS h FROM UNNEST($1::text[], $2::text[]) AS u(n, k) \
-                 ORDER BY h) sorted) \
-             SELECT {DB_NOW_NS}, ARRAY(SELECT nextval('lease_tokens') FROM generate_series(1, $3 + 0 * locked.n)) \
+                 ORDER BY h) sorted){counter} \
+             SELECT {DB_NOW_NS}, COALESCE({draw}, '{{}}') \
              FROM (SELECT count(*) AS n FROM locks) locked"
         )))
         .bind(namespaces)

@@ -31,12 +31,15 @@ use sqlx::{Connection, FromRow, Postgres, Row};
 mod batch;
 mod console;
 mod keys;
+mod migrate;
 mod open;
 mod records;
+mod session;
 pub mod waits;
 
 use self::batch::Conn;
 use self::open::Nondurable;
+use self::session::{Session, Unit};
 use super::rows::{self, KeyRow, PageRow, TurnRow};
 use super::sql::{self, DB_NOW_NS, Dialect, TURN};
 use super::{DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
@@ -109,14 +112,20 @@ pub struct PostgresStore {
     /// opened before it may be dead, so the pool discards them.
     failed_at: Arc<AtomicU64>,
     opened: Instant,
+    /// How units of work run: directly, or behind a pooler; which profile.
+    session: Session,
+    /// Where LISTEN connects: the store's URL, another given for it, or
+    /// nowhere (behind a pooler without one: the poll finds settlements).
+    listen: Option<PgConnectOptions>,
 }
 
 impl PostgresStore {
     /// Connects, checks the server keeps acknowledged writes (unless
     /// `unsafe_accept_nondurable_postgres`), and migrates.
     pub async fn open(url: &str, store: &Options) -> Result<PostgresStore, Error> {
+        let session = Session::new(&store.postgres, store.postgres_statement_timeout, store.postgres_lock_timeout);
         let options = open::connect_options(url).await?.application_name("stepwell");
-        open::check_durability(&options, Nondurable::of(store)).await?;
+        open::check_durability(&options, &session, Nondurable::of(store)).await?;
         // No ping before each use: a broken connection fails its batch
         // (UNAVAILABLE, nothing acknowledged), is dropped, and the health
         // monitor notices.
@@ -124,14 +133,10 @@ impl PostgresStore {
         // Migrations run on a connection of their own: their wait for
         // another sidecar's migration is bounded by --migration-lock-timeout-ms,
         // and their statements (an index built over a large table) by nothing.
-        open::migrate(&options, store.migration_lock_timeout).await?;
-        let statement_timeout = store.postgres_statement_timeout.as_millis().to_string();
-        let lock_timeout = store.postgres_lock_timeout.as_millis().to_string();
-        let options = options.options([
-            ("synchronous_commit", "on"),
-            ("statement_timeout", statement_timeout.as_str()),
-            ("lock_timeout", lock_timeout.as_str()),
-        ]);
+        migrate::migrate(&options, &session, store.migration_lock_timeout).await?;
+        let listen = listen_options(&options, store, &session).await?;
+        let options = session.connect_options(options);
+        open::check_settings_hold(&options, &session).await?;
         let pool = PgPoolOptions::new()
             .max_connections(store.pool_max)
             .test_before_acquire(false)
@@ -154,7 +159,14 @@ impl PostgresStore {
             .await
             .map_err(DbError::sqlx)?;
         let (clock, waiting) = (store.clock.clone(), Arc::default());
-        Ok(PostgresStore { pool, clock, waiting, options, failed_at, opened })
+        Ok(PostgresStore { pool, clock, waiting, options, failed_at, opened, session, listen })
+    }
+
+    /// A unit of work: a pooled connection, or behind a pooler a
+    /// transaction on one, which `Unit::done` commits.
+    async fn unit(&self) -> Result<Unit, DbError> {
+        let conn = self.acquire().await?;
+        self.session.unit(conn).await
     }
 
     /// A pooled connection; while none is idle, the wait for one is counted
@@ -169,18 +181,24 @@ impl PostgresStore {
 
     /// Runs `batch` and commits it: in a transaction, unless the batch is
     /// one statement.
+    /// Behind a pooler every batch is a transaction, which sets the
+    /// connection's settings; the portable profile draws fencing tokens
+    /// from a counter row, which the one-statement keys path does not.
     async fn run_batch(&self, batch: &[Write], recorded_at: UnixNanos) -> Result<crate::store::batch::Ran, Error> {
         let mut conn = self.acquire().await?;
-        if keys::applies(batch) {
-            return keys::run(&mut conn, &self.clock, batch).await;
+        let (clock, portable) = (&self.clock, self.session.portable());
+        if !self.session.pooled() {
+            if !portable && keys::applies(batch) {
+                return keys::run(&mut conn, clock, batch).await;
+            }
+            if !crate::store::batch::needs_transaction(batch) {
+                // One statement, atomic and durable by itself, in one round trip.
+                return crate::store::batch::run(&mut Conn { conn: &mut conn, clock, portable }, batch, recorded_at)
+                    .await;
+            }
         }
-        if !crate::store::batch::needs_transaction(batch) {
-            // One statement, atomic and durable by itself, in one round trip.
-            return crate::store::batch::run(&mut Conn { conn: &mut conn, clock: &self.clock }, batch, recorded_at)
-                .await;
-        }
-        let mut tx = conn.begin().await.map_err(DbError::sqlx)?;
-        let ran = crate::store::batch::run(&mut Conn { conn: &mut tx, clock: &self.clock }, batch, recorded_at).await?;
+        let mut tx = self.session.begin(&mut conn).await.map_err(DbError::sqlx)?;
+        let ran = crate::store::batch::run(&mut Conn { conn: &mut tx, clock, portable }, batch, recorded_at).await?;
         tx.commit().await.map_err(DbError::sqlx)?;
         Ok(ran)
     }
@@ -191,7 +209,7 @@ impl PostgresStore {
         let start = q.start();
         let sql = if q.newest_first { RESTORE_NEWEST_FIRST } else { RESTORE_OLDEST_FIRST };
         let overhead = q.row_overhead();
-        sqlx::query_as(sql)
+        let query = sqlx::query_as(sql)
             .bind(q.namespace.as_str())
             .bind(q.turn_id.as_str())
             .bind(q.phase.as_deref())
@@ -199,10 +217,11 @@ impl PostgresStore {
             .bind(start.seq)
             .bind(i64::from(q.limit) + 1)
             .bind(i64::try_from(q.bytes_max).unwrap_or(i64::MAX))
-            .bind(i64::try_from(overhead).unwrap_or(i64::MAX))
-            .fetch_all(&mut *self.acquire().await?)
-            .await
-            .map_err(DbError::sqlx)
+            .bind(i64::try_from(overhead).unwrap_or(i64::MAX));
+        let mut unit = self.unit().await?;
+        let rows = query.fetch_all(&mut *unit).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(rows)
     }
 
     /// `limit + 1` turn summaries after the query's cursor, filtered as it asks.
@@ -221,8 +240,10 @@ impl PostgresStore {
         if let Some(updated_before) = q.updated_before {
             query = query.bind(updated_before);
         }
-        let mut conn = self.acquire().await?;
-        query.bind(i64::from(q.limit) + 1).fetch_all(&mut *conn).await.map_err(DbError::sqlx)
+        let mut unit = self.unit().await?;
+        let rows = query.bind(i64::from(q.limit) + 1).fetch_all(&mut *unit).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(rows)
     }
 
     /// Whether the server answers: an idle pooled connection, or else a
@@ -247,6 +268,21 @@ impl PostgresStore {
             mark_failed();
         }
         answered
+    }
+}
+
+/// Where LISTEN connects: `--postgres-listen-url`, or else the store's own
+/// URL, unless that reaches a pooler in transaction mode, which cannot
+/// keep a LISTEN (a server session lasts one transaction): then nowhere.
+async fn listen_options(
+    options: &PgConnectOptions,
+    store: &Options,
+    session: &Session,
+) -> Result<Option<PgConnectOptions>, Error> {
+    match &store.postgres.listen_url {
+        Some(url) => Ok(Some(open::connect_options(url).await?)),
+        None if session.pooled() => Ok(None),
+        None => Ok(Some(options.clone())),
     }
 }
 
@@ -284,18 +320,21 @@ impl Store for PostgresStore {
     }
 
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
-        let mut conn = self.acquire().await?;
-        Ok(records::list(&mut conn, q).await.map_err(DbError::sqlx)?)
+        let mut unit = self.unit().await?;
+        let listed = records::list(&mut unit, q).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(listed)
     }
 
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {
-        let mut conn = self.acquire().await?;
+        let mut unit = self.unit().await?;
         let row: Option<TurnRow> = sqlx::query_as(TURN)
             .bind(namespace)
             .bind(turn_id)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(&mut *unit)
             .await
             .map_err(DbError::sqlx)?;
+        unit.done().await?;
         Ok(row.map(TurnSummary::try_from).transpose()?)
     }
 
@@ -315,13 +354,17 @@ impl Store for PostgresStore {
                 query = query.bind(namespace.as_str());
             }
         }
-        let mut conn = self.acquire().await?;
-        Ok(query.bind(i64::from(q.limit)).fetch_all(&mut *conn).await.map_err(DbError::sqlx)?)
+        let mut unit = self.unit().await?;
+        let turns = query.bind(i64::from(q.limit)).fetch_all(&mut *unit).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(turns)
     }
 
     async fn idle_record_turns(&self, q: &IdleQuery) -> Result<Vec<(String, String)>, Error> {
-        let mut conn = self.acquire().await?;
-        Ok(records::idle_turns(&mut conn, q).await.map_err(DbError::sqlx)?)
+        let mut unit = self.unit().await?;
+        let turns = records::idle_turns(&mut unit, q).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(turns)
     }
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(KeyRecord, UnixNanos)>, Error> {
@@ -330,10 +373,10 @@ impl Store for PostgresStore {
         )))
         .bind(namespace)
         .bind(key)
-        .bind(self.clock.offset())
-        .fetch_optional(&mut *self.acquire().await?)
-        .await
-        .map_err(DbError::sqlx)?;
+        .bind(self.clock.offset());
+        let mut unit = self.unit().await?;
+        let row = row.fetch_optional(&mut *unit).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
         let Some(row) = row else { return Ok(None) };
         let now: i64 = row.try_get("now_ns").map_err(DbError::sqlx)?;
         let record = KeyRecord::try_from(KeyRow::from_row(&row).map_err(DbError::sqlx)?)?;
@@ -342,18 +385,18 @@ impl Store for PostgresStore {
 
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
         // The outer condition is checked again on a row updated meanwhile, so
-        // a key begun again after its retention ran out is not deleted.
+        // a key begun again after its retention ran out is not deleted. Rows
+        // are named by their primary key, not `ctid`, which distributed
+        // engines do not have.
         let purge = sqlx::AssertSqlSafe(format!(
             "WITH now AS (SELECT {DB_NOW_NS} + $1 AS ns) \
-             DELETE FROM idempotency WHERE purge_after_ns <= (SELECT ns FROM now) AND ctid IN \
-               (SELECT ctid FROM idempotency WHERE purge_after_ns <= (SELECT ns FROM now) LIMIT $2)"
+             DELETE FROM idempotency WHERE purge_after_ns <= (SELECT ns FROM now) AND (namespace, key) IN \
+               (SELECT namespace, key FROM idempotency WHERE purge_after_ns <= (SELECT ns FROM now) LIMIT $2)"
         ));
-        let purged = sqlx::query(purge)
-            .bind(self.clock.offset())
-            .bind(i64::from(limit))
-            .execute(&self.pool)
-            .await
-            .map_err(DbError::sqlx)?;
+        let query = sqlx::query(purge).bind(self.clock.offset()).bind(i64::from(limit));
+        let mut unit = self.unit().await?;
+        let purged = query.execute(&mut *unit).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
         Ok(purged.rows_affected())
     }
 
@@ -366,26 +409,51 @@ impl Store for PostgresStore {
     /// does: a server that refuses connections fails the check at once,
     /// where the pool would retry until its acquire timeout.
     async fn get_wait(&self, key: &WaitKey) -> Result<Option<Wait>, Error> {
-        Ok(waits::get(&mut *self.acquire().await?, key).await?)
+        {
+            let mut unit = self.unit().await?;
+            let read = waits::get(&mut unit, key).await?;
+            unit.done().await?;
+            Ok(read)
+        }
     }
 
     async fn settled_waits(&self, keys: &[WaitKey]) -> Result<Vec<Wait>, Error> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(waits::settled(&mut *self.acquire().await?, keys).await?)
+        {
+            let mut unit = self.unit().await?;
+            let read = waits::settled(&mut unit, keys).await?;
+            unit.done().await?;
+            Ok(read)
+        }
     }
 
     async fn list_waits(&self, q: &WaitQuery) -> Result<(Vec<Wait>, bool), Error> {
-        Ok(waits::list(&mut *self.acquire().await?, q).await?)
+        {
+            let mut unit = self.unit().await?;
+            let read = waits::list(&mut unit, q).await?;
+            unit.done().await?;
+            Ok(read)
+        }
     }
 
     async fn next_due(&self) -> Result<Option<UnixNanos>, Error> {
-        Ok(waits::next_due(&mut *self.acquire().await?).await?)
+        {
+            let mut unit = self.unit().await?;
+            let read = waits::next_due(&mut unit).await?;
+            unit.done().await?;
+            Ok(read)
+        }
     }
 
+    /// Behind a pooler without `--postgres-listen-url` nothing listens, and
+    /// the waits' poll finds other sidecars' settlements.
     async fn listen(&self, hub: Arc<crate::store::hub::Hub>) {
-        waits::listen(self.options.clone(), hub).await
+        match &self.listen {
+            Some(options) => waits::listen(options.clone(), hub).await,
+            None => std::future::pending().await,
+        }
     }
 
     async fn ping(&self) -> Result<(), Error> {
@@ -397,7 +465,10 @@ impl Store for PostgresStore {
     }
 
     async fn read_rows(&self, statement: &super::console::Statement) -> Result<Vec<Vec<super::console::Value>>, Error> {
-        Ok(console::read_rows(&mut *self.acquire().await?, statement, self.clock.offset()).await?)
+        let mut unit = self.unit().await?;
+        let rows = console::read_rows(&mut unit, statement, self.clock.offset()).await?;
+        unit.done().await?;
+        Ok(rows)
     }
 
     /// The pool's connections in use and idle, the requests waiting for

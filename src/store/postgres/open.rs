@@ -1,46 +1,17 @@
 //! Opening a Postgres store: the database URL read into connect options
 //! (dropping, unlogged, the parameters sqlx does not know), the refusal of a
-//! server that would lose acknowledged writes, and the migrations, run on a
-//! connection of their own under sqlx's advisory lock, so that sidecars
-//! starting together migrate once.
+//! server that would lose acknowledged writes, and the check that the
+//! connection's settings hold, which a pooler that drops the startup
+//! packet's `options` would silently undo. The migrations are `migrate`'s.
 
-use std::time::Duration;
-
-use sqlx::migrate::MigrateError;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 
-use crate::store::cause::migration_failed;
+use super::session::Session;
 use crate::store::{DbError, Error, Options};
-
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// Settings under which the server keeps every acknowledged commit.
 const DURABLE_SYNCHRONOUS_COMMIT: [&str; 4] = ["on", "local", "remote_write", "remote_apply"];
-
-/// Brings the schema up to date on a connection of its own, waiting at
-/// most `lock_wait` for the migration lock another sidecar may hold.
-pub(super) async fn migrate(options: &PgConnectOptions, lock_wait: Duration) -> Result<(), Error> {
-    let lock_timeout = lock_wait.as_millis().to_string();
-    let options = options.clone().options([("lock_timeout", lock_timeout.as_str()), ("statement_timeout", "0")]);
-    let pool = PgPoolOptions::new().max_connections(1).connect_with(options).await.map_err(DbError::sqlx)?;
-    let migrated = MIGRATOR.run(&pool).await;
-    pool.close().await;
-    match migrated {
-        Err(MigrateError::Execute(sqlx::Error::Database(error)))
-            if error.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
-        {
-            Err(Error::MigrationLockTimeout {
-                lock: "the Postgres migration lock (an advisory lock)".to_owned(),
-                waited: lock_wait,
-            })
-        }
-        migrated => migrated.map_err(migration_failed),
-    }
-}
-
-/// SQLSTATE of a lock wait past `lock_timeout`.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// The URL parameters sqlx reads; it ignores any other, but logs its value.
 const KNOWN_PARAMETERS: [&str; 18] = [
@@ -113,9 +84,15 @@ impl Nondurable {
 
 /// Refuses a server that could lose acknowledged commits: `fsync=off`, or
 /// `synchronous_commit=off` for this role or database (read on a connection
-/// without stepwell's own session setting, so role and database defaults show).
-pub(super) async fn check_durability(options: &PgConnectOptions, nondurable: Nondurable) -> Result<(), Error> {
-    let (fsync, synchronous_commit) = durability_settings(options).await.map_err(DbError::sqlx)?;
+/// without stepwell's own settings, so role and database defaults show).
+pub(super) async fn check_durability(
+    options: &PgConnectOptions,
+    session: &Session,
+    nondurable: Nondurable,
+) -> Result<(), Error> {
+    let options = if session.pooled() { super::session::pooler_safe(options.clone()) } else { options.clone() };
+    let shown = settings_shown(&options, session, &["fsync", "synchronous_commit"]).await?;
+    let (fsync, synchronous_commit) = (&shown[0], &shown[1]);
     let mut problems = Vec::new();
     if fsync != "on" {
         problems.push(format!("fsync is {fsync}: a crash of the database host can lose committed transactions"));
@@ -137,13 +114,44 @@ pub(super) async fn check_durability(options: &PgConnectOptions, nondurable: Non
     Err(Error::NotDurable(problems))
 }
 
-/// The server's `fsync` and `synchronous_commit`, as a new connection sees them.
-async fn durability_settings(options: &PgConnectOptions) -> Result<(String, String), sqlx::Error> {
-    let mut conn = PgConnection::connect_with(options).await?;
-    let fsync: String = sqlx::query_scalar("SHOW fsync").fetch_one(&mut conn).await?;
-    let synchronous_commit: String = sqlx::query_scalar("SHOW synchronous_commit").fetch_one(&mut conn).await?;
-    conn.close().await?;
-    Ok((fsync, synchronous_commit))
+/// Checks that a unit of work on a connection made with `options` runs
+/// under the session's settings. A pooler that drops the startup packet's
+/// `options` (PgBouncer with `ignore_startup_parameters = options`) would
+/// otherwise leave every statement without its timeouts, silently.
+pub(super) async fn check_settings_hold(options: &PgConnectOptions, session: &Session) -> Result<(), Error> {
+    let names: Vec<&str> = session.settings().iter().map(|(name, _)| *name).collect();
+    let shown = settings_shown(options, session, &names).await?;
+    for ((name, want), got) in session.settings().iter().zip(&shown) {
+        if want != got {
+            let message = format!(
+                "{name} is {got} on a new connection, where stepwell set {want}: something between the sidecar \
+                 and Postgres dropped the connection's options"
+            );
+            return Err(DbError::pooler(message).into());
+        }
+    }
+    Ok(())
+}
+
+/// The values of the settings `names` (in `pg_settings`' units: milliseconds
+/// for the timeouts) in a unit of work on a new connection.
+async fn settings_shown(options: &PgConnectOptions, session: &Session, names: &[&str]) -> Result<Vec<String>, Error> {
+    let shown = async {
+        let mut conn = PgConnection::connect_with(options).await?;
+        let mut tx = session.begin(&mut conn).await?;
+        let mut shown = Vec::with_capacity(names.len());
+        for name in names {
+            let value: String = sqlx::query_scalar("SELECT setting FROM pg_settings WHERE name = $1")
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await?;
+            shown.push(value);
+        }
+        tx.commit().await?;
+        conn.close().await?;
+        Ok::<_, sqlx::Error>(shown)
+    };
+    Ok(shown.await.map_err(DbError::sqlx)?)
 }
 
 #[cfg(test)]

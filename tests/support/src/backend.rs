@@ -4,6 +4,13 @@
 //! own on the server at `STEPWELL_TEST_POSTGRES_URL` (scripts/test starts a
 //! throwaway cluster for it). Asking for Postgres without a server fails
 //! loudly; nothing is skipped.
+//!
+//! Two settings change how the sidecars a test starts reach that server:
+//! `STEPWELL_TEST_POSTGRES_PROFILE` (`--postgres-profile`), and
+//! `STEPWELL_TEST_POSTGRES_POOLER_URL`, a pooler in transaction mode in
+//! front of it (scripts/with-pgbouncer starts one), through which the
+//! sidecars connect, with `--postgres-listen-url` on the server itself. A
+//! test's own look at what is stored always goes to the server directly.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,22 +45,80 @@ pub struct TestStore(Arc<Place>);
 
 struct Place {
     dir: TempDir,
+    /// The database itself.
     database: Database,
+    /// The same database through a pooler, which the sidecars are given.
+    pooled: Option<String>,
 }
 
 impl TestStore {
     pub async fn new() -> TestStore {
         let dir = tempfile::tempdir().expect("create a temporary directory");
-        let database = match backend() {
-            Backend::Sqlite => Database::Sqlite { path: dir.path().join("stepwell.db") },
-            Backend::Postgres => Database::Postgres { url: fresh_postgres_database().await },
+        let (database, pooled) = match backend() {
+            Backend::Sqlite => (Database::Sqlite { path: dir.path().join("stepwell.db") }, None),
+            Backend::Postgres => {
+                let url = fresh_postgres_database().await;
+                let pooled = crate::setting("STEPWELL_TEST_POSTGRES_POOLER_URL").map(|pooler| {
+                    let name = url.rsplit('/').next().and_then(|tail| tail.split('?').next()).unwrap_or_default();
+                    with_database(&pooler, name)
+                });
+                (Database::Postgres { url }, pooled)
+            }
         };
-        TestStore(Arc::new(Place { dir, database }))
+        TestStore(Arc::new(Place { dir, database, pooled }))
+    }
+
+    /// The store as a sidecar is given it: through the pooler, if the run has one.
+    pub fn sidecar_database(&self) -> Database {
+        match &self.0.pooled {
+            Some(url) => Database::Postgres { url: url.clone() },
+            None => self.database(),
+        }
+    }
+
+    /// `sidecar_database` as the binary's --database-url.
+    pub fn sidecar_url(&self) -> String {
+        self.0.pooled.clone().unwrap_or_else(|| self.url())
+    }
+
+    /// How a sidecar on this store reaches Postgres: the profile the run
+    /// asks for, and behind a pooler, LISTEN on the server itself.
+    pub fn postgres_mode(&self) -> stepwell::store::PostgresMode {
+        use stepwell::store::{Pooler, PostgresMode, PostgresProfile};
+        let profile = match crate::setting("STEPWELL_TEST_POSTGRES_PROFILE").as_deref() {
+            None | Some("standard") => PostgresProfile::Standard,
+            Some("portable") => PostgresProfile::Portable,
+            Some(other) => panic!("STEPWELL_TEST_POSTGRES_PROFILE={other:?}: use standard or portable"),
+        };
+        let pooler = if self.0.pooled.is_some() { Pooler::Transaction } else { Pooler::None };
+        let listen_url = self.0.pooled.as_ref().map(|_| self.url());
+        PostgresMode { profile, pooler, listen_url }
+    }
+
+    /// `postgres_mode` as the binary's flags.
+    pub fn postgres_flags(&self) -> Vec<String> {
+        if !matches!(self.0.database, Database::Postgres { .. }) {
+            return Vec::new();
+        }
+        let mode = self.postgres_mode();
+        let mut flags = Vec::new();
+        if mode.profile == stepwell::store::PostgresProfile::Portable {
+            flags.extend(["--postgres-profile".to_owned(), "portable".to_owned()]);
+        }
+        if let Some(direct) = mode.listen_url {
+            flags.extend(["--postgres-pooler".to_owned(), "transaction".to_owned()]);
+            flags.extend(["--postgres-listen-url".to_owned(), direct]);
+        }
+        flags
     }
 
     /// A store on a given database, e.g. on a private cluster.
     pub fn on(database: Database) -> TestStore {
-        TestStore(Arc::new(Place { dir: tempfile::tempdir().expect("create a temporary directory"), database }))
+        TestStore(Arc::new(Place {
+            dir: tempfile::tempdir().expect("create a temporary directory"),
+            database,
+            pooled: None,
+        }))
     }
 
     pub fn dir(&self) -> &Path {

@@ -17,6 +17,7 @@ pub mod backend;
 pub mod channel;
 pub mod errors;
 pub mod health;
+pub mod pg_bouncer;
 pub mod pg_cluster;
 pub mod requests;
 pub mod rng;

@@ -42,6 +42,19 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// A command run as the owner of a throwaway server's files (PgBouncer's
+/// too): `postgres` when the tests run as root, which then owns `dir`.
+pub(crate) fn as_owner_of(dir: &Path, program: &Path) -> Command {
+    if is_root() {
+        let mut chown = Command::new("chown");
+        chown.args(["-R", "postgres"]).arg(dir);
+        run(chown, "chown the server's directory");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).expect("open the directory");
+    }
+    as_owner(program)
+}
+
 /// A command run as the cluster's owner.
 fn as_owner(program: &Path) -> Command {
     if is_root() {

@@ -184,7 +184,8 @@ impl<'a> SidecarBuilder<'a> {
             Some(store) => store,
             None => TestStore::new().await,
         };
-        let mut config = Config::for_database(store.database());
+        let mut config = Config::for_database(store.sidecar_database());
+        config.store.postgres = store.postgres_mode();
         config.observability.admin_listen = None;
         config.observability.otlp_endpoint = None;
         for configure in self.configure {
@@ -369,7 +370,8 @@ impl SidecarProcessBuilder {
             .arg("--listen")
             .arg(self.listen.clone().unwrap_or_else(|| format!("unix:{}", socket.display())))
             .arg("--database-url")
-            .arg(self.store.url())
+            .arg(self.store.sidecar_url())
+            .args(self.store.postgres_flags())
             .args(&self.flags)
             // Below flags, so `.flags(..)` may still name an admin address.
             .env("STEPWELL_ADMIN_LISTEN", &self.admin_listen)
