@@ -321,7 +321,7 @@ impl Store for PostgresStore {
 
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
         let mut unit = self.unit().await?;
-        let listed = records::list(&mut unit, q).await.map_err(DbError::sqlx)?;
+        let listed = records::list(&mut unit, q, self.session.pooled()).await.map_err(DbError::sqlx)?;
         unit.done().await?;
         Ok(listed)
     }

@@ -379,8 +379,17 @@ pub async fn copy(
 /// record it belongs to. A page of more than one entry is first sized
 /// (`fitting`: each entry's bytes, read from the records' lengths without
 /// their payloads), so that only the entries within the byte budget are
-/// ever read whole.
-pub async fn list(conn: &mut PgConnection, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
+/// ever read whole. `in_transaction`: `conn` is in a transaction that has
+/// run no query yet (a unit of work behind a pooler).
+pub async fn list(
+    conn: &mut PgConnection,
+    q: &RecordQuery,
+    in_transaction: bool,
+) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
+    if q.split_entries && in_transaction {
+        sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
+        return split_page(conn, q).await;
+    }
     if q.split_entries {
         // Sizes and records from one snapshot, so the page is cut where it was sized.
         let mut tx = conn.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?;
