@@ -320,7 +320,9 @@ impl Store for PostgresStore {
     }
 
     async fn list_records(&self, q: &RecordQuery) -> Result<(Vec<RecordEntry>, bool), Error> {
-        let mut unit = self.unit().await?;
+        let conn = self.acquire().await?;
+        let mode = q.split_entries.then_some(records::SPLIT_PAGE_ISOLATION);
+        let mut unit = self.session.unit_as(conn, mode).await?;
         let listed = records::list(&mut unit, q, self.session.pooled()).await.map_err(DbError::sqlx)?;
         unit.done().await?;
         Ok(listed)

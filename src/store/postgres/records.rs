@@ -374,25 +374,27 @@ pub async fn copy(
     Ok(done.rows_affected())
 }
 
+/// How a page of split entries is read: its sizes and its records from one snapshot.
+pub const SPLIT_PAGE_ISOLATION: &str = "ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
 /// One page of a list: the page's records (part 0), their children (part 1)
 /// and their refs (part 2) in one statement, each related row naming the
 /// record it belongs to. A page of more than one entry is first sized
 /// (`fitting`: each entry's bytes, read from the records' lengths without
 /// their payloads), so that only the entries within the byte budget are
-/// ever read whole. `in_transaction`: `conn` is in a transaction that has
-/// run no query yet (a unit of work behind a pooler).
+/// ever read whole. `in_transaction`: `conn` is in a transaction begun
+/// `SPLIT_PAGE_ISOLATION` (a unit of work behind a pooler).
 pub async fn list(
     conn: &mut PgConnection,
     q: &RecordQuery,
     in_transaction: bool,
 ) -> Result<(Vec<RecordEntry>, bool), sqlx::Error> {
     if q.split_entries && in_transaction {
-        sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY").execute(&mut *conn).await?;
         return split_page(conn, q).await;
     }
     if q.split_entries {
         // Sizes and records from one snapshot, so the page is cut where it was sized.
-        let mut tx = conn.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?;
+        let mut tx = conn.begin_with(sqlx::AssertSqlSafe(format!("BEGIN {SPLIT_PAGE_ISOLATION}"))).await?;
         let page = split_page(&mut tx, q).await?;
         tx.commit().await?;
         return Ok(page);

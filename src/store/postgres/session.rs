@@ -101,10 +101,21 @@ impl Session {
     /// A unit of work on `conn`: the connection itself, or, behind a
     /// pooler, a transaction on it.
     pub(super) async fn unit(&self, conn: PoolConnection<Postgres>) -> Result<Unit, DbError> {
+        self.unit_as(conn, None).await
+    }
+
+    /// `unit`, whose transaction, behind a pooler, has these
+    /// characteristics (`ISOLATION LEVEL ...`).
+    pub(super) async fn unit_as(
+        &self,
+        conn: PoolConnection<Postgres>,
+        characteristics: Option<&str>,
+    ) -> Result<Unit, DbError> {
         if !self.pooled {
             return Ok(Unit::Direct(conn));
         }
-        let statement = AssertSqlSafe(self.begin.clone()).into_sql_str();
+        let begin = with_characteristics(&self.begin, characteristics);
+        let statement = AssertSqlSafe(begin).into_sql_str();
         Ok(Unit::Pooled(Transaction::begin(conn, Some(statement)).await.map_err(DbError::sqlx)?))
     }
 }
@@ -125,6 +136,14 @@ fn begin_pooled(settings: &[(&'static str, String)]) -> String {
         begin.push_str(&format!("; SET LOCAL {name} = '{value}'"));
     }
     begin
+}
+
+/// `begin` with the transaction's characteristics after its `BEGIN`.
+fn with_characteristics(begin: &str, characteristics: Option<&str>) -> String {
+    match characteristics {
+        Some(mode) => begin.replacen("BEGIN", &format!("BEGIN {mode}"), 1),
+        None => begin.to_owned(),
+    }
 }
 
 /// A read's or a batch's connection: the pooled connection, or behind a
@@ -167,6 +186,14 @@ impl DerefMut for Unit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_unit_behind_a_pooler_may_begin_with_its_own_isolation() {
+        let session = Session::of(true, false);
+        let begin = with_characteristics(&session.begin, Some("ISOLATION LEVEL REPEATABLE READ"));
+        assert!(begin.starts_with("BEGIN ISOLATION LEVEL REPEATABLE READ; DEALLOCATE ALL; SET LOCAL"), "{begin}");
+        assert_eq!(with_characteristics(&session.begin, None), session.begin);
+    }
 
     #[test]
     fn a_pooled_begin_sets_every_setting_for_its_transaction_in_one_query() {
