@@ -14,6 +14,7 @@
 //! integration suite.
 
 mod checker;
+mod journal;
 mod profile;
 mod proxy;
 mod wait_checker;
@@ -23,6 +24,7 @@ mod workload;
 mod ambiguous;
 mod kill_loop;
 mod postgres_only;
+mod power_loss;
 mod sqlite_only;
 
 /// The real binary, which cargo builds for this test binary; every fault
