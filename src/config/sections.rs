@@ -369,6 +369,7 @@ fn store_options(args: &ServeArgs, errors: &mut Errors) -> StoreOptions {
         postgres_lock_timeout: args.postgres_lock_timeout,
         sqlite_bytes_max: (args.sqlite_bytes_max > 0).then_some(args.sqlite_bytes_max),
         unsafe_accept_nondurable_postgres: args.unsafe_accept_nondurable_postgres,
+        unsafe_sqlite_synchronous_normal: args.unsafe_sqlite_synchronous_normal,
         clock: Clock::system(),
         postgres,
     }

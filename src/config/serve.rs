@@ -361,6 +361,13 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES")]
     pub unsafe_accept_nondurable_postgres: bool,
 
+    /// UNSAFE: run the SQLite store with synchronous=NORMAL instead of FULL,
+    /// so commits are acknowledged before the WAL is synced: a power loss
+    /// or an OS crash can lose writes stepwell has acknowledged. For the
+    /// fault suite's proof that its power-loss test can fail.
+    #[arg(long, env = "STEPWELL_UNSAFE_SQLITE_SYNCHRONOUS_NORMAL")]
+    pub unsafe_sqlite_synchronous_normal: bool,
+
     /// How long shutdown waits for in-flight requests, in seconds.
     #[arg(long = "shutdown-grace-seconds", value_name = "SECONDS", env = "STEPWELL_SHUTDOWN_GRACE_SECONDS", default_value = "30",
           value_parser = seconds(0, 3600))]

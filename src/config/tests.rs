@@ -351,6 +351,8 @@ fn the_environment_is_the_source_passed_in() {
     assert_eq!(serve(&["--state-bytes-max", "8192"], &env).unwrap().state_bytes_max, 8192);
     let off: Env = [("STEPWELL_UNSAFE_ACCEPT_NONDURABLE_POSTGRES", "false")].into_iter().collect();
     assert!(!serve(&[], &off).unwrap().unsafe_accept_nondurable_postgres);
+    assert!(serve(&["--unsafe-sqlite-synchronous-normal"], &off).unwrap().unsafe_sqlite_synchronous_normal);
+    assert!(!serve(&[], &off).unwrap().unsafe_sqlite_synchronous_normal);
     assert_eq!(ServeArgs::defaults().state_bytes_max, 1 << 20);
 }
 

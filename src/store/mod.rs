@@ -499,6 +499,9 @@ pub struct Options {
     pub sqlite_bytes_max: Option<u64>,
     /// Serve even on a Postgres that may lose acknowledged writes.
     pub unsafe_accept_nondurable_postgres: bool,
+    /// SQLite with `synchronous=NORMAL`, which may lose acknowledged writes
+    /// at a power loss (the fault suite's proof that it sees such losses).
+    pub unsafe_sqlite_synchronous_normal: bool,
     /// The clock leases are computed on (tests move its offset).
     pub clock: Clock,
     /// How a Postgres store is reached and which of its features it uses.

@@ -8,7 +8,8 @@
 //! - Indeterminate (UNAVAILABLE, DEADLINE_EXCEEDED, a reset connection): absent
 //!   or present once, never twice, never altered.
 //!
-//! For idempotency keys it checks that no key ever had two live holders
+//! For idempotency keys it checks that a key acquired is never lost (its
+//! record is there afterwards), that no key ever had two live holders
 //! (each acquisition's grant time, in the store's clock, is at or after the
 //! previous holder's lease expiry), that a recorded result never changes,
 //! that an acknowledged Complete is never lost, and, from the in-test effect
@@ -208,6 +209,8 @@ pub struct ReadBack {
 /// A key's record, as read back.
 pub struct Record {
     pub key: String,
+    /// Whether the store has a record for the key at all.
+    pub found: bool,
     /// The recorded result, if COMPLETED.
     pub result: Option<Vec<u8>>,
 }
@@ -436,6 +439,11 @@ impl History {
         let records: HashMap<&str, &Record> = records.iter().map(|r| (r.key.as_str(), r)).collect();
         verdict.keys = keys.len();
         for (key, history) in keys.iter() {
+            let found = records.get(key.as_str()).is_some_and(|r| r.found);
+            if !found && !history.acquisitions.is_empty() {
+                verdict.lost += 1;
+                verdict.violations.push(format!("{key}: acquired and acknowledged, but no record is stored (lost)"));
+            }
             let mut acquisitions = history.acquisitions.clone();
             acquisitions.sort_by_key(|a| a.token);
             for pair in acquisitions.windows(2) {
@@ -470,6 +478,7 @@ impl History {
                 match records.get(key.as_str()).and_then(|r| r.result.as_deref()) {
                     Some(recorded) if recorded == first => {}
                     Some(_) => verdict.violations.push(format!("{key}: the stored result is not the acknowledged one")),
+                    None if !found => {}
                     None => {
                         verdict.lost += 1;
                         verdict.violations.push(format!("{key}: completed and acknowledged, but not COMPLETED now"));

@@ -2,8 +2,10 @@
 //! acknowledged write survives anything and a write it could not make is
 //! reported, tested under faults. Writers run while the sidecar is killed
 //! (`kill_loop`), while Postgres crashes (`postgres_only`), while replies
-//! are lost after the commit (`ambiguous`), and while the disk fills or
-//! fails (`sqlite_only`); the `checker` (with `wait_checker` for waits)
+//! are lost after the commit (`ambiguous`), while the disk fills or
+//! fails (`sqlite_only`), and while the power is cut under SQLite
+//! (`power_loss`: `powercut.c` journals the store's changes, `journal` undoes
+//! what no fsync made durable); the `checker` (with `wait_checker` for waits)
 //! holds every logged outcome to what the store holds afterwards. The
 //! `workload` writes checkpoints, idempotent operations, records and, through
 //! `waits`, waits with timers, contended Signals and Awaits. Runs once per
@@ -14,6 +16,7 @@
 //! integration suite.
 
 mod checker;
+mod journal;
 mod profile;
 mod proxy;
 mod wait_checker;
@@ -23,6 +26,7 @@ mod workload;
 mod ambiguous;
 mod kill_loop;
 mod postgres_only;
+mod power_loss;
 mod sqlite_only;
 
 /// The real binary, which cargo builds for this test binary; every fault

@@ -1,6 +1,7 @@
 //! How hard a fault run pushes, and what it reports. The CI profile (the
 //! default) keeps the whole suite within minutes; `STEPWELL_FAULT_PROFILE=long`
-//! runs ten times the kill cycles and five times the outages. Random choices
+//! runs ten times the kill cycles and five times the outages, and 1,000
+//! power cuts per power-loss test. Random choices
 //! come from one seed (`fault_rng`), printed with every report and replayed
 //! with `STEPWELL_FAULT_SEED`. Each test prints one report line, and appends
 //! it as JSON to the file `STEPWELL_FAULT_REPORT` names, if set.
@@ -23,17 +24,29 @@ pub struct Profile {
     pub ambiguous_rounds: usize,
     /// Concurrent writers under every fault.
     pub writers: usize,
+    /// Power cuts of each power-loss test (`power_loss`).
+    pub power_cycles: usize,
 }
 
 impl Profile {
     pub fn from_env() -> Profile {
         match stepwell_test_support::setting("STEPWELL_FAULT_PROFILE").as_deref() {
-            Some("long") => {
-                Profile { name: "long", kill_cycles: 1000, outages: 50, ambiguous_rounds: 200, writers: 32 }
-            }
-            Some("ci") | None => {
-                Profile { name: "ci", kill_cycles: 100, outages: 10, ambiguous_rounds: 20, writers: 32 }
-            }
+            Some("long") => Profile {
+                name: "long",
+                kill_cycles: 1000,
+                outages: 50,
+                ambiguous_rounds: 200,
+                writers: 32,
+                power_cycles: 1000,
+            },
+            Some("ci") | None => Profile {
+                name: "ci",
+                kill_cycles: 100,
+                outages: 10,
+                ambiguous_rounds: 20,
+                writers: 32,
+                power_cycles: 30,
+            },
             Some(other) => panic!("STEPWELL_FAULT_PROFILE={other:?}: use ci or long"),
         }
     }

@@ -169,6 +169,7 @@ impl Tables {
             postgres_lock_timeout: WAIT,
             sqlite_bytes_max: None,
             unsafe_accept_nondurable_postgres: false,
+            unsafe_sqlite_synchronous_normal: false,
             clock: Clock::system(),
             postgres: super::PostgresMode::default(),
         };

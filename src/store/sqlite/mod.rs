@@ -1,5 +1,6 @@
 //! The embedded SQLite backend: one file in WAL mode with `synchronous=FULL`,
-//! so a commit has reached the disk before any write is acknowledged.
+//! so a commit has reached the disk before any write is acknowledged
+//! (`--unsafe-sqlite-synchronous-normal` gives that up, for the fault suite).
 //!
 //! Writes go through one connection, because SQLite admits one writer at a
 //! time and the group-commit queue in front of it is cheaper than lock
@@ -103,6 +104,8 @@ struct Settings {
     busy_timeout: Duration,
     /// The writer's cap on the file, in pages (`max_page_count`).
     max_pages: Option<u64>,
+    /// `synchronous` on every connection: FULL, or NORMAL when unsafe.
+    synchronous: &'static str,
 }
 
 impl Settings {
@@ -129,7 +132,7 @@ impl Settings {
         let conn = Connection::open_with_flags(&self.path, flags)?;
         conn.busy_timeout(self.busy_timeout)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "synchronous", self.synchronous)?;
         conn.pragma_update(None, "foreign_keys", false)?;
         conn.pragma_update(None, "analysis_limit", ANALYSIS_LIMIT)?;
         records::register_functions(&conn)?;
@@ -146,16 +149,31 @@ struct Readers {
     acquire_timeout: Duration,
 }
 
+/// `synchronous` for every connection: FULL, or NORMAL (with a warning at
+/// start) under `--unsafe-sqlite-synchronous-normal`, where a commit is
+/// acknowledged before the WAL is synced.
+fn synchronous(store: &Options) -> (SqliteSynchronous, &'static str) {
+    if store.unsafe_sqlite_synchronous_normal {
+        tracing::warn!(
+            "UNSAFE: SQLite runs with synchronous=NORMAL: a power loss or an OS crash may lose acknowledged writes"
+        );
+        (SqliteSynchronous::Normal, "NORMAL")
+    } else {
+        (SqliteSynchronous::Full, "FULL")
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if missing) the file at `path` and migrates it. With
     /// `sqlite_bytes_max`, the file may not grow past it: a write that would
     /// fails with SQLITE_FULL, as on a full disk.
     pub async fn open(path: &Path, store: &Options) -> Result<SqliteStore, Error> {
         let max_pages = store.sqlite_bytes_max.map(|bytes| (bytes / PAGE_BYTES).max(1));
+        let (synchronous, pragma) = synchronous(store);
         let mut options = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(synchronous)
             .busy_timeout(store.sqlite_busy_timeout)
             .foreign_keys(false);
         if let Some(pages) = max_pages {
@@ -179,7 +197,8 @@ impl SqliteStore {
         migrating.close().await;
         migrated.map_err(migration_failed)?;
         drop(lock);
-        let settings = Settings { path: path.to_owned(), busy_timeout: store.sqlite_busy_timeout, max_pages };
+        let settings =
+            Settings { path: path.to_owned(), busy_timeout: store.sqlite_busy_timeout, max_pages, synchronous: pragma };
         let opening = settings.clone();
         let writer = tokio::task::spawn_blocking(move || {
             let conn = opening.connect_writer()?;
@@ -880,5 +899,40 @@ mod tests {
         assert_eq!(error.cause(), Cause::SqliteBusy, "{error}");
         assert!(error.cause().is_contention());
         assert_eq!(error.code().as_deref(), Some("5"), "SQLITE_BUSY's result code is logged");
+    }
+
+    #[test]
+    fn the_unsafe_flag_sets_synchronous_normal_and_its_absence_full() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("sync.db");
+        Connection::open(&path).expect("create the file").execute_batch("PRAGMA journal_mode = WAL").expect("WAL");
+        // PRAGMA synchronous reads 1 for NORMAL and 2 for FULL.
+        for (unsafe_normal, expected) in [(false, 2), (true, 1)] {
+            let options = Options {
+                database: crate::store::Database::Sqlite { path: path.clone() },
+                pool_max: 1,
+                acquire_timeout: Duration::from_secs(1),
+                sqlite_busy_timeout: Duration::from_secs(1),
+                migration_lock_timeout: Duration::from_secs(1),
+                postgres_statement_timeout: Duration::ZERO,
+                postgres_lock_timeout: Duration::from_secs(1),
+                sqlite_bytes_max: None,
+                unsafe_accept_nondurable_postgres: false,
+                unsafe_sqlite_synchronous_normal: unsafe_normal,
+                clock: crate::domain::clock::Clock::system(),
+            };
+            let (_, pragma) = synchronous(&options);
+            let settings = Settings {
+                path: path.clone(),
+                busy_timeout: Duration::from_secs(1),
+                max_pages: None,
+                synchronous: pragma,
+            };
+            for conn in [settings.connect_writer(), settings.connect_reader()] {
+                let conn = conn.expect("connect");
+                let level: i64 = conn.query_row("PRAGMA synchronous", [], |row| row.get(0)).expect("read synchronous");
+                assert_eq!(level, expected, "unsafe_sqlite_synchronous_normal = {unsafe_normal}");
+            }
+        }
     }
 }
