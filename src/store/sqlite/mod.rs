@@ -920,6 +920,7 @@ mod tests {
                 unsafe_accept_nondurable_postgres: false,
                 unsafe_sqlite_synchronous_normal: unsafe_normal,
                 clock: crate::domain::clock::Clock::system(),
+                postgres: crate::store::PostgresMode::default(),
             };
             let (_, pragma) = synchronous(&options);
             let settings = Settings {
