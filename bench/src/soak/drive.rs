@@ -128,5 +128,5 @@ async fn read(watched: &Watched, start: Instant, with_tables: bool) -> Result<Sa
         _ => None,
     };
     let wal_bytes = watched.sqlite.as_deref().map(sample::wal_bytes);
-    Ok(Sample { t_s, rss_kib, fds, wal_bytes, metrics, pg_tables })
+    Ok(Sample { t_s, rss_kib, fds, load1: sample::load1(), wal_bytes, metrics, pg_tables })
 }

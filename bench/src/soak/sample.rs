@@ -48,6 +48,8 @@ pub struct Sample {
     pub t_s: f64,
     pub rss_kib: u64,
     pub fds: u64,
+    /// The machine's 1-minute load average, which everything on it shares.
+    pub load1: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wal_bytes: Option<u64>,
     pub metrics: BTreeMap<String, f64>,
@@ -66,6 +68,12 @@ pub fn process(pid: u32) -> Result<(u64, u64), String> {
         .ok_or_else(|| format!("/proc/{pid}/status has no VmRSS"))?;
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_err(|e| format!("/proc/{pid}/fd: {e}"))?.count();
     Ok((rss, fds as u64))
+}
+
+/// The machine's 1-minute load average (0 if /proc/loadavg cannot be read).
+pub fn load1() -> f64 {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    text.split_whitespace().next().and_then(|l| l.parse().ok()).unwrap_or(0.0)
 }
 
 /// The size of the `-wal` file beside the SQLite database at `path` (0 while there is none).
