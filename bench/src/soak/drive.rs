@@ -24,7 +24,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(120);
 /// What a drive sent.
 pub struct Driven {
     pub windows: Windows,
-    /// Requests sent (skipped ones not counted).
+    /// Requests sent, skipped ones (nothing to act on yet) included.
     pub sent: u64,
     pub seconds: f64,
 }
