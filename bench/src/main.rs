@@ -7,7 +7,9 @@
 //! `stepwell-bench floor-server --listen ADDR` serves the floor baseline
 //! instead (see `floor`); the harness starts it as a child of its own.
 //! `stepwell-bench memory ...` measures the sidecar's memory instead (see
-//! `memory`; `bench/memory/run` runs it).
+//! `memory`; `bench/memory/run` runs it). `stepwell-bench soak ...` holds
+//! a mixed load at half the sidecar's peak for a long time and reports its
+//! resources and latency over time instead (see `soak`; `bench/soak/run`).
 //!
 //! It is normally run by `bench/run`, which builds it, starts a throwaway
 //! Postgres and passes its URL in `STEPWELL_TEST_POSTGRES_URL`. Exit status:
@@ -27,6 +29,7 @@ mod plot;
 mod report;
 mod shape;
 mod sidecar;
+mod soak;
 mod stores;
 mod suite;
 mod workloads;
@@ -153,6 +156,11 @@ fn main() -> ExitCode {
     if argv.get(1).map(String::as_str) == Some(memory::SUBCOMMAND) {
         let runtime = shape::Shape::default().build_runtime().expect("a tokio runtime");
         return runtime.block_on(until_interrupted(memory::main(&argv[2..])));
+    }
+    // So has the soak's.
+    if argv.get(1).map(String::as_str) == Some(soak::SUBCOMMAND) {
+        let runtime = shape::Shape::default().build_runtime().expect("a tokio runtime");
+        return runtime.block_on(until_interrupted(soak::main(&argv[2..])));
     }
     let args = Args::parse();
     shape::set(args.shape());
