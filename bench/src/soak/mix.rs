@@ -21,8 +21,7 @@ use super::ops;
 use super::stats::{Kind, Outcome};
 use crate::payload::mix;
 
-/// Checkpoints per turn; the last is terminal.
-pub const TURN_LENGTH: u64 = 8;
+pub use super::ops::TURN_LENGTH;
 
 /// The cycle of kinds: 16 checkpoints (two turns) to one DeleteTurn (half
 /// the turns), spread so that no kind comes in bursts.

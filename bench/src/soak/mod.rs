@@ -149,7 +149,7 @@ async fn run(args: Args) -> Result<bool, String> {
         soaks.push(soaked);
     }
     let meta = report::meta(&args, temp.path(), &started_at, pg.as_ref());
-    let text = report::write(&args.out, &meta, &soaks)?;
+    let text = report::write(&args.out, &meta, &soaks, plot::svg)?;
     println!("{text}");
     let failed: u64 = soaks.iter().map(Soaked::failures).sum();
     if failed > 0 {

@@ -14,8 +14,10 @@ use stepwell::api::pb::{
 };
 use tonic::transport::Channel;
 
-use super::mix::TURN_LENGTH;
 use super::stats::Outcome;
+
+/// Checkpoints per turn; the last is terminal.
+pub const TURN_LENGTH: u64 = 8;
 
 /// The namespace the soak writes in.
 pub const NAMESPACE: &str = "soak";

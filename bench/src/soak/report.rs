@@ -194,15 +194,20 @@ pub fn meta(args: &Args, dir: &Path, started_at: &str, pg: Option<&PgServer>) ->
     meta
 }
 
-/// Writes results.json, results.md and soak.svg into `out`; answers the Markdown.
-pub fn write(out: &Path, meta: &Map<String, Value>, soaks: &[Soaked]) -> Result<String, String> {
+/// Writes results.json, results.md and soak.svg (drawn by `svg`, the
+/// plot's) into `out`; answers the Markdown.
+pub fn write(
+    out: &Path,
+    meta: &Map<String, Value>,
+    soaks: &[Soaked],
+    svg: impl Fn(&[Soaked], &str) -> String,
+) -> Result<String, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("create {}: {e}", out.display()))?;
     let json = json!({ "meta": meta, "soaks": soaks });
     let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())? + "\n";
     let markdown = markdown(meta, soaks);
     let subtitle = format!("{} — {}", text_of(meta, "started_at"), text_of(meta, "machine_summary"));
-    for (name, body) in
-        [("results.json", text), ("results.md", markdown.clone()), ("soak.svg", super::plot::svg(soaks, &subtitle))]
+    for (name, body) in [("results.json", text), ("results.md", markdown.clone()), ("soak.svg", svg(soaks, &subtitle))]
     {
         std::fs::write(out.join(name), body).map_err(|e| format!("write {name}: {e}"))?;
     }
