@@ -138,31 +138,38 @@ fn panel(out: &mut String, left: f64, title: &str, y_label: &str, callers: &[f64
             px = x(c),
         );
     }
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" class="xlabel">concurrent callers (log scale)</text>"#,
-        x0 + w / 2.0,
-        y0 + h + 36.0
-    );
+    axis_titles(out, (left, x0, y0, w, h), "concurrent callers (log scale)", y_label);
+    for line in lines {
+        let points: Vec<(f64, f64)> = line.points.iter().map(|&(c, v)| (x(c), y(v))).collect();
+        polyline(out, &points, line.color, line.backend == Backend::Postgres, 2.0);
+        for &(c, v) in &line.points {
+            let _ = writeln!(out, "{}", marker(x(c), y(v), line));
+        }
+    }
+}
+
+/// A panel's axis titles: `x_label` under a plot area that starts at
+/// (`x0`, `y0`) and is `w` by `h`, and `y_label` turned up beside it, at the
+/// panel's left edge `left`.
+pub fn axis_titles(out: &mut String, (left, x0, y0, w, h): (f64, f64, f64, f64, f64), x_label: &str, y_label: &str) {
+    let _ = writeln!(out, r#"<text x="{}" y="{}" class="xlabel">{x_label}</text>"#, x0 + w / 2.0, y0 + h + 36.0);
     let _ = writeln!(
         out,
         r#"<text transform="translate({},{}) rotate(-90)" class="ylabel">{y_label}</text>"#,
         left + 16.0,
         y0 + h / 2.0
     );
-    for line in lines {
-        let points: Vec<String> = line.points.iter().map(|&(c, v)| format!("{:.1},{:.1}", x(c), y(v))).collect();
-        let dash = if line.backend == Backend::Postgres { r#" stroke-dasharray="6 4""# } else { "" };
-        let _ = writeln!(
-            out,
-            r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
-            points.join(" "),
-            line.color
-        );
-        for &(c, v) in &line.points {
-            let _ = writeln!(out, "{}", marker(x(c), y(v), line));
-        }
-    }
+}
+
+/// A line through `points` (in pixels), dashed for Postgres's series.
+pub fn polyline(out: &mut String, points: &[(f64, f64)], color: &str, dashed: bool, width: f64) {
+    let points: Vec<String> = points.iter().map(|&(a, b)| format!("{a:.1},{b:.1}")).collect();
+    let dash = if dashed { r#" stroke-dasharray="6 4""# } else { "" };
+    let _ = writeln!(
+        out,
+        r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="{width}"{dash}/>"#,
+        points.join(" ")
+    );
 }
 
 fn marker(cx: f64, cy: f64, line: &Series) -> String {

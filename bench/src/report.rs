@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::load::Measured;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     Sqlite,

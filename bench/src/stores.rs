@@ -130,6 +130,16 @@ const SETTINGS: [&str; 9] = [
 ];
 
 impl PgServer {
+    /// The server at `url`, if Postgres is `wanted`; a run that wants it
+    /// with no URL cannot start.
+    pub async fn if_wanted(wanted: bool, url: Option<&str>) -> Result<Option<PgServer>, String> {
+        match (wanted, url) {
+            (false, _) => Ok(None),
+            (true, Some(url)) => Ok(Some(PgServer::connect(url).await?)),
+            (true, None) => Err("Postgres needs --postgres-url or STEPWELL_TEST_POSTGRES_URL".into()),
+        }
+    }
+
     pub async fn connect(admin_url: &str) -> Result<PgServer, String> {
         let mut conn = PgConnection::connect(admin_url).await.map_err(|e| format!("connect to Postgres: {e}"))?;
         let mut settings = Vec::new();

@@ -32,3 +32,20 @@ mod sqlite_only;
 /// The real binary, which cargo builds for this test binary; every fault
 /// run kills or starts it through `SidecarProcess::builder`.
 const STEPWELL: &str = env!("CARGO_BIN_EXE_stepwell");
+
+/// Builds the LD_PRELOAD shim `tests/faults/NAME.c` with the system C
+/// compiler (`CC`, or `cc`) into a temporary shared object, linked with
+/// `libs`; `what` names the tests that need it, for the error.
+fn build_shim(name: &str, libs: &[&str], what: &str) -> std::path::PathBuf {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/faults/{name}.c"));
+    let out = std::env::temp_dir().join(format!("stepwell-{name}-{}.so", std::process::id()));
+    let status = std::process::Command::new(stepwell_test_support::setting("CC").unwrap_or_else(|| "cc".into()))
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&out)
+        .arg(&source)
+        .args(libs)
+        .status()
+        .unwrap_or_else(|error| panic!("{what} need a C compiler (cc): install gcc ({error})"));
+    assert!(status.success(), "compiling {} failed", source.display());
+    out
+}

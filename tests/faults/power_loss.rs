@@ -16,7 +16,7 @@
 //!   `synchronous=NORMAL` (`--unsafe-sqlite-synchronous-normal`) must lose
 //!   acknowledged writes, and the checker must see it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,20 +58,7 @@ const SUMMARIES_DISAGREEING: &str = "
 /// Builds `powercut.c` with the system C compiler, once per test binary run.
 fn shim() -> PathBuf {
     static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    SHIM.get_or_init(|| {
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faults/powercut.c");
-        let out = std::env::temp_dir().join(format!("stepwell-powercut-{}.so", std::process::id()));
-        let status = Command::new(stepwell_test_support::setting("CC").unwrap_or_else(|| "cc".into()))
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&out)
-            .arg(&source)
-            .args(["-ldl", "-lpthread"])
-            .status()
-            .expect("the power-loss tests need a C compiler (cc): install gcc");
-        assert!(status.success(), "compiling {} failed", source.display());
-        out
-    })
-    .clone()
+    SHIM.get_or_init(|| crate::build_shim("powercut", &["-ldl", "-lpthread"], "the power-loss tests")).clone()
 }
 
 /// A store whose sidecars run under the power-cut shim, and its journal

@@ -10,8 +10,7 @@
 //!   the answer is an error or OK with the row stored; the next write on the
 //!   same sidecar succeeds; the file stays intact.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::json;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -132,20 +131,7 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers_when_space_is_freed
 /// Builds the shim with the system C compiler, once per test binary run.
 fn shim() -> PathBuf {
     static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    SHIM.get_or_init(|| {
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/faults/iofail.c");
-        let out = std::env::temp_dir().join(format!("stepwell-iofail-{}.so", std::process::id()));
-        let status = Command::new(stepwell_test_support::setting("CC").unwrap_or_else(|| "cc".into()))
-            .args(["-shared", "-fPIC", "-O2", "-o"])
-            .arg(&out)
-            .arg(&source)
-            .arg("-ldl")
-            .status()
-            .expect("the I/O-error sweep needs a C compiler (cc): install gcc");
-        assert!(status.success(), "compiling {} failed", source.display());
-        out
-    })
-    .clone()
+    SHIM.get_or_init(|| crate::build_shim("iofail", &["-ldl"], "the I/O-error sweep tests")).clone()
 }
 
 /// What one injected fault did to one operation.

@@ -149,11 +149,7 @@ async fn run(args: Args) -> Result<bool, String> {
     if !args.stepwell.is_file() {
         return Err(format!("no sidecar binary at {}", args.stepwell.display()));
     }
-    let pg = match (args.backends.contains(&Backend::Postgres), &args.postgres_url) {
-        (false, _) => None,
-        (true, Some(url)) => Some(PgServer::connect(url).await?),
-        (true, None) => return Err("Postgres needs --postgres-url or STEPWELL_TEST_POSTGRES_URL".into()),
-    };
+    let pg = PgServer::if_wanted(args.backends.contains(&Backend::Postgres), args.postgres_url.as_deref()).await?;
     let temp = tempfile::Builder::new().prefix("stepwell-memory.").tempdir().map_err(|e| e.to_string())?;
     let limit = Duration::from_secs(args.settle_seconds);
     let context = Context { args, flags, dir: temp.path().to_owned(), pg, limit };

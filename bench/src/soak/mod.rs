@@ -88,21 +88,8 @@ pub struct Args {
     command: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Sqlite => "SQLite",
-            Backend::Postgres => "Postgres",
-        }
-    }
-}
+/// The stores a soak runs on: the harness's own.
+pub use crate::report::Backend;
 
 impl Args {
     /// The sidecar flags beyond --listen and --database-url.
@@ -134,11 +121,7 @@ async fn run(args: Args) -> Result<bool, String> {
     if !args.stepwell.is_file() {
         return Err(format!("no sidecar binary at {}", args.stepwell.display()));
     }
-    let pg = match (args.backends.contains(&Backend::Postgres), &args.postgres_url) {
-        (false, _) => None,
-        (true, Some(url)) => Some(PgServer::connect(url).await?),
-        (true, None) => return Err("Postgres needs --postgres-url or STEPWELL_TEST_POSTGRES_URL".into()),
-    };
+    let pg = PgServer::if_wanted(args.backends.contains(&Backend::Postgres), args.postgres_url.as_deref()).await?;
     let temp = tempfile::Builder::new().prefix("stepwell-soak.").tempdir().map_err(|e| e.to_string())?;
     let started_at = report::now_utc();
     let mut soaks = Vec::new();

@@ -106,27 +106,10 @@ fn panel(out: &mut String, (left, top): (f64, f64), title: &str, y_label: &str, 
             py = y(vy),
         );
     }
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" class="xlabel">minutes into the soak</text>"#,
-        x0 + w / 2.0,
-        y0 + h + 36.0
-    );
-    let _ = writeln!(
-        out,
-        r#"<text transform="translate({},{}) rotate(-90)" class="ylabel">{y_label}</text>"#,
-        left + 16.0,
-        y0 + h / 2.0
-    );
+    crate::plot::axis_titles(out, (left, x0, y0, w, h), "minutes into the soak", y_label);
     for line in lines {
-        let points: Vec<String> = line.points.iter().map(|&(a, b)| format!("{:.1},{:.1}", x(a), y(b))).collect();
-        let dash = if line.backend == Backend::Postgres { r#" stroke-dasharray="6 4""# } else { "" };
-        let _ = writeln!(
-            out,
-            r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"{dash}/>"#,
-            points.join(" "),
-            line.color
-        );
+        let points: Vec<(f64, f64)> = line.points.iter().map(|&(a, b)| (x(a), y(b))).collect();
+        crate::plot::polyline(out, &points, line.color, line.backend == Backend::Postgres, 1.5);
     }
 }
 
