@@ -19,7 +19,7 @@ use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, SqlSafeStr};
 
-use super::session::{Session, pooler_safe};
+use super::session::Session;
 use crate::store::Error;
 use crate::store::cause::migration_failed;
 
@@ -94,7 +94,7 @@ async fn in_one_transaction(
     session: &Session,
     lock_wait: Duration,
 ) -> Result<(), MigrateError> {
-    let options = if session.pooled() { pooler_safe(base.clone()) } else { base.clone() };
+    let options = session.bare_options(base);
     let limits = format!("SET LOCAL lock_timeout = '{}'; SET LOCAL statement_timeout = 0", lock_wait.as_millis());
     let mut holder = PgConnection::connect_with(&options).await?;
     make_lock_row(&mut holder, session, &limits).await?;

@@ -1,8 +1,8 @@
 //! The Postgres backend: one database shared by many sidecars. Every write
-//! commits with `synchronous_commit=on` (set on each connection), and at
-//! start-up the store refuses a server that would not keep acknowledged
-//! writes. Migrations run under sqlx's advisory lock, so sidecars starting
-//! together migrate once.
+//! commits with `synchronous_commit=on` (set on each connection, or behind
+//! a pooler in each transaction: `session`), and at start-up the store
+//! refuses a server that would not keep acknowledged writes. Migrations run
+//! under a lock (`migrate`), so sidecars starting together migrate once.
 //!
 //! Lease arithmetic runs on the database server's clock (plus the test
 //! offset), so sidecars with skewed clocks agree on who holds a lease. A
@@ -180,10 +180,9 @@ impl PostgresStore {
     }
 
     /// Runs `batch` and commits it: in a transaction, unless the batch is
-    /// one statement.
-    /// Behind a pooler every batch is a transaction, which sets the
-    /// connection's settings; the portable profile draws fencing tokens
-    /// from a counter row, which the one-statement keys path does not.
+    /// one statement. Behind a pooler every batch is a transaction, which
+    /// sets the connection's settings; the portable profile draws fencing
+    /// tokens from a counter row, which the one-statement keys path does not.
     async fn run_batch(&self, batch: &[Write], recorded_at: UnixNanos) -> Result<crate::store::batch::Ran, Error> {
         let mut conn = self.acquire().await?;
         let (clock, portable) = (&self.clock, self.session.portable());

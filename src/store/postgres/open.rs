@@ -90,7 +90,7 @@ pub(super) async fn check_durability(
     session: &Session,
     nondurable: Nondurable,
 ) -> Result<(), Error> {
-    let options = if session.pooled() { super::session::pooler_safe(options.clone()) } else { options.clone() };
+    let options = session.bare_options(options);
     let shown = settings_shown(&options, session, &["fsync", "synchronous_commit"]).await?;
     let (fsync, synchronous_commit) = (&shown[0], &shown[1]);
     let mut problems = Vec::new();

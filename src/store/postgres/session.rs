@@ -19,6 +19,7 @@
 //! transaction both reach the same server session.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::pool::PoolConnection;
@@ -36,8 +37,9 @@ pub(super) struct Session {
     portable: bool,
     /// The settings every unit of work runs under, as (name, value).
     settings: Vec<(&'static str, String)>,
-    /// What a transaction begins with.
-    begin: String,
+    /// What a transaction begins with behind a pooler (directly, sqlx's
+    /// own `BEGIN`).
+    begin: Arc<str>,
 }
 
 impl Session {
@@ -49,7 +51,7 @@ impl Session {
             ("lock_timeout", lock_timeout.as_millis().to_string()),
         ];
         let pooled = mode.pooler == Pooler::Transaction;
-        let begin = if pooled { begin_pooled(&settings) } else { "BEGIN".to_owned() };
+        let begin = if pooled { begin_pooled(&settings) } else { "BEGIN".to_owned() }.into();
         let portable = mode.profile == PostgresProfile::Portable;
         Session { pooled, portable, settings, begin }
     }
@@ -80,9 +82,16 @@ impl Session {
         base.options(settings)
     }
 
+    /// `base` without the session's settings, as this session may connect
+    /// with it: behind a pooler, with nothing the pooler refuses.
+    pub(super) fn bare_options(&self, base: &PgConnectOptions) -> PgConnectOptions {
+        if self.pooled { pooler_safe(base.clone()) } else { base.clone() }
+    }
+
     /// A transaction on `conn`, begun as this session begins one.
     pub(super) async fn begin<'c>(&self, conn: &'c mut PgConnection) -> Result<Transaction<'c, Postgres>, sqlx::Error> {
-        Transaction::begin(conn, Some(AssertSqlSafe(self.begin.clone()).into_sql_str())).await
+        let statement = self.pooled.then(|| AssertSqlSafe(self.begin.clone()).into_sql_str());
+        Transaction::begin(conn, statement).await
     }
 
     /// A session of the given kind with the default settings.
@@ -123,7 +132,7 @@ impl Session {
 /// Connect options a pooler in transaction mode accepts: no startup
 /// parameter PgBouncer refuses, and no statement cache, so that no
 /// statement is looked for by name in a later transaction.
-pub(super) fn pooler_safe(base: PgConnectOptions) -> PgConnectOptions {
+fn pooler_safe(base: PgConnectOptions) -> PgConnectOptions {
     base.extra_float_digits(None).statement_cache_capacity(0)
 }
 
@@ -192,7 +201,7 @@ mod tests {
         let session = Session::of(true, false);
         let begin = with_characteristics(&session.begin, Some("ISOLATION LEVEL REPEATABLE READ"));
         assert!(begin.starts_with("BEGIN ISOLATION LEVEL REPEATABLE READ; DEALLOCATE ALL; SET LOCAL"), "{begin}");
-        assert_eq!(with_characteristics(&session.begin, None), session.begin);
+        assert_eq!(with_characteristics(&session.begin, None), &*session.begin);
     }
 
     #[test]
