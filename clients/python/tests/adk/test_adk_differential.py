@@ -30,8 +30,9 @@ still legitimately differs, and how the test treats it:
 The database service's SQLite file is on a memory file system when there is
 one (/dev/shm), and one database serves many sequences, each with app names
 of its own: with its file on disk the test took about twice as long.
-At least 1,000 sequences (STEPWELL_ADK_SEQUENCES changes it for a quick run);
-the test prints how many ran.
+1,000 sequences by default, as clients/python/test runs it alone;
+STEPWELL_ADK_SEQUENCES changes it, and the test command (scripts/test) sets
+300 per store, its short version. The test prints how many ran.
 """
 
 from __future__ import annotations
