@@ -58,9 +58,14 @@ echo "== pass 1: the LangGraph saver, the OpenAI Agents session and the Google A
 # ../../scripts/with-postgres starts the cluster (or uses STEPWELL_TEST_POSTGRES_URL);
 # every spec runs on both stores and fails, never skips, without one.
 # The cross-language specs drive the Python saver, session and ADK session
-# service through the Python client's test venv (clients/python/test makes
-# it, with LangGraph, openai-agents and google-adk), and fail without it.
-export STEPWELL_TEST_PYTHON="${STEPWELL_TEST_PYTHON:-${STEPWELL_CACHE_DIR:-$HOME/.cache/stepwell}/py-test/bin/python}"
+# service through the Python client's test venv, with LangGraph,
+# openai-agents and google-adk. ../python/venv makes it, or waits under its
+# lock while the Python lane makes it, so these specs never run on a
+# half-made venv.
+if [ -z "${STEPWELL_TEST_PYTHON:-}" ]; then
+  STEPWELL_TEST_PYTHON="$(../python/venv)"
+fi
+export STEPWELL_TEST_PYTHON
 (cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run --reporter=dot)
 
 ../../scripts/make-test-pki "$security_dir" spiffe://stepwell.test/typescript-client
