@@ -767,7 +767,8 @@ impl Suite {
         let delete = tokio::spawn(async move {
             tokio::time::sleep(window.warmup).await;
             let started = Instant::now();
-            let request = DeleteTurnRequest { namespace: NAMESPACE.into(), turn_id: "delete-big".into() };
+            let request =
+                DeleteTurnRequest { namespace: NAMESPACE.into(), turn_id: "delete-big".into(), include_records: false };
             let answer = client.delete_turn(request).await;
             (answer, started.elapsed())
         });

@@ -153,12 +153,12 @@ impl CheckpointApi {
     async fn delete_turn(&self, req: DeleteTurnRequest) -> Result<DeleteTurnResponse> {
         let namespace = validate::namespace(req.namespace)?;
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
-        let deleted = self.shared.writer()?.delete_turn(namespace, turn_id).await?;
-        if deleted > 0 {
-            self.shared.metrics().turns_deleted.increment(1);
-            self.shared.metrics().checkpoints_deleted.increment(deleted);
-        }
-        Ok(DeleteTurnResponse { deleted })
+        let deleted = self.shared.delete_turn(namespace, turn_id, req.include_records).await?;
+        Ok(DeleteTurnResponse {
+            deleted: deleted.checkpoints,
+            records_deleted: deleted.records,
+            waits_deleted: deleted.waits,
+        })
     }
 }
 

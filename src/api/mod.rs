@@ -36,7 +36,7 @@ use crate::domain::rpc::Rpc;
 use crate::observe::metrics::Metrics;
 use crate::observe::traces;
 use crate::store::writer::Writer;
-use crate::store::{Handle, Store};
+use crate::store::{Handle, Store, TurnDeleted};
 
 /// The generated protobuf types, servers and clients of `stepwell.v1`.
 pub mod pb {
@@ -242,6 +242,19 @@ impl Shared {
     /// Every write goes through the writer, once the store is open.
     pub fn writer(&self) -> Result<&Writer> {
         Ok(&self.opened()?.writer)
+    }
+
+    /// Deletes a turn (its checkpoints and waits, and with `records` its
+    /// records) through the writer and counts it in the metrics: the one
+    /// DeleteTurn of the API and of the console.
+    pub async fn delete_turn(&self, namespace: String, turn_id: String, records: bool) -> Result<TurnDeleted> {
+        let deleted = self.writer()?.delete_turn(namespace, turn_id, records).await?;
+        if deleted.checkpoints > 0 || deleted.records > 0 || deleted.waits > 0 {
+            self.metrics.turns_deleted.increment(1);
+            self.metrics.checkpoints_deleted.increment(deleted.checkpoints);
+            self.metrics.records_removed.increment(deleted.records);
+        }
+        Ok(deleted)
     }
 
     /// The store, for reads, once it is open and while it answers.

@@ -279,9 +279,9 @@ pub async fn delete_chunk(
     after: Option<Cursor>,
     only_if: Option<Expired>,
 ) -> Result<Deleted, DbError> {
-    let deleted = delete_checkpoints(statements, namespace, turn_id, rows, after, only_if).await?;
+    let mut deleted = delete_checkpoints(statements, namespace, turn_id, rows, after, only_if).await?;
     if deleted.gone {
-        statements.delete_turn_waits(namespace, turn_id).await?;
+        deleted.waits = statements.delete_turn_waits(namespace, turn_id).await?;
     }
     Ok(deleted)
 }
@@ -298,13 +298,13 @@ async fn delete_checkpoints(
     let Some((count, last_ts_ns, terminal)) = statements.lock_turn(namespace, turn_id).await? else {
         // No summary: no checkpoints committed, and any being appended
         // commit after this delete.
-        return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
+        return Ok(Deleted { checkpoints: 0, waits: 0, gone: true, next: None, kept: false });
     };
     if let Some(expired) = only_if
         && (last_ts_ns >= expired.last_before || terminal != expired.terminal)
     {
         // Written since retention chose it, or its status changed.
-        return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: true });
+        return Ok(Deleted { checkpoints: 0, waits: 0, gone: false, next: None, kept: true });
     }
     let from = after.unwrap_or(Cursor { timestamp: i64::MIN, seq: i64::MIN });
     let gone = statements.delete_oldest(namespace, turn_id, from, rows).await?;
@@ -314,20 +314,20 @@ async fn delete_checkpoints(
         if after.is_none() {
             // Nothing at all is left: the summary goes with the turn.
             statements.delete_summary(namespace, turn_id).await?;
-            return Ok(Deleted { checkpoints: 0, gone: true, next: None, kept: false });
+            return Ok(Deleted { checkpoints: 0, waits: 0, gone: true, next: None, kept: false });
         }
         // Nothing after the cursor, but checkpoints appended meanwhile
         // with older timestamps: the next chunk starts from the start.
-        return Ok(Deleted { checkpoints: 0, gone: false, next: None, kept: false });
+        return Ok(Deleted { checkpoints: 0, waits: 0, gone: false, next: None, kept: false });
     };
     let deleted_rows = i64::try_from(deleted).unwrap_or(i64::MAX);
     if deleted_rows >= count {
         statements.delete_summary(namespace, turn_id).await?;
-        return Ok(Deleted { checkpoints: deleted, gone: true, next: None, kept: false });
+        return Ok(Deleted { checkpoints: deleted, waits: 0, gone: true, next: None, kept: false });
     }
     let oldest_left = statements.oldest_after(namespace, turn_id, last).await?;
     statements.shrink_turn(namespace, turn_id, deleted_rows, oldest_gone, oldest_left.unwrap_or(oldest_gone)).await?;
-    Ok(Deleted { checkpoints: deleted, gone: false, next: Some(last), kept: false })
+    Ok(Deleted { checkpoints: deleted, waits: 0, gone: false, next: Some(last), kept: false })
 }
 
 /// The statements a backend runs for a batch, on one connection: its SQL,

@@ -289,11 +289,23 @@ pub struct IdleQuery {
     pub limit: u32,
 }
 
+/// What a whole DeleteTurn deleted, over all its chunks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TurnDeleted {
+    pub checkpoints: u64,
+    pub waits: u64,
+    /// The turn's records, when the delete asked for them.
+    pub records: u64,
+}
+
 /// What one chunk of a DeleteTurn did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deleted {
     /// How many checkpoints went.
     pub checkpoints: u64,
+    /// How many waits went: the turn's every wait, in the chunk that found
+    /// it gone.
+    pub waits: u64,
     /// Whether the turn is gone: no checkpoint of it and no summary is left.
     pub gone: bool,
     /// Where the next chunk starts: after the last checkpoint this one

@@ -178,8 +178,8 @@ pub trait WaitStatements: Send {
     async fn insert_settled_wait(&mut self, settle: &Settle, at: UnixNanos) -> Result<Option<Wait>, DbError>;
     /// Settles up to `limit` waits due by `now`; answers those it settled.
     async fn fire_due(&mut self, now: UnixNanos, limit: u32) -> Result<Vec<Wait>, DbError>;
-    /// Deletes every wait of a turn.
-    async fn delete_turn_waits(&mut self, namespace: &str, turn_id: &str) -> Result<(), DbError>;
+    /// Deletes every wait of a turn; answers how many went.
+    async fn delete_turn_waits(&mut self, namespace: &str, turn_id: &str) -> Result<u64, DbError>;
 }
 
 /// A CreateWait: the first creation stands, a repeat finds it.

@@ -61,7 +61,7 @@ use opentelemetry::trace::SpanContext;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, Write, Written};
+use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, TurnDeleted, Write, Written};
 use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyState};
 use crate::domain::model::{Appended, NewCheckpoint, UnixNanos};
 use crate::domain::records::{PutRefusal, RecordDelete, RecordPut};
@@ -258,13 +258,20 @@ impl Writer {
         self.submit(Write::Append(checkpoint), Pending::Appended).await
     }
 
-    /// Deletes a turn chunk by chunk until it is gone; answers how many
-    /// checkpoints went. Each chunk commits on its own, so a delete that
-    /// fails or is cancelled midway leaves the turn partly deleted, with a
-    /// true summary, and a retry finishes it. Checkpoints appended to the
-    /// turn while it is being deleted are deleted too.
-    pub async fn delete_turn(&self, namespace: String, turn_id: String) -> Result<u64, Error> {
-        Ok(self.delete_chunks(namespace, turn_id, None).await?.0)
+    /// Deletes a turn chunk by chunk until it is gone, its waits with the
+    /// last chunk, and with `records` then its records of every kind, in a
+    /// transaction of their own; answers how much went. Each chunk commits
+    /// on its own, so a delete that fails or is cancelled midway leaves the
+    /// turn partly deleted, with a true summary, and a retry finishes it.
+    /// Checkpoints appended to the turn while it is being deleted are
+    /// deleted too.
+    pub async fn delete_turn(&self, namespace: String, turn_id: String, records: bool) -> Result<TurnDeleted, Error> {
+        let mut deleted = self.delete_chunks(namespace.clone(), turn_id.clone(), None).await?.0;
+        if records {
+            let every = RecordDelete { namespace, turn_ids: vec![turn_id], selection: None, idle_before: None };
+            deleted.records = self.delete_records(every).await?;
+        }
+        Ok(deleted)
     }
 
     /// Deletes a turn retention chose, chunk by chunk, while it still is
@@ -278,7 +285,8 @@ impl Writer {
         turn_id: String,
         expired: Expired,
     ) -> Result<(u64, bool), Error> {
-        self.delete_chunks(namespace, turn_id, Some(expired)).await
+        let (deleted, gone) = self.delete_chunks(namespace, turn_id, Some(expired)).await?;
+        Ok((deleted.checkpoints, gone))
     }
 
     async fn delete_chunks(
@@ -286,8 +294,8 @@ impl Writer {
         namespace: String,
         turn_id: String,
         only_if: Option<Expired>,
-    ) -> Result<(u64, bool), Error> {
-        let (mut total, mut after) = (0, None);
+    ) -> Result<(TurnDeleted, bool), Error> {
+        let (mut total, mut after) = (TurnDeleted::default(), None);
         loop {
             let chunk = Write::DeleteTurn {
                 namespace: namespace.clone(),
@@ -297,7 +305,8 @@ impl Writer {
                 only_if,
             };
             let deleted = self.submit(chunk, Pending::Deleted).await?;
-            total += deleted.checkpoints;
+            total.checkpoints += deleted.checkpoints;
+            total.waits += deleted.waits;
             if deleted.gone || deleted.kept {
                 return Ok((total, deleted.gone));
             }

@@ -314,9 +314,10 @@ async fn call(
         Rpc::ListTurns => {
             c.list_turns(with_header(ListTurnsRequest { namespace, ..Default::default() }, header)).await.map(drop)
         }
-        Rpc::DeleteTurn => {
-            c.delete_turn(with_header(DeleteTurnRequest { namespace, turn_id: name }, header)).await.map(drop)
-        }
+        Rpc::DeleteTurn => c
+            .delete_turn(with_header(DeleteTurnRequest { namespace, turn_id: name, include_records: false }, header))
+            .await
+            .map(drop),
         Rpc::Begin => {
             k.begin(with_header(BeginRequest { namespace, key: name, ..Default::default() }, header)).await.map(drop)
         }
@@ -491,7 +492,11 @@ async fn a_request_with_two_authorization_headers_is_refused_in_either_order() {
     let (admin, unknown) = (header(Caller::Admin), header(Caller::UnknownToken));
     let (admin, unknown) = (admin.as_str(), unknown.as_str());
     let delete = |headers: &[&str]| {
-        let mut request = Request::new(DeleteTurnRequest { namespace: "billing".to_owned(), turn_id: "t".to_owned() });
+        let mut request = Request::new(DeleteTurnRequest {
+            namespace: "billing".to_owned(),
+            turn_id: "t".to_owned(),
+            include_records: false,
+        });
         for value in headers {
             request.metadata_mut().append("authorization", value.parse().expect("an ASCII header"));
         }
@@ -510,7 +515,8 @@ async fn a_request_with_two_authorization_headers_is_refused_in_either_order() {
 async fn without_an_auth_file_no_call_needs_a_token() {
     let server = Sidecar::builder().start().await;
     let mut client = server.client();
-    let request = DeleteTurnRequest { namespace: "billing".to_owned(), turn_id: "t".to_owned() };
+    let request =
+        DeleteTurnRequest { namespace: "billing".to_owned(), turn_id: "t".to_owned(), include_records: false };
     client.delete_turn(with_header(request, Some("Bearer whatever"))).await.expect("no authentication");
     server.idempotency().get(GetRequest { key: "k".to_owned(), ..Default::default() }).await.expect_err("not found");
 }
@@ -628,7 +634,8 @@ async fn the_audit_log_has_one_event_per_delete_permanent_release_and_denial_and
     let writer = Caller::Write.header();
     let (admin, writer) = (admin.as_deref(), writer.as_deref());
 
-    let delete = DeleteTurnRequest { namespace: "billing".to_owned(), turn_id: "turn-9".to_owned() };
+    let delete =
+        DeleteTurnRequest { namespace: "billing".to_owned(), turn_id: "turn-9".to_owned(), include_records: false };
     checkpoints.delete_turn(with_header(delete, admin)).await.expect("the admin deletes");
     for (key, permanent) in [("key-permanent", true), ("key-retry", false)] {
         let begun = keys.begin(with_header(BeginRequest { key: key.to_owned(), ..Default::default() }, writer));

@@ -25,7 +25,7 @@ async fn turns_in(client: &mut Client, namespace: &str) -> Vec<String> {
 }
 
 async fn delete_in(client: &mut Client, namespace: &str, turn: &str) -> u64 {
-    let request = DeleteTurnRequest { namespace: namespace.into(), turn_id: turn.into() };
+    let request = DeleteTurnRequest { namespace: namespace.into(), turn_id: turn.into(), include_records: false };
     client.delete_turn(request).await.expect("DeleteTurn succeeds").into_inner().deleted
 }
 

@@ -512,7 +512,8 @@ async fn audit_events_over_tls_name_the_callers_address() {
     let source = "127.0.0.9".parse().expect("an address");
     let (channel, local) = try_connect_from(addr, source, &pki.client_with_certificate()).await.expect("connect");
     let mut client = stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient::new(channel);
-    let delete = DeleteTurnRequest { namespace: "ns-a".to_owned(), turn_id: "turn-9".to_owned() };
+    let delete =
+        DeleteTurnRequest { namespace: "ns-a".to_owned(), turn_id: "turn-9".to_owned(), include_records: false };
     client.delete_turn(delete).await.expect("the admin deletes");
     let mut elsewhere = checkpoint("turn-b", "started", T0, "{}");
     elsewhere.namespace = "ns-b".to_owned();

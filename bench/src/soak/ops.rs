@@ -79,7 +79,7 @@ pub async fn restore(channel: Channel, turn: u64) -> Outcome {
 }
 
 pub async fn delete_turn(channel: Channel, turn: u64) -> Outcome {
-    let request = DeleteTurnRequest { namespace: NAMESPACE.into(), turn_id: turn_id(turn) };
+    let request = DeleteTurnRequest { namespace: NAMESPACE.into(), turn_id: turn_id(turn), include_records: false };
     match CheckpointServiceClient::new(channel).delete_turn(request).await {
         Ok(answer) if answer.get_ref().deleted == TURN_LENGTH => Outcome::Ok,
         Ok(answer) => Outcome::Failed(format!("DeleteTurn of t{turn} deleted {}", answer.get_ref().deleted)),

@@ -210,14 +210,14 @@ impl WaitStatements for Conn<'_> {
         into_waits(rows)
     }
 
-    async fn delete_turn_waits(&mut self, namespace: &str, turn_id: &str) -> Result<(), DbError> {
-        sqlx::query(DELETE_TURN_WAITS)
+    async fn delete_turn_waits(&mut self, namespace: &str, turn_id: &str) -> Result<u64, DbError> {
+        let done = sqlx::query(DELETE_TURN_WAITS)
             .bind(namespace)
             .bind(turn_id)
             .execute(&mut *self.conn)
             .await
             .map_err(DbError::sqlx)?;
-        Ok(())
+        Ok(done.rows_affected())
     }
 }
 

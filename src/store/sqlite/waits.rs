@@ -107,9 +107,9 @@ impl WaitStatements for Batch<'_> {
         waits(self.conn, FIRE_DUE_SQLITE, &[&now, &now, &limit])
     }
 
-    async fn delete_turn_waits(&mut self, namespace: &str, turn_id: &str) -> Result<(), DbError> {
-        super::execute_numbered(self.conn, DELETE_TURN_WAITS, &[&namespace, &turn_id]).map_err(sqlite)?;
-        Ok(())
+    async fn delete_turn_waits(&mut self, namespace: &str, turn_id: &str) -> Result<u64, DbError> {
+        let deleted = super::execute_numbered(self.conn, DELETE_TURN_WAITS, &[&namespace, &turn_id]).map_err(sqlite)?;
+        Ok(deleted as u64)
     }
 }
 

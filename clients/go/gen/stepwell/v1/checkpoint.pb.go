@@ -787,9 +787,13 @@ type DeleteTurnRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Required, 1..256 bytes.
-	TurnId        string `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TurnId string `protobuf:"bytes,2,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
+	// Also delete the turn's records (RecordService), of every kind: a
+	// LangGraph thread's checkpoints, an agent session's items. Without it
+	// the records are kept, as before this field existed.
+	IncludeRecords bool `protobuf:"varint,3,opt,name=include_records,json=includeRecords,proto3" json:"include_records,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeleteTurnRequest) Reset() {
@@ -836,10 +840,22 @@ func (x *DeleteTurnRequest) GetTurnId() string {
 	return ""
 }
 
-// DeleteTurnResponse says how many checkpoints were deleted.
+func (x *DeleteTurnRequest) GetIncludeRecords() bool {
+	if x != nil {
+		return x.IncludeRecords
+	}
+	return false
+}
+
+// DeleteTurnResponse says how much of the turn was deleted.
 type DeleteTurnResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Deleted       uint64                 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Checkpoints deleted.
+	Deleted uint64 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// Records deleted (0 unless include_records was set).
+	RecordsDeleted uint64 `protobuf:"varint,2,opt,name=records_deleted,json=recordsDeleted,proto3" json:"records_deleted,omitempty"`
+	// Waits deleted.
+	WaitsDeleted  uint64 `protobuf:"varint,3,opt,name=waits_deleted,json=waitsDeleted,proto3" json:"waits_deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -877,6 +893,20 @@ func (*DeleteTurnResponse) Descriptor() ([]byte, []int) {
 func (x *DeleteTurnResponse) GetDeleted() uint64 {
 	if x != nil {
 		return x.Deleted
+	}
+	return 0
+}
+
+func (x *DeleteTurnResponse) GetRecordsDeleted() uint64 {
+	if x != nil {
+		return x.RecordsDeleted
+	}
+	return 0
+}
+
+func (x *DeleteTurnResponse) GetWaitsDeleted() uint64 {
+	if x != nil {
+		return x.WaitsDeleted
 	}
 	return 0
 }
@@ -948,12 +978,15 @@ const file_stepwell_v1_checkpoint_proto_rawDesc = "" +
 	"last_phase\x18\x05 \x01(\tR\tlastPhase\x12)\n" +
 	"\x10checkpoint_count\x18\x06 \x01(\x04R\x0fcheckpointCount\x12\x1a\n" +
 	"\bterminal\x18\a \x01(\bR\bterminal\x12)\n" +
-	"\x10workflow_version\x18\b \x01(\tR\x0fworkflowVersion\"J\n" +
+	"\x10workflow_version\x18\b \x01(\tR\x0fworkflowVersion\"s\n" +
 	"\x11DeleteTurnRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\aturn_id\x18\x02 \x01(\tR\x06turnId\".\n" +
+	"\aturn_id\x18\x02 \x01(\tR\x06turnId\x12'\n" +
+	"\x0finclude_records\x18\x03 \x01(\bR\x0eincludeRecords\"|\n" +
 	"\x12DeleteTurnResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted*n\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\x12'\n" +
+	"\x0frecords_deleted\x18\x02 \x01(\x04R\x0erecordsDeleted\x12#\n" +
+	"\rwaits_deleted\x18\x03 \x01(\x04R\fwaitsDeleted*n\n" +
 	"\n" +
 	"TurnStatus\x12\x1b\n" +
 	"\x17TURN_STATUS_UNSPECIFIED\x10\x00\x12\x14\n" +

@@ -50,8 +50,9 @@ type CheckpointServiceClient interface {
 	// ListTurns lists turn summaries, e.g. at start-up to decide what to
 	// recover. Turns are ordered by turn_id.
 	ListTurns(ctx context.Context, in *ListTurnsRequest, opts ...grpc.CallOption) (*ListTurnsResponse, error)
-	// DeleteTurn deletes every checkpoint of a turn. Deleting an unknown turn
-	// is OK with deleted = 0.
+	// DeleteTurn deletes every checkpoint and every wait of a turn, and with
+	// include_records its records of every kind too: then nothing the turn
+	// holds is left. Deleting an unknown turn is OK with every count 0.
 	DeleteTurn(ctx context.Context, in *DeleteTurnRequest, opts ...grpc.CallOption) (*DeleteTurnResponse, error)
 }
 
@@ -120,8 +121,9 @@ type CheckpointServiceServer interface {
 	// ListTurns lists turn summaries, e.g. at start-up to decide what to
 	// recover. Turns are ordered by turn_id.
 	ListTurns(context.Context, *ListTurnsRequest) (*ListTurnsResponse, error)
-	// DeleteTurn deletes every checkpoint of a turn. Deleting an unknown turn
-	// is OK with deleted = 0.
+	// DeleteTurn deletes every checkpoint and every wait of a turn, and with
+	// include_records its records of every kind too: then nothing the turn
+	// holds is left. Deleting an unknown turn is OK with every count 0.
 	DeleteTurn(context.Context, *DeleteTurnRequest) (*DeleteTurnResponse, error)
 	mustEmbedUnimplementedCheckpointServiceServer()
 }

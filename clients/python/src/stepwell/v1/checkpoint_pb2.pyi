@@ -414,18 +414,25 @@ class DeleteTurnRequest(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     TURN_ID_FIELD_NUMBER: _builtins.int
+    INCLUDE_RECORDS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     turn_id: _builtins.str
     """Required, 1..256 bytes."""
+    include_records: _builtins.bool
+    """Also delete the turn's records (RecordService), of every kind: a
+    LangGraph thread's checkpoints, an agent session's items. Without it
+    the records are kept, as before this field existed.
+    """
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         turn_id: _builtins.str = ...,
+        include_records: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_records", b"include_records", "namespace", b"namespace", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -433,20 +440,29 @@ Global___DeleteTurnRequest: _TypeAlias = DeleteTurnRequest  # noqa: Y015
 
 @_typing.final
 class DeleteTurnResponse(_message.Message):
-    """DeleteTurnResponse says how many checkpoints were deleted."""
+    """DeleteTurnResponse says how much of the turn was deleted."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     DELETED_FIELD_NUMBER: _builtins.int
+    RECORDS_DELETED_FIELD_NUMBER: _builtins.int
+    WAITS_DELETED_FIELD_NUMBER: _builtins.int
     deleted: _builtins.int
+    """Checkpoints deleted."""
+    records_deleted: _builtins.int
+    """Records deleted (0 unless include_records was set)."""
+    waits_deleted: _builtins.int
+    """Waits deleted."""
     def __init__(
         self,
         *,
         deleted: _builtins.int = ...,
+        records_deleted: _builtins.int = ...,
+        waits_deleted: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "records_deleted", b"records_deleted", "waits_deleted", b"waits_deleted"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

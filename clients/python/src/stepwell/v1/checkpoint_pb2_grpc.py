@@ -88,8 +88,9 @@ class CheckpointServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTurn(self, request, context):
-        """DeleteTurn deletes every checkpoint of a turn. Deleting an unknown turn
-        is OK with deleted = 0.
+        """DeleteTurn deletes every checkpoint and every wait of a turn, and with
+        include_records its records of every kind too: then nothing the turn
+        holds is left. Deleting an unknown turn is OK with every count 0.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

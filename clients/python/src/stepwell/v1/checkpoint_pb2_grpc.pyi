@@ -55,8 +55,9 @@ class CheckpointServiceStub:
     recover. Turns are ordered by turn_id.
     """
     DeleteTurn: _grpc.UnaryUnaryMultiCallable[_checkpoint_pb2.DeleteTurnRequest, _checkpoint_pb2.DeleteTurnResponse]
-    """DeleteTurn deletes every checkpoint of a turn. Deleting an unknown turn
-    is OK with deleted = 0.
+    """DeleteTurn deletes every checkpoint and every wait of a turn, and with
+    include_records its records of every kind too: then nothing the turn
+    holds is left. Deleting an unknown turn is OK with every count 0.
     """
 
 @_typing.type_check_only
@@ -79,8 +80,9 @@ class CheckpointServiceAsyncStub(CheckpointServiceStub):
     recover. Turns are ordered by turn_id.
     """
     DeleteTurn: _aio.UnaryUnaryMultiCallable[_checkpoint_pb2.DeleteTurnRequest, _checkpoint_pb2.DeleteTurnResponse]  # type: ignore[assignment]
-    """DeleteTurn deletes every checkpoint of a turn. Deleting an unknown turn
-    is OK with deleted = 0.
+    """DeleteTurn deletes every checkpoint and every wait of a turn, and with
+    include_records its records of every kind too: then nothing the turn
+    holds is left. Deleting an unknown turn is OK with every count 0.
     """
 
 class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -124,8 +126,9 @@ class CheckpointServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _checkpoint_pb2.DeleteTurnRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_checkpoint_pb2.DeleteTurnResponse, _abc.Awaitable[_checkpoint_pb2.DeleteTurnResponse]]:
-        """DeleteTurn deletes every checkpoint of a turn. Deleting an unknown turn
-        is OK with deleted = 0.
+        """DeleteTurn deletes every checkpoint and every wait of a turn, and with
+        include_records its records of every kind too: then nothing the turn
+        holds is left. Deleting an unknown turn is OK with every count 0.
         """
 
 def add_CheckpointServiceServicer_to_server(servicer: CheckpointServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
