@@ -82,6 +82,7 @@ pub enum TurnsFilter {
     /// Open and not updated for --older-than (1h unless given).
     Stalled,
     /// Every turn.
+    #[value(alias = "all")]
     Any,
 }
 
@@ -90,8 +91,10 @@ pub enum TurnsFilter {
 pub struct TurnsLs {
     #[command(flatten)]
     pub remote: Remote,
-    /// Which turns.
-    #[arg(long, value_enum, default_value = "open")]
+    /// Which turns of the checkpoint log (CheckpointService). Runs kept in
+    /// records (LangGraph threads, agent sessions) are listed by `stepwell
+    /// records ls`, `sessions ls` and `adk ls`.
+    #[arg(long, value_enum, default_value = "any")]
     pub status: TurnsFilter,
     /// Only turns not updated for this long: 90s, 30m, 1h, 2d.
     #[arg(long = "older-than", value_name = "AGE", value_parser = age)]
@@ -117,11 +120,15 @@ pub struct TurnRm {
     pub remote: Remote,
     /// The turn's id.
     pub turn: String,
-    /// Also delete the turn's records (DeleteRecords, after the
-    /// checkpoints), so that nothing of the turn stays. Without it the
-    /// records stay. Should deleting the records fail, the checkpoints are
-    /// gone already: the same command again finishes the job.
-    #[arg(long)]
+    /// Keep the turn's records (a LangGraph thread's checkpoints, an agent
+    /// session's items): delete only its checkpoints and waits. Without it
+    /// everything the turn holds is deleted. Should the delete fail midway,
+    /// the same command again finishes the job.
+    #[arg(long = "checkpoints-only")]
+    pub checkpoints_only: bool,
+    /// Accepted for older scripts: records are deleted unless
+    /// --checkpoints-only is given.
+    #[arg(long, hide = true, conflicts_with = "checkpoints_only")]
     pub records: bool,
 }
 
@@ -132,7 +139,7 @@ pub enum RecordsCommand {
     /// namespace when no turn is given; newest id first.
     Ls(RecordsLs),
     /// Delete every record of the turns, of every kind (needs the write
-    /// role); the turns' checkpoints stay (see `turns rm --records`).
+    /// role); the turns' checkpoints stay (`turns rm` deletes a turn whole).
     Rm(RecordsRm),
 }
 
@@ -298,7 +305,7 @@ pub struct WaitsLs {
     pub remote: Remote,
     /// The turn's id [default: every turn of the namespace].
     pub turn: Option<String>,
-    /// Only waits in this status.
+    /// Only waits in this status [default: any].
     #[arg(long, value_enum)]
     pub status: Option<WaitStatusArg>,
     /// Most waits to list.
@@ -313,6 +320,9 @@ pub enum WaitStatusArg {
     Resolved,
     Cancelled,
     Expired,
+    /// Every status.
+    #[value(alias = "all")]
+    Any,
 }
 
 /// One wait of a running sidecar: TURN NAME, or --handle.

@@ -117,7 +117,10 @@ where
                 let cli = Cli::from_arg_matches(&matches)?;
                 return Ok(cli.command.expect("a subcommand was matched"));
             }
-            Ok(_) => return Err(command.error(ErrorKind::ValueValidation, mistakes.join("\n  "))),
+            Ok(_) => {
+                let named = named_subcommand(&mut command, &argv);
+                return Err(named.error(ErrorKind::ValueValidation, mistakes.join("\n  ")));
+            }
             Err(error) => {
                 // The flag as clap shows it, "--name <NAME>": its first word is the flag.
                 let Some(ContextValue::String(shown)) = error.get(ContextKind::InvalidArg) else {
@@ -151,6 +154,20 @@ where
             }
         }
     }
+}
+
+/// The subcommand `argv` names (`stepwell waits ls …`: `waits ls`), so that
+/// an error's usage line is that subcommand's; the whole command when it
+/// names none.
+fn named_subcommand<'a>(command: &'a mut clap::Command, argv: &[OsString]) -> &'a mut clap::Command {
+    let mut current = command;
+    for arg in argv.iter().skip(1) {
+        let Some(name) = arg.to_str() else { continue };
+        if current.find_subcommand(name).is_some() {
+            current = current.find_subcommand_mut(name).expect("the subcommand was just found");
+        }
+    }
+    current
 }
 
 /// Lets the flag `flag` (as `--name`) take any text, in every subcommand at any depth.

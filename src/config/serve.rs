@@ -427,8 +427,9 @@ pub struct ServeArgs {
     pub unix_socket_mode: u32,
 
     /// Address of the admin HTTP listener (/metrics in the Prometheus text
-    /// format, /healthz, /readyz): HOST:PORT, or off. It serves plain HTTP
-    /// without authentication, so beyond loopback it needs --insecure-allow-network.
+    /// format, /healthz, /readyz, and the web console with --console):
+    /// HOST:PORT, or off. Beyond loopback it needs TLS and authentication
+    /// (--admin-tls and --auth-file), or --insecure-allow-network.
     #[arg(long = "admin-listen", env = "STEPWELL_ADMIN_LISTEN", value_name = "ADDR|off", default_value = "127.0.0.1:9464",
           value_parser = admin_listen)]
     pub admin_listen: AdminListen,

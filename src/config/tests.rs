@@ -503,3 +503,42 @@ fn the_postgres_profile_pooler_and_listen_url_reach_the_store_and_name_nothing_o
     assert!(lines.iter().any(|line| line.contains("postgres-listen-url")), "{lines:?}");
     assert!(serve(&["--postgres-profile", "cockroach"], &Env::default()).is_err(), "an unknown profile is refused");
 }
+
+#[test]
+fn a_bad_value_names_the_subcommand_in_its_usage_line() {
+    let error = parse(["stepwell", "waits", "ls", "--limit", "0"], &Env::default()).unwrap_err();
+    let text = error.render().to_string();
+    assert!(text.contains("Usage: stepwell waits ls"), "{text}");
+    let error =
+        parse(["stepwell", "turns", "ls", "--limit", "x", "--older-than", "soon"], &Env::default()).unwrap_err();
+    let text = error.render().to_string();
+    assert!(text.contains("Usage: stepwell turns ls") && text.contains("--older-than"), "{text}");
+}
+
+#[test]
+fn status_filters_take_any_and_all_in_turns_and_waits() {
+    use commands::{TurnsFilter, WaitStatusArg};
+    for word in ["any", "all"] {
+        match parse(["stepwell", "waits", "ls", "--status", word], &Env::default()).unwrap() {
+            Command::Waits(WaitsCommand::Ls(ls)) => assert_eq!(ls.status, Some(WaitStatusArg::Any)),
+            other => panic!("parsed as {other:?}"),
+        }
+        match parse(["stepwell", "turns", "ls", "--status", word], &Env::default()).unwrap() {
+            Command::Turns(TurnsCommand::Ls(ls)) => assert_eq!(ls.status, TurnsFilter::Any),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+    match parse(["stepwell", "turns", "ls"], &Env::default()).unwrap() {
+        Command::Turns(TurnsCommand::Ls(ls)) => assert_eq!(ls.status, TurnsFilter::Any, "every status by default"),
+        other => panic!("parsed as {other:?}"),
+    }
+}
+
+#[test]
+fn the_admin_listeners_help_says_what_beyond_loopback_takes() {
+    let command = Cli::command();
+    let serve = command.find_subcommand("serve").expect("the serve command");
+    let arg = serve.get_arguments().find(|a| a.get_long() == Some("admin-listen")).expect("--admin-listen");
+    let help = arg.get_long_help().or(arg.get_help()).expect("its help").to_string();
+    assert!(help.contains("--admin-tls and --auth-file") && help.contains("--insecure-allow-network"), "{help}");
+}

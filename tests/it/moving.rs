@@ -546,10 +546,17 @@ async fn answers_on(store: &TestStore, key: &str) -> (String, u64) {
     (after, token)
 }
 
-/// Runs the binary; returns its exit code and stderr.
+/// Runs the binary; returns its exit code and what it printed, stdout then stderr.
 fn run(args: &[&str]) -> (i32, String) {
-    let Output { status, stderr, .. } = Command::new(STEPWELL).args(args).output().expect("run stepwell");
-    (status.code().expect("an exit code"), String::from_utf8_lossy(&stderr).into_owned())
+    let (code, stdout, stderr) = run_apart(args);
+    (code, format!("{stdout}{stderr}"))
+}
+
+/// Runs the binary; returns its exit code, stdout and stderr.
+fn run_apart(args: &[&str]) -> (i32, String, String) {
+    let Output { status, stdout, stderr } = Command::new(STEPWELL).args(args).output().expect("run stepwell");
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (status.code().expect("an exit code"), text(&stdout), text(&stderr))
 }
 
 fn sqlite_in(dir: &Path, name: &str) -> TestStore {
@@ -570,32 +577,62 @@ fn portable_lines(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The reports of export, import and migrate go to stdout, so a script can
+/// read them; errors and progress go to stderr; `export --out -` keeps
+/// stdout for the data and reports on stderr.
+#[tokio::test]
+async fn reports_go_to_stdout_and_errors_to_stderr() {
+    let source = TestStore::new().await;
+    populated(&source).await;
+    let file = source.dir().join("report.ndjson");
+    let (code, out, err) = run_apart(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("exported 27 checkpoints") && !err.contains("exported"), "stdout {out:?}, stderr {err:?}");
+    let (code, out, err) = run_apart(&["export", "--from", &source.url(), "--out", "-"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().all(|line| serde_json::from_str::<serde_json::Value>(line).is_ok()), "only data on stdout");
+    assert!(err.contains("exported 27 checkpoints"), "{err}");
+    let target = sqlite_in(source.dir(), "reported.db");
+    let (code, out, err) = run_apart(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("checkpoints: 27 copied") && out.contains("verified: every namespace matches"), "{out}");
+    assert!(!err.contains("copied") && !err.contains("verified"), "{err}");
+    let moved = sqlite_in(source.dir(), "moved.db");
+    let (code, out, err) = run_apart(&["migrate", "--from", &target.url(), "--to", &moved.url()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("waits (WaitService): 24 copied") && out.contains("verified"), "{out}");
+    assert!(!err.contains("copied"), "{err}");
+    let (code, out, err) = run_apart(&["import", "--to", &moved.url(), "--in", "/nonexistent/stepwell.ndjson"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("stepwell import:") && out.is_empty(), "stdout {out:?}, stderr {err:?}");
+}
+
 #[tokio::test]
 async fn export_then_import_gives_a_store_that_answers_alike() {
     let source = TestStore::new().await;
     let (before, max_token) = populated(&source).await;
     let file = source.dir().join("backup.ndjson");
-    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
+    let (code, output) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{output}");
     let exported = "exported 27 checkpoints, 12 turns, 15 idempotency records, 63 records and 24 waits";
-    assert!(stderr.contains(exported), "{stderr}");
+    assert!(output.contains(exported), "{output}");
 
     let target = sqlite_in(source.dir(), "imported.db");
-    let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
-    let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("nothing to copy"), "a second import copies nothing: {stderr}");
-    assert!(stderr.contains("records (RecordService): 0 copied, 63 already present"), "{stderr}");
-    assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
+    let (code, output) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("checkpoints: 27 copied, 0 already present"), "{output}");
+    assert!(output.contains("records (RecordService): 63 copied, 0 already present"), "{output}");
+    assert!(output.contains("waits (WaitService): 24 copied, 0 already present"), "{output}");
+    assert!(output.contains("verified: every namespace matches"), "{output}");
+    let (code, output) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("nothing to copy"), "a second import copies nothing: {output}");
+    assert!(output.contains("records (RecordService): 0 copied, 63 already present"), "{output}");
+    assert!(output.contains("waits (WaitService): 0 copied, 24 already present"), "{output}");
 
     let again = source.dir().join("again.ndjson");
-    let (code, stderr) = run(&["export", "--from", &target.url(), "--out", again.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
+    let (code, output) = run(&["export", "--from", &target.url(), "--out", again.to_str().unwrap()]);
+    assert_eq!(code, 0, "{output}");
     assert_eq!(portable_lines(&file), portable_lines(&again), "exporting the import gives the same records");
 
     let (after, token) = answers_on(&target, "new").await;
@@ -634,19 +671,19 @@ fn as_format(text: &str, format: u32) -> (Vec<String>, Vec<String>) {
 /// A populated store's export, as text, in its directory.
 async fn exported(source: &TestStore) -> String {
     let file = source.dir().join("backup.ndjson");
-    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
+    let (code, output) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{output}");
     std::fs::read_to_string(&file).unwrap()
 }
 
 /// Imports `lines` into a new SQLite store `name` beside `source`; returns
-/// the store, the exit code and stderr.
+/// the store, the exit code and output.
 fn import_lines(source: &TestStore, name: &str, lines: &[String]) -> (TestStore, i32, String) {
     let file = source.dir().join(format!("{name}.ndjson"));
     std::fs::write(&file, lines.join("\n")).unwrap();
     let target = sqlite_in(source.dir(), name);
-    let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
-    (target, code, stderr)
+    let (code, output) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
+    (target, code, output)
 }
 
 #[tokio::test]
@@ -656,20 +693,20 @@ async fn an_export_in_format_1_still_imports_and_holds_no_records() {
     // As stepwell wrote it before records: format 1, no record or wait lines, no count of them.
     let (old, left_out) = as_format(&exported(&source).await, 1);
     assert_eq!(left_out.len(), 63 + 24);
-    let (target, code, stderr) = import_lines(&source, "imported.db", &old);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("records (RecordService): 0 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
+    let (target, code, output) = import_lines(&source, "imported.db", &old);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("checkpoints: 27 copied, 0 already present"), "{output}");
+    assert!(output.contains("records (RecordService): 0 copied, 0 already present"), "{output}");
+    assert!(output.contains("verified: every namespace matches"), "{output}");
     assert_eq!(target.inspect().await.count("records").await, 0);
 
     // A record line in a format 1 file is refused, before anything of it is written.
     let mut bad = old.clone();
     let record = left_out.iter().find(|line| line.contains(r#""kind":"record""#)).expect("a record line");
     bad.insert(old.len() - 1, record.clone());
-    let (other, code, stderr) = import_lines(&source, "other.db", &bad);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("a record in a format 1 file"), "{stderr}");
+    let (other, code, output) = import_lines(&source, "other.db", &bad);
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains("a record in a format 1 file"), "{output}");
     assert_eq!(other.inspect().await.count("records").await, 0);
 }
 
@@ -680,27 +717,27 @@ async fn an_export_in_format_2_still_imports_and_holds_no_waits() {
     // As stepwell wrote it before waits: format 2, no wait lines, no count of them.
     let (old, waits) = as_format(&exported(&source).await, 2);
     assert_eq!(waits.len(), 24);
-    let (target, code, stderr) = import_lines(&source, "imported.db", &old);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("waits (WaitService): 0 copied, 0 already present"), "{stderr}");
-    assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
+    let (target, code, output) = import_lines(&source, "imported.db", &old);
+    assert_eq!(code, 0, "{output}");
+    assert!(output.contains("records (RecordService): 63 copied, 0 already present"), "{output}");
+    assert!(output.contains("waits (WaitService): 0 copied, 0 already present"), "{output}");
+    assert!(output.contains("verified: every namespace matches"), "{output}");
     assert_eq!(target.inspect().await.count("waits").await, 0);
 
     // A wait line in a format 2 file is refused, before anything of it is written.
     let mut bad = old.clone();
     bad.insert(old.len() - 1, waits[0].clone());
-    let (other, code, stderr) = import_lines(&source, "other.db", &bad);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("a wait in a format 2 file"), "{stderr}");
+    let (other, code, output) = import_lines(&source, "other.db", &bad);
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains("a wait in a format 2 file"), "{output}");
     assert_eq!(other.inspect().await.count("waits").await, 0);
     // So is a format 2 end line that counts waits.
     let mut end: Value = serde_json::from_str(old.last().unwrap()).unwrap();
     end["waits"] = 0.into();
     let counted = [&old[..old.len() - 1], &[end.to_string()]].concat();
-    let (_, code, stderr) = import_lines(&source, "counted.db", &counted);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("the end line does not match the header's format"), "{stderr}");
+    let (_, code, output) = import_lines(&source, "counted.db", &counted);
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains("the end line does not match the header's format"), "{output}");
 }
 
 #[tokio::test]
@@ -718,9 +755,9 @@ async fn a_wait_line_of_an_unknown_status_is_refused() {
             value.to_string()
         })
         .collect();
-    let (_, code, stderr) = import_lines(&source, "imported.db", &lines);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("wait status 9 is not known"), "{stderr}");
+    let (_, code, output) = import_lines(&source, "imported.db", &lines);
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains("wait status 9 is not known"), "{output}");
 }
 
 #[tokio::test]
@@ -763,15 +800,15 @@ async fn a_truncated_export_is_refused() {
     let source = TestStore::new().await;
     populated(&source).await;
     let file = source.dir().join("backup.ndjson");
-    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
+    let (code, output) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{output}");
     let text = std::fs::read_to_string(&file).unwrap();
     let cut: Vec<&str> = text.lines().take(10).collect();
     std::fs::write(&file, cut.join("\n")).unwrap();
     let target = sqlite_in(source.dir(), "imported.db");
-    let (code, stderr) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("cut short"), "{stderr}");
+    let (code, output) = run(&["import", "--to", &target.url(), "--in", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains("cut short"), "{output}");
 }
 
 #[tokio::test]
@@ -786,11 +823,11 @@ async fn a_target_that_disagrees_fails_verification() {
     request.namespace = String::new();
     sidecar.client().checkpoint(request).await.expect("Checkpoint");
     sidecar.stop().await.expect("stop");
-    let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("26 copied, 1 already present"), "{stderr}");
-    assert!(stderr.contains("DIFFERS") && stderr.contains("verification FAILED"), "{stderr}");
-    assert!(stderr.lines().any(|l| l.starts_with("alpha") && l.ends_with(" ok")), "other namespaces match: {stderr}");
+    let (code, output) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains("26 copied, 1 already present"), "{output}");
+    assert!(output.contains("DIFFERS") && output.contains("verification FAILED"), "{output}");
+    assert!(output.lines().any(|l| l.starts_with("alpha") && l.ends_with(" ok")), "other namespaces match: {output}");
 }
 
 #[tokio::test]
@@ -807,14 +844,14 @@ async fn a_wait_missing_from_the_target_fails_verification() {
             "",
         )
         .await;
-    let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
-    assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("waits (WaitService): 23 copied, 1 already present"), "{stderr}");
-    assert!(stderr.contains("verification FAILED"), "{stderr}");
-    let alpha = stderr.lines().find(|l| l.starts_with("alpha")).expect("a row for alpha");
-    assert!(alpha.ends_with("DIFFERS"), "{stderr}");
+    let (code, output) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
+    assert_eq!(code, 1, "{output}");
+    assert!(output.contains("waits (WaitService): 23 copied, 1 already present"), "{output}");
+    assert!(output.contains("verification FAILED"), "{output}");
+    let alpha = output.lines().find(|l| l.starts_with("alpha")).expect("a row for alpha");
+    assert!(alpha.ends_with("DIFFERS"), "{output}");
     assert!(alpha.split_whitespace().collect::<Vec<_>>()[9..11] == ["8", "7"], "waits src and dst: {alpha}");
-    assert!(stderr.lines().any(|l| l.starts_with("beta") && l.ends_with(" ok")), "other namespaces match: {stderr}");
+    assert!(output.lines().any(|l| l.starts_with("beta") && l.ends_with(" ok")), "other namespaces match: {output}");
 }
 
 /// Bytes of each large row's state, result or payload (records' and waits').
@@ -932,11 +969,11 @@ async fn an_import_writes_chunks_bounded_by_bytes() {
     let file = source.dir().join("backup.ndjson");
     // Exported a row a chunk, through the flags.
     let out = file.to_str().unwrap();
-    let (code, stderr) =
+    let (code, output) =
         run(&["export", "--from", &source.url(), "--out", out, "--chunk-rows", "1", "--chunk-bytes-max", "1048576"]);
-    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(code, 0, "{output}");
     let exported = "exported 6 checkpoints, 1 turns, 6 idempotency records, 6 records and 6 waits";
-    assert!(stderr.contains(exported), "{stderr}");
+    assert!(output.contains(exported), "{output}");
 
     let target = sqlite_in(source.dir(), "imported.db");
     let database = target.database();
@@ -968,8 +1005,8 @@ async fn a_chunk_of_the_most_rows_fits_one_sqlite_statement() {
     let source = TestStore::new().await;
     populate_large(&source).await;
     let file = source.dir().join("backup.ndjson");
-    let (code, stderr) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
+    let (code, output) = run(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{output}");
     // 2000 idempotency records or waits (the most --chunk-rows takes), each
     // binding 13 or 14 values: one chunk, one statement.
     let text = std::fs::read_to_string(&file).unwrap();
@@ -1017,9 +1054,9 @@ fn chunk_flags_are_documented_and_bounded() {
             [&["export", "--from", &db, "--out", file][..], &chunks].concat(),
             [&["import", "--to", &db, "--in", file][..], &chunks].concat(),
         ] {
-            let (code, stderr) = run(&args);
-            assert_eq!(code, 64, "{args:?} is a configuration error: {stderr}");
-            assert!(stderr.contains("--chunk-rows") && stderr.contains("--chunk-bytes-max"), "{stderr}");
+            let (code, output) = run(&args);
+            assert_eq!(code, 64, "{args:?} is a configuration error: {output}");
+            assert!(output.contains("--chunk-rows") && output.contains("--chunk-bytes-max"), "{output}");
         }
     }
     assert!(!dir.path().join("none.db").exists(), "no store was opened");
@@ -1040,32 +1077,32 @@ mod postgres_only {
         let (before, max_token) = populated(&source).await;
         let target = TestStore::on(Database::Postgres { url: fresh_postgres_database().await });
 
-        let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
-        assert_eq!(code, 0, "{stderr}");
-        assert!(stderr.contains("checkpoints: 27 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("idempotency records: 15 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
-        assert!(stderr.lines().filter(|l| l.ends_with(" ok")).count() == 3, "a row per namespace: {stderr}");
+        let (code, output) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
+        assert_eq!(code, 0, "{output}");
+        assert!(output.contains("checkpoints: 27 copied, 0 already present"), "{output}");
+        assert!(output.contains("idempotency records: 15 copied, 0 already present"), "{output}");
+        assert!(output.contains("records (RecordService): 63 copied, 0 already present"), "{output}");
+        assert!(output.contains("waits (WaitService): 24 copied, 0 already present"), "{output}");
+        assert!(output.contains("verified: every namespace matches"), "{output}");
+        assert!(output.lines().filter(|l| l.ends_with(" ok")).count() == 3, "a row per namespace: {output}");
 
-        let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
-        assert_eq!(code, 0, "{stderr}");
-        assert!(stderr.contains("checkpoints: 0 copied, 27 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 0 copied, 63 already present"), "{stderr}");
-        assert!(stderr.contains("waits (WaitService): 0 copied, 24 already present"), "{stderr}");
-        assert!(stderr.contains("nothing to copy"), "a second run copies nothing: {stderr}");
+        let (code, output) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
+        assert_eq!(code, 0, "{output}");
+        assert!(output.contains("checkpoints: 0 copied, 27 already present"), "{output}");
+        assert!(output.contains("records (RecordService): 0 copied, 63 already present"), "{output}");
+        assert!(output.contains("waits (WaitService): 0 copied, 24 already present"), "{output}");
+        assert!(output.contains("nothing to copy"), "a second run copies nothing: {output}");
 
         let (after, token) = answers_on(&target, "new").await;
         assert_eq!(before, after, "Postgres answers as SQLite did");
         assert!(token > max_token, "a new token {token} is above every old one ({max_token})");
 
         let back = sqlite_in(dir.path(), "back.db");
-        let (code, stderr) = run(&["migrate", "--from", &target.url(), "--to", &back.url()]);
-        assert_eq!(code, 0, "{stderr}");
-        assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
+        let (code, output) = run(&["migrate", "--from", &target.url(), "--to", &back.url()]);
+        assert_eq!(code, 0, "{output}");
+        assert!(output.contains("records (RecordService): 63 copied, 0 already present"), "{output}");
+        assert!(output.contains("waits (WaitService): 24 copied, 0 already present"), "{output}");
+        assert!(output.contains("verified: every namespace matches"), "{output}");
         let (again, newer) = answers_on(&back, "newer").await;
         assert_eq!(before, again, "back on SQLite, the same answers");
         assert!(newer > token, "the fence moved back with the store: {newer} > {token}");
@@ -1084,12 +1121,12 @@ mod postgres_only {
         assert!(matches!(stopped, Err(moving::Error::Stopped(3))), "{stopped:?}");
         assert_eq!(target.inspect().await.count("checkpoints").await, 12, "three chunks of four were committed");
 
-        let (code, stderr) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
-        assert_eq!(code, 0, "{stderr}");
-        assert!(stderr.contains("checkpoints: 15 copied, 12 already present"), "{stderr}");
-        assert!(stderr.contains("records (RecordService): 63 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("waits (WaitService): 24 copied, 0 already present"), "{stderr}");
-        assert!(stderr.contains("verified: every namespace matches"), "{stderr}");
+        let (code, output) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
+        assert_eq!(code, 0, "{output}");
+        assert!(output.contains("checkpoints: 15 copied, 12 already present"), "{output}");
+        assert!(output.contains("records (RecordService): 63 copied, 0 already present"), "{output}");
+        assert!(output.contains("waits (WaitService): 24 copied, 0 already present"), "{output}");
+        assert!(output.contains("verified: every namespace matches"), "{output}");
         let (after, token) = answers_on(&target, "new").await;
         assert_eq!(before, after);
         assert!(token > max_token, "a new token {token} is above every old one ({max_token})");

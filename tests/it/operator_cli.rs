@@ -128,7 +128,8 @@ async fn turns_ls_lists_open_terminal_any_and_stalled_turns() {
     );
     let c = summary("c-recent", "open", 1, (LATER_TEXT, LATER), (LATER_TEXT, LATER), "started");
 
-    assert_eq!(rows(socket, &["turns", "ls", "--json"]), [a.clone(), c.clone()], "open by default");
+    assert_eq!(rows(socket, &["turns", "ls", "--json"]), [a.clone(), b.clone(), c.clone()], "every status by default");
+    assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "all"]), [a.clone(), b.clone(), c.clone()]);
     assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "open"]), [a.clone(), c.clone()]);
     assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "terminal"]), vec![b.clone()]);
     assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "any"]), [a.clone(), b.clone(), c.clone()]);
@@ -195,13 +196,15 @@ async fn turns_show_prints_the_timeline_and_rm_deletes_the_turn() {
     let done = rows(socket, &["turns", "show", "b-done", "--json"]);
     assert_eq!(done.iter().map(|r| r["terminal"].clone()).collect::<Vec<_>>(), [json!(false), json!(true)]);
 
-    assert_eq!(rows(socket, &["turns", "rm", "b-done", "--json"]), [json!({"turn_id": "b-done", "deleted": 2})]);
+    let gone_whole = json!({"turn_id": "b-done", "deleted": 2, "records_deleted": 0, "waits_deleted": 0});
+    assert_eq!(rows(socket, &["turns", "rm", "b-done", "--json"]), [gone_whole]);
     let gone = cli(socket, &["turns", "show", "b-done", "--json"]);
     assert_eq!(
         (gone.code, gone.stdout.as_str(), gone.stderr.as_str()),
         (2, "", "stepwell turns show: turn \"b-done\" has no checkpoints\n")
     );
-    assert_eq!(rows(socket, &["turns", "rm", "b-done", "--json"]), [json!({"turn_id": "b-done", "deleted": 0})]);
+    let nothing = json!({"turn_id": "b-done", "deleted": 0, "records_deleted": 0, "waits_deleted": 0});
+    assert_eq!(rows(socket, &["turns", "rm", "b-done", "--json"]), [nothing]);
     assert_eq!(rows(socket, &["turns", "ls", "--json", "--status", "terminal"]), Vec::<Value>::new());
 }
 
@@ -380,8 +383,14 @@ async fn without_json_the_output_is_a_table_with_headers() {
     seed_turns(&server).await;
     let socket = server.socket_path();
 
-    let listed = cli(socket, &["turns", "ls", "--status", "any"]);
+    let listed = cli(socket, &["turns", "ls"]);
     assert_eq!(listed.code, 0);
+    assert!(
+        listed.stderr.contains("turns of every status with checkpoints")
+            && listed.stderr.contains("stepwell records ls"),
+        "the listing says what it holds, on stderr: {}",
+        listed.stderr
+    );
     let lines: Vec<&str> = listed.stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{}", listed.stdout);
     let header: Vec<&str> = lines[0].split_whitespace().collect();
@@ -695,7 +704,9 @@ async fn records_rm_deletes_the_turns_records_and_keeps_their_checkpoints() {
 }
 
 #[tokio::test]
-async fn turns_rm_with_records_erases_the_turn_whole_and_without_keeps_its_records() {
+async fn turns_rm_erases_the_turn_whole_and_checkpoints_only_keeps_its_records() {
+    use stepwell::api::pb::CreateWaitRequest;
+
     let store = TestStore::new().await;
     let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
     seed_records(&server).await;
@@ -703,26 +714,53 @@ async fn turns_rm_with_records_erases_the_turn_whole_and_without_keeps_its_recor
     for turn in ["t1", "t2"] {
         client.checkpoint(checkpoint(turn, "started", T0, r#"{"step": 1}"#)).await.expect("seeded");
     }
+    let wait = CreateWaitRequest { turn_id: "t1".to_owned(), name: "approve".to_owned(), ..Default::default() };
+    server.waits().create_wait(wait).await.expect("a wait");
     let socket = server.socket_path();
 
-    assert_eq!(rows(socket, &["turns", "rm", "t2", "--json"]), [json!({"turn_id": "t2", "deleted": 1})]);
+    let kept = json!({"turn_id": "t2", "deleted": 1, "records_deleted": 0, "waits_deleted": 0});
+    assert_eq!(rows(socket, &["turns", "rm", "t2", "--checkpoints-only", "--json"]), [kept]);
     assert_eq!(ids(&rows(socket, &["records", "ls", "t2", "--kind", "checkpoint", "--json"])), ["c9"], "records stay");
 
-    assert_eq!(
-        rows(socket, &["turns", "rm", "t1", "--records", "--json"]),
-        [json!({"turn_id": "t1", "deleted": 1, "records_deleted": 4})]
-    );
+    let whole = json!({"turn_id": "t1", "deleted": 1, "records_deleted": 4, "waits_deleted": 1});
+    assert_eq!(rows(socket, &["turns", "rm", "t1", "--json"]), [whole]);
     assert_eq!(rows(socket, &["records", "ls", "t1", "--kind", "checkpoint", "--json"]), Vec::<Value>::new());
     assert_eq!(rows(socket, &["records", "ls", "t1", "--kind", "blob", "--json"]), Vec::<Value>::new());
+    assert_eq!(rows(socket, &["waits", "ls", "t1", "--json"]), Vec::<Value>::new());
     assert_eq!(cli(socket, &["turns", "show", "t1"]).code, 2, "no checkpoints left");
 
+    // --records, which older scripts pass, deletes the records as the default does.
     let table = cli(socket, &["turns", "rm", "t2", "--records"]);
     assert_eq!(
         (table.code, table.stdout.as_str()),
-        (0, "turn:            t2\ndeleted:         0 checkpoints\nrecords deleted: 1 records\n"),
+        (
+            0,
+            "turn:            t2\ndeleted:         0 checkpoints\nrecords deleted: 1 records\nwaits deleted:   0 waits\n"
+        ),
         "{table:?}"
     );
     assert_eq!(rows(socket, &["records", "ls", "--kind", "checkpoint", "--json"]), Vec::<Value>::new());
+    let both = cli(socket, &["turns", "rm", "t2", "--records", "--checkpoints-only"]);
+    assert_eq!(both.code, 64, "contradictory flags are refused before dialling: {both:?}");
+}
+
+/// Every command reads what the sidecar accepted, past gRPC's default 4 MiB:
+/// a state at --state-bytes-max.
+#[tokio::test]
+async fn turns_show_reads_a_state_at_the_largest_size_the_sidecar_accepts() {
+    let store = TestStore::new().await;
+    let raised = ["--message-bytes-max", "16777216", "--state-bytes-max", "8388608"];
+    let server = SidecarProcess::builder(STEPWELL, &store).flags(&raised).spawn().await;
+    const BIG: usize = 8 << 20;
+    let state = format!("\"{}\"", "x".repeat(BIG - 2));
+    let mut client = server.client().max_encoding_message_size(16 << 20);
+    client.checkpoint(checkpoint("ticket-big", "started", T0, &state)).await.expect("an 8 MiB state");
+    let shown = rows(server.socket_path(), &["turns", "show", "ticket-big", "--json"]);
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0]["state_bytes"], BIG);
+    assert_eq!(shown[0]["state"].as_str().map(str::len), Some(BIG - 2));
+    let table = cli(server.socket_path(), &["turns", "show", "ticket-big"]);
+    assert_eq!((table.code, table.stderr.as_str()), (0, ""), "the table too");
 }
 
 #[test]
@@ -829,6 +867,13 @@ async fn waits_ls_show_signal_and_cancel_act_on_a_sidecars_waits() {
     let other = cli(socket, &["waits", "signal", "t1", "approve", "--payload", "no"]);
     assert_eq!((other.code, other.stdout.as_str()), (4, ""), "{other:?}");
     assert!(other.stderr.starts_with("stepwell waits signal: ALREADY_EXISTS (WAIT_SETTLED): "), "{}", other.stderr);
+    assert!(
+        other.stderr.contains("settled already: resolved") && other.stderr.contains("with 12 bytes of payload"),
+        "the loser is told who won: {}",
+        other.stderr
+    );
+    let table = cli(socket, &["waits", "show", "t1", "approve"]);
+    assert!(table.stdout.contains(r#"{"ok":true}"#) && table.stdout.contains("payload bytes"), "{}", table.stdout);
 
     let cancelled = rows(socket, &["waits", "cancel", "t1", "review", "--json"]);
     assert_eq!(
@@ -836,6 +881,12 @@ async fn waits_ls_show_signal_and_cancel_act_on_a_sidecars_waits() {
         (Some("cancelled"), Some("by this call"))
     );
     assert_eq!(names(&rows(socket, &["waits", "ls", "--status", "pending", "--json"])), ["t2/approve=pending"]);
+    for every in ["any", "all"] {
+        assert_eq!(rows(socket, &["waits", "ls", "--status", every, "--json"]).len(), 3, "--status {every}");
+    }
+    let bad = cli(socket, &["waits", "ls", "--status", "some"]);
+    assert_eq!(bad.code, 64);
+    assert!(bad.stderr.contains("Usage: stepwell waits ls"), "the subcommand's usage: {}", bad.stderr);
 
     let shown = rows(socket, &["waits", "show", "t2", "approve", "--json"]);
     assert_eq!((shown[0]["metadata"].clone(), shown[0]["settled_by"].as_str()), (json!({"ticket": 7}), Some("")));
@@ -944,7 +995,10 @@ async fn seed_adk_sessions(server: &SidecarProcess) {
     };
     let records = vec![
         head("adk:shop/u%201/s1", "shop", "u 1", "s1", 1_800_000_000.0),
-        event(1, json!({"author": "user", "content": {"parts": [{"text": "two\ntickets"}]}, "timestamp": 1.5})),
+        event(
+            1,
+            json!({"author": "user", "content": {"parts": [{"text": "two\ntickets"}]}, "timestamp": 1_795_000_000.423}),
+        ),
         event(
             2,
             json!({"author": "clerk", "content": {"parts": [{"functionCall": {"name": "book", "args": {"n": 2}}}]}}),
@@ -958,6 +1012,20 @@ async fn seed_adk_sessions(server: &SidecarProcess) {
             ..Default::default()
         },
         head("adk:shop/u%201/s2", "shop", "u 1", "s2", 1_800_000_100.0),
+        Record {
+            turn_id: "adk-app:shop".to_owned(),
+            kind: "adk-state".to_owned(),
+            id: "kregion".to_owned(),
+            payload: b"\"eu\"".to_vec(),
+            ..Default::default()
+        },
+        Record {
+            turn_id: "adk-user:shop/u%201".to_owned(),
+            kind: "adk-state".to_owned(),
+            id: "ktier".to_owned(),
+            payload: b"\"gold\"".to_vec(),
+            ..Default::default()
+        },
         head("adk:desk/u%201/s3", "desk", "u 1", "s3", 1_800_000_200.0),
     ];
     let request = PutRecordsRequest { namespace: String::new(), records, fence: None };
@@ -989,13 +1057,15 @@ async fn adk_ls_show_and_rm_see_the_adk_sessions() {
     let shown = rows(socket, &["adk", "show", "shop", "u 1", "s1", "--json", "--limit", "1"]);
     assert_eq!(shown.len(), 2, "{shown:?}");
     assert_eq!((shown[0]["seq"].as_u64(), shown[0]["event"]["author"].as_str()), (Some(2), Some("clerk")));
-    assert_eq!(shown[1], json!({"state": {"cart": ["ticket"]}}));
+    assert_eq!(shown[1], json!({"state": {"cart": ["ticket"], "app:region": "eu", "user:tier": "gold"}}));
     let table = cli(socket, &["adk", "show", "shop", "u 1", "s1"]);
     let lines: Vec<Vec<&str>> = table.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(lines[0], ["SEQ", "AUTHOR", "TEXT", "TIME"], "{}", table.stdout);
     assert_eq!(lines[1][..4], ["1", "user", "two", "tickets"], "{}", table.stdout);
     assert_eq!(lines[2][..3], ["2", "clerk", r#"book({"n":2})"#], "{}", table.stdout);
     assert!(table.stdout.contains("cart:") && table.stdout.contains(r#"["ticket"]"#), "{}", table.stdout);
+    assert!(table.stdout.contains("app:region:") && table.stdout.contains("user:tier:"), "{}", table.stdout);
+    assert!(table.stdout.contains("2026-11-18T11:06:40.423Z"), "an event's time without float noise: {}", table.stdout);
 
     let removed = rows(socket, &["adk", "rm", "shop", "u 1", "s1", "--json"]);
     assert_eq!(removed, [json!({"app": "shop", "user": "u 1", "session_ids": ["s1"], "deleted": 4})]);

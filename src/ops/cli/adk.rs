@@ -6,7 +6,9 @@
 //! event at its 20-digit sequence number, and one `adk-state` record per
 //! session-state key. `ls` lists the heads of the namespace, or of one app
 //! or user, newest update first; `show` prints a session's newest events,
-//! oldest first, and its session state; `rm` deletes whole sessions, as the
+//! oldest first, and its state as the agent sees it (the session's keys,
+//! and the `app:` and `user:` keys of the turns `adk-app:<app>` and
+//! `adk-user:<app>/<user>`); `rm` deletes whole sessions, as the
 //! services' `delete_session` does (the `app:` and `user:` state they share
 //! with other sessions stays).
 
@@ -44,9 +46,17 @@ pub fn session_turn(app: &str, user: &str, id: &str) -> String {
     format!("adk:{}/{}/{}", encode(app), encode(user), encode(id))
 }
 
-/// Seconds since the epoch (a head's times) as RFC 3339, or `-`.
+/// The turn of the `app:` keys of `app`, and of the `user:` keys of `user`.
+fn shared_turns(app: &str, user: &str) -> [(&'static str, String); 2] {
+    [("app:", format!("adk-app:{}", encode(app))), ("user:", format!("adk-user:{}/{}", encode(app), encode(user)))]
+}
+
+/// Seconds since the epoch (a head's and an event's times, which ADK keeps
+/// as a float) as RFC 3339 to the microsecond, or `-`: a float of seconds
+/// today is good to a few hundred nanoseconds, so nanoseconds would print
+/// its rounding noise.
 fn seconds_cell(seconds: Option<f64>) -> String {
-    seconds.map_or_else(|| "-".to_owned(), |s| rfc3339((s * 1e9).round() as i64))
+    seconds.map_or_else(|| "-".to_owned(), |s| rfc3339(((s * 1e6).round() as i64).saturating_mul(1000)))
 }
 
 /// `stepwell adk ls`.
@@ -120,11 +130,26 @@ pub(super) async fn show(session: &Session, args: &AdkShow) -> Result<(), Failur
     .await?;
     events.truncate(limit);
     events.reverse();
-    let state: Map<String, Value> = head
+    let mut state: Map<String, Value> = head
         .children
         .iter()
         .filter_map(|r| r.id.strip_prefix('k').map(|key| (key.to_owned(), json_or_null(&r.payload))))
         .collect();
+    for (prefix, turn) in shared_turns(&args.app, &args.user) {
+        let request = ListRecordsRequest {
+            namespace: session.namespace(),
+            turn_id: turn,
+            has_scope: true,
+            kind: STATE_KIND.to_owned(),
+            ..Default::default()
+        };
+        pages(session, request, |records| {
+            let keys = records.iter().filter_map(|r| r.id.strip_prefix('k').map(|key| (key, &r.payload)));
+            state.extend(keys.map(|(key, payload)| (format!("{prefix}{key}"), json_or_null(payload))));
+            true
+        })
+        .await?;
+    }
     if session.json() {
         print_ndjson(
             events.iter().map(event_row).chain([Map::from_iter([("state".to_owned(), Value::Object(state))])]),
@@ -227,6 +252,14 @@ mod tests {
     fn turns_are_named_as_the_services_name_them() {
         assert_eq!(session_turn("my app", "u/1", "s-1_~."), "adk:my%20app/u%2F1/s-1_~.");
         assert_eq!(encode("é!"), "%C3%A9%21");
+    }
+
+    #[test]
+    fn times_print_to_the_microsecond_without_float_noise() {
+        assert_eq!(seconds_cell(Some(1_795_000_000.423)), "2026-11-18T11:06:40.423Z");
+        assert_eq!(seconds_cell(Some(1_795_000_000.000_123)), "2026-11-18T11:06:40.000123Z");
+        assert_eq!(seconds_cell(None), "-");
+        assert_eq!(shared_turns("my app", "u/1")[1].1, "adk-user:my%20app/u%2F1");
     }
 
     #[test]

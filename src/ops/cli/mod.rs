@@ -46,6 +46,7 @@ use crate::api::pb::wait_service_client::WaitServiceClient;
 use crate::config::commands::{
     AdkCommand, KeysCommand, RecordsCommand, Remote, SessionsCommand, TurnsCommand, WaitsCommand,
 };
+use crate::domain::limits::MESSAGE_BYTES_LIMIT;
 use crate::ops::probe::{self, ClientTls};
 
 /// Exit code: the sidecar could not be reached or failed.
@@ -279,20 +280,32 @@ impl Session {
         Ok(Session { channel, remote: remote.clone(), auth })
     }
 
+    // Every client reads and sends messages up to the contract's ceiling,
+    // so that a command reads whatever the sidecar accepted (a state at
+    // --state-bytes-max, a record at --record-bytes-max).
+
     fn checkpoints(&self) -> CheckpointServiceClient<Channel> {
         CheckpointServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_LIMIT)
+            .max_encoding_message_size(MESSAGE_BYTES_LIMIT)
     }
 
     fn idempotency(&self) -> IdempotencyServiceClient<Channel> {
         IdempotencyServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_LIMIT)
+            .max_encoding_message_size(MESSAGE_BYTES_LIMIT)
     }
 
     fn records(&self) -> RecordServiceClient<Channel> {
         RecordServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_LIMIT)
+            .max_encoding_message_size(MESSAGE_BYTES_LIMIT)
     }
 
     fn waits(&self) -> WaitServiceClient<Channel> {
         WaitServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_LIMIT)
+            .max_encoding_message_size(MESSAGE_BYTES_LIMIT)
     }
 
     /// The namespace the command acts in ("" is the default one).

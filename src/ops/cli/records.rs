@@ -10,7 +10,6 @@ use serde_json::{Map, Value};
 use super::{Failure, Session, one_line, print_ndjson, print_record, print_table, put_time, text_cell, time_cell};
 use crate::api::pb::{DeleteRecordsRequest, ListRecordsRequest, Record};
 use crate::config::commands::{RecordsLs, RecordsRm};
-use crate::domain::limits;
 
 /// Most turns one DeleteRecords names (the sidecar's limit).
 const TURNS_PER_DELETE: usize = 1000;
@@ -34,7 +33,7 @@ pub(super) async fn ls(session: &Session, args: &RecordsLs) -> Result<(), Failur
     };
     // A page holds at most the sidecar's --message-bytes-max, which may be
     // above gRPC's default 4 MiB when records of several MB are allowed.
-    let mut client = session.records().max_decoding_message_size(limits::MESSAGE_BYTES_LIMIT);
+    let mut client = session.records();
     let mut records: Vec<Record> = Vec::new();
     loop {
         let page = session.call(client.list_records(session.request(request.clone()))).await?;

@@ -15,7 +15,6 @@ use super::time_cell;
 use super::{Failure, Session, json_or_null, nanos_of, one_line, print_ndjson, print_record, print_table, put_time};
 use crate::api::pb::{DeleteRecordsRequest, ListRecordsRequest, Record};
 use crate::config::commands::{SessionsLs, SessionsRm, SessionsShow};
-use crate::domain::limits;
 
 /// The kind of a session's items, as every client's session writes them.
 pub const ITEM_KIND: &str = "agent-item";
@@ -40,7 +39,7 @@ pub(super) async fn pages(
     mut request: ListRecordsRequest,
     mut each: impl FnMut(Vec<Record>) -> bool,
 ) -> Result<(), Failure> {
-    let mut client = session.records().max_decoding_message_size(limits::MESSAGE_BYTES_LIMIT);
+    let mut client = session.records();
     loop {
         let page = session.call(client.list_records(session.request(request.clone()))).await?;
         let more = each(page.entries.into_iter().filter_map(|entry| entry.record).collect());

@@ -1,13 +1,13 @@
 //! `stepwell turns ls|show|rm`: ListTurns paged up to `--limit` (open,
 //! terminal, any, or stalled: open and not updated for `--older-than`),
 //! one turn's checkpoints as a timeline with each state summarised, and
-//! DeleteTurn (with `--records`, then DeleteRecords of the turn).
+//! DeleteTurn of everything a turn holds (its records kept with
+//! `--checkpoints-only`).
 
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::records::delete_records;
 use super::{
     EXIT_NOT_FOUND, Failure, Session, json_or_null, one_line, print_ndjson, print_record, print_table, put_time,
     text_cell, time_cell,
@@ -79,8 +79,23 @@ pub(super) async fn ls(session: &Session, args: &TurnsLs) -> Result<(), Failure>
             })
             .collect();
         print_table(&["TURN", "STATUS", "CHECKPOINTS", "FIRST", "LAST", "PHASE", "SESSION"], &rows);
+        eprintln!("{}", listing_note(args.status));
     }
     Ok(())
+}
+
+/// What a `turns ls` table holds, said on stderr below it.
+fn listing_note(status: TurnsFilter) -> String {
+    let which = match status {
+        TurnsFilter::Any => "turns of every status",
+        TurnsFilter::Open => "open turns",
+        TurnsFilter::Terminal => "terminal turns",
+        TurnsFilter::Stalled => "stalled turns",
+    };
+    format!(
+        "{which} with checkpoints (--status open|terminal|stalled|any); runs kept in records are listed by \
+         `stepwell records ls TURN`, `stepwell sessions ls` and `stepwell adk ls`, and every run in the console"
+    )
 }
 
 fn status_name(terminal: bool) -> &'static str {
@@ -171,28 +186,31 @@ fn summary(state: &[u8]) -> String {
     }
 }
 
-/// `stepwell turns rm`: how many checkpoints were deleted (0 for a turn
-/// that had none, so a repeat succeeds); with `--records`, then the turn's
-/// records too, and how many of them went.
+/// `stepwell turns rm`: one DeleteTurn of everything the turn holds, its
+/// checkpoints, waits and records (with `--checkpoints-only`, its records
+/// stay), and how many of each went (0 for a turn that had none, so a
+/// repeat succeeds).
 pub(super) async fn rm(session: &Session, args: &TurnRm) -> Result<(), Failure> {
-    let request = DeleteTurnRequest { namespace: session.namespace(), turn_id: args.turn.clone() };
-    let deleted = session.call(session.checkpoints().delete_turn(session.request(request))).await?.deleted;
-    let records =
-        if args.records { Some(delete_records(session, std::slice::from_ref(&args.turn)).await?) } else { None };
+    let request = DeleteTurnRequest {
+        namespace: session.namespace(),
+        turn_id: args.turn.clone(),
+        include_records: !args.checkpoints_only,
+    };
+    let deleted = session.call(session.checkpoints().delete_turn(session.request(request))).await?;
     if session.json() {
         let mut row = Map::new();
         row.insert("turn_id".to_owned(), args.turn.clone().into());
-        row.insert("deleted".to_owned(), deleted.into());
-        if let Some(records) = records {
-            row.insert("records_deleted".to_owned(), records.into());
-        }
+        row.insert("deleted".to_owned(), deleted.deleted.into());
+        row.insert("records_deleted".to_owned(), deleted.records_deleted.into());
+        row.insert("waits_deleted".to_owned(), deleted.waits_deleted.into());
         print_ndjson([row]);
     } else {
-        let mut fields = vec![("turn", one_line(&args.turn)), ("deleted", format!("{deleted} checkpoints"))];
-        if let Some(records) = records {
-            fields.push(("records deleted", format!("{records} records")));
-        }
-        print_record(&fields);
+        print_record(&[
+            ("turn", one_line(&args.turn)),
+            ("deleted", format!("{} checkpoints", deleted.deleted)),
+            ("records deleted", format!("{} records", deleted.records_deleted)),
+            ("waits deleted", format!("{} waits", deleted.waits_deleted)),
+        ]);
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ fn status_name(status: i32) -> String {
 
 fn status_filter(status: Option<WaitStatusArg>) -> WaitStatus {
     match status {
-        None => WaitStatus::Unspecified,
+        None | Some(WaitStatusArg::Any) => WaitStatus::Unspecified,
         Some(WaitStatusArg::Pending) => WaitStatus::Pending,
         Some(WaitStatusArg::Resolved) => WaitStatus::Resolved,
         Some(WaitStatusArg::Cancelled) => WaitStatus::Cancelled,
@@ -97,6 +97,16 @@ fn payload_value(payload: &[u8]) -> Value {
     serde_json::from_slice(payload).unwrap_or_else(|_| String::from_utf8_lossy(payload).into_owned().into())
 }
 
+/// A payload as `waits show` prints it: compact JSON when it is JSON, else
+/// its text on one line; `-` when empty.
+fn payload_text(payload: &[u8]) -> String {
+    match payload_value(payload) {
+        Value::Null => "-".to_owned(),
+        Value::String(text) => one_line(&text),
+        json => json.to_string(),
+    }
+}
+
 /// Prints one wait, as a record or an NDJSON row.
 fn print_wait(session: &Session, wait: &Wait, extra: &[(&str, String)]) {
     if session.json() {
@@ -117,7 +127,9 @@ fn print_wait(session: &Session, wait: &Wait, extra: &[(&str, String)]) {
         ("expires", time_cell(wait.expire_at.as_ref())),
         ("settled", time_cell(wait.settled_at.as_ref())),
         ("settled by", if wait.settled_by.is_empty() { "-".to_owned() } else { one_line(&wait.settled_by) }),
-        ("payload", format!("{} bytes", wait.payload.len())),
+        ("content type", if wait.content_type.is_empty() { "-".to_owned() } else { one_line(&wait.content_type) }),
+        ("payload bytes", wait.payload.len().to_string()),
+        ("payload", payload_text(&wait.payload)),
     ];
     fields.extend(extra.iter().map(|(name, value)| (*name, value.clone())));
     print_record(&fields);

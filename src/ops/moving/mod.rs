@@ -124,20 +124,20 @@ impl Copied {
     }
 
     fn print(&self) {
-        eprintln!("checkpoints: {} copied, {} already present", self.checkpoints_copied, self.checkpoints_present);
-        eprintln!("idempotency records: {} copied, {} already present", self.records_copied, self.records_present);
-        eprintln!(
+        println!("checkpoints: {} copied, {} already present", self.checkpoints_copied, self.checkpoints_present);
+        println!("idempotency records: {} copied, {} already present", self.records_copied, self.records_present);
+        println!(
             "records (RecordService): {} copied, {} already present",
             self.stored_records_copied, self.stored_records_present
         );
-        eprintln!("waits (WaitService): {} copied, {} already present", self.waits_copied, self.waits_present);
+        println!("waits (WaitService): {} copied, {} already present", self.waits_copied, self.waits_present);
         if self.fence_after > self.fence_before {
-            eprintln!("fencing sequence: moved from {} to {}", self.fence_before, self.fence_after);
+            println!("fencing sequence: moved from {} to {}", self.fence_before, self.fence_after);
         } else {
-            eprintln!("fencing sequence: already at {} (no token will be reused)", self.fence_after);
+            println!("fencing sequence: already at {} (no token will be reused)", self.fence_after);
         }
         if self.nothing_copied() {
-            eprintln!("nothing to copy: the target already holds everything");
+            println!("nothing to copy: the target already holds everything");
         }
     }
 }
@@ -304,9 +304,9 @@ async fn copy_waits(
 fn verified(source_name: &str, target_name: &str, expected: &Tallies, found: &Tallies) -> bool {
     let same = tally::print_table(source_name, target_name, expected, found);
     if same {
-        eprintln!("verified: every namespace matches");
+        println!("verified: every namespace matches");
     } else {
-        eprintln!("verification FAILED: the target differs from the source (rows marked DIFFERS)");
+        println!("verification FAILED: the target differs from the source (rows marked DIFFERS)");
     }
     same
 }
@@ -317,7 +317,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Runs `stepwell migrate`.
 pub fn migrate(args: &MigrateArgs) -> ExitCode {
-    eprintln!("migrating {} -> {}", args.from.describe(), args.to.describe());
+    println!("migrating {} -> {}", args.from.describe(), args.to.describe());
     let outcome = runtime().block_on(migrate_stores(&args.from, &args.to, Plan::from_args(&args.chunks)));
     match outcome {
         Ok((copied, expected, found)) => {
@@ -349,10 +349,16 @@ pub fn export(args: &ExportArgs) -> ExitCode {
     });
     match outcome {
         Ok(ndjson::Exported { checkpoints, turns, records, stored_records, waits }) => {
-            eprintln!(
+            let summary = format!(
                 "exported {checkpoints} checkpoints, {turns} turns, {records} idempotency records, \
                  {stored_records} records and {waits} waits"
             );
+            // Written to stdout, the data keeps stdout to itself.
+            if to_stdout {
+                eprintln!("{summary}")
+            } else {
+                println!("{summary}")
+            }
             ExitCode::SUCCESS
         }
         Err(error) => {

@@ -317,15 +317,16 @@ fn canonical_number(n: &serde_json::Number) -> String {
     n.to_string()
 }
 
-/// Prints one line per namespace on either side (on stderr, so `export -`
-/// keeps stdout for the data) and returns whether both sides agree.
+/// Prints one line per namespace on either side (on stdout: the report of
+/// `migrate` and `import`, whose progress and errors go to stderr) and
+/// returns whether both sides agree.
 pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies) -> bool {
     let none = Tally { checksum: "-".repeat(16), ..Tally::default() };
     let mut namespaces: Vec<&String> = expected.keys().chain(found.keys()).collect();
     namespaces.sort();
     namespaces.dedup();
-    eprintln!("src = the {left}, dst = the {right}; sum = SHA-256 of the namespace's rows (first 16 hex digits)");
-    eprintln!(
+    println!("src = the {left}, dst = the {right}; sum = SHA-256 of the namespace's rows (first 16 hex digits)");
+    println!(
         "{:<20} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:<16} {:<16} verdict",
         "namespace",
         "ckpt src",
@@ -348,7 +349,7 @@ pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies)
         let equal = expected.get(namespace) == found.get(namespace);
         same &= equal;
         let shown = if namespace.is_empty() { "(default)" } else { namespace.as_str() };
-        eprintln!(
+        println!(
             "{:<20} {:>12} {:>12} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:<16} {:<16} {}",
             shown,
             a.checkpoints,
@@ -367,7 +368,7 @@ pub fn print_table(left: &str, right: &str, expected: &Tallies, found: &Tallies)
         );
     }
     if expected.is_empty() && found.is_empty() {
-        eprintln!("(both stores are empty)");
+        println!("(both stores are empty)");
     }
     same
 }
