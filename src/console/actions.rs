@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::pages::encode;
-use super::{Console, Entered, Refusal, audit, html};
+use super::{Console, Entered, Refusal, audit, html, view};
 use crate::domain::error::Error;
 use crate::domain::keys::{Fence, Held};
 use crate::domain::limits;
@@ -57,18 +57,18 @@ fn admit(
     headers: &HeaderMap,
     uri: &Uri,
     form: &ActionForm,
-    action: &str,
+    (action, subject): (&str, &str),
 ) -> Result<Admitted, Refusal> {
     let entered = console.enter(headers, uri)?;
     if !entered.viewer.csrf_matches(&form.csrf) {
-        audit(&entered.viewer, action, &form.ns, "", "CSRF_TOKEN_WRONG");
+        audit(&entered.viewer, action, &form.ns, subject, "CSRF_TOKEN_WRONG");
         return Err(Refusal::Forbidden(
             "The form's CSRF token is missing or wrong: reload the page and try again.".into(),
         ));
     }
     let ns = console.namespace(&entered.viewer, &form.ns)?;
     if !console.may_act(&entered.viewer, &ns) {
-        audit(&entered.viewer, action, &ns, "", "PERMISSION_DENIED");
+        audit(&entered.viewer, action, &ns, subject, "PERMISSION_DENIED");
         let why = if console.settings().mode == super::Mode::Admin {
             "This action needs the admin role in this namespace."
         } else {
@@ -84,7 +84,7 @@ fn confirm(action: &'static str, question: String, warning: &'static str, form: 
 }
 
 fn back(page: &str, ns: &str, notice: &str) -> Response {
-    Redirect::to(&format!("/{page}?ns={}&notice={notice}", encode(ns))).into_response()
+    Redirect::to(&format!("/{page}?ns={}&notice={}", encode(ns), encode(notice))).into_response()
 }
 
 /// Audits an action's end, and turns its failure into the console's answer.
@@ -103,7 +103,7 @@ pub async fn release_key(
     uri: Uri,
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Refusal> {
-    let admitted = admit(&console, &headers, &uri, &form, "release-key")?;
+    let admitted = admit(&console, &headers, &uri, &form, ("release-key", &form.key))?;
     let permanent = !form.permanent.is_empty();
     if form.confirmed != "1" {
         let question = if permanent {
@@ -144,22 +144,22 @@ pub async fn delete_turn(
     uri: Uri,
     Form(form): Form<ActionForm>,
 ) -> Result<Response, Refusal> {
-    let admitted = admit(&console, &headers, &uri, &form, "delete-turn")?;
+    let admitted = admit(&console, &headers, &uri, &form, ("delete-turn", &form.id))?;
     if form.confirmed != "1" {
-        let question = format!("Delete the turn {:?} and every checkpoint of it?", form.id);
+        let held = crate::store::console::holdings(console.store()?, &admitted.ns, &form.id).await?;
+        let question = format!(
+            "Delete the turn {:?} and everything it holds: {}, {} and {}?",
+            form.id,
+            view::count(held.checkpoints, "checkpoint"),
+            view::count(held.records, "record"),
+            view::count(held.waits, "wait")
+        );
         return Ok(confirm("/actions/delete-turn", question, "This cannot be undone.", form));
     }
-    let result = async {
-        let deleted = console.shared().writer()?.delete_turn(admitted.ns.clone(), form.id.clone()).await?;
-        if deleted > 0 {
-            console.shared().metrics().turns_deleted.increment(1);
-            console.shared().metrics().checkpoints_deleted.increment(deleted);
-        }
-        Ok(())
-    }
-    .await;
-    ended(&admitted, "delete-turn", &form.id, result)?;
-    Ok(back("turns", &admitted.ns, "deleted"))
+    let result = console.shared().delete_turn(admitted.ns.clone(), form.id.clone(), true).await;
+    let deleted = ended(&admitted, "delete-turn", &form.id, result)?;
+    let notice = format!("deleted:{}:{}:{}", deleted.checkpoints, deleted.records, deleted.waits);
+    Ok(back("turns", &admitted.ns, &notice))
 }
 
 pub async fn signal_wait(
@@ -191,11 +191,20 @@ async fn settle_wait(
         WaitStatus::Resolved => ("signal-wait", "/actions/signal-wait"),
         _ => ("cancel-wait", "/actions/cancel-wait"),
     };
-    let admitted = admit(&console, &headers, &uri, &form, action)?;
     let subject = format!("{}/{}", form.turn, form.name);
+    let admitted = admit(&console, &headers, &uri, &form, (action, &subject))?;
     if form.confirmed != "1" {
         let verb = if status == WaitStatus::Resolved { "Signal" } else { "Cancel" };
-        let question = format!("{verb} the wait {:?} of the turn {:?}?", form.name, form.turn);
+        let question = if status == WaitStatus::Resolved {
+            let payload = if form.payload.is_empty() {
+                "an empty payload".to_owned()
+            } else {
+                format!("the payload {:?}", form.payload)
+            };
+            format!("{verb} the wait {:?} of the turn {:?} with {payload}?", form.name, form.turn)
+        } else {
+            format!("{verb} the wait {:?} of the turn {:?}?", form.name, form.turn)
+        };
         return Ok(confirm(path, question, "Whoever awaits it wakes with this outcome.", form));
     }
     let result = settle(&console, &admitted, &form, status).await;

@@ -18,6 +18,7 @@
 
 mod actions;
 mod pages;
+mod payload;
 pub mod session;
 pub mod view;
 
@@ -101,8 +102,8 @@ pub fn routes(shared: Arc<Shared>, settings: Settings) -> Option<Router> {
         .route("/actions/cancel-wait", post(actions::cancel_wait))
         .route("/assets/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
         .route("/assets/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
-        .with_state(console)
-        .layer(axum::middleware::from_fn(same_origin))
+        .with_state(console.clone())
+        .layer(axum::middleware::from_fn_with_state(console, same_origin))
         .layer(axum::middleware::map_response(secure_headers));
     Some(router)
 }
@@ -130,8 +131,22 @@ async fn secure_headers(mut response: Response) -> Response {
 /// `Origin`, which must be this listener's (under `no-referrer` a browser
 /// may send `Origin: null`, which then proves nothing and is refused). A
 /// client that is no browser sends neither, and meets the CSRF token alone.
-async fn same_origin(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+/// A refusal is audited, naming the session's principal if the request
+/// carried a session's cookie (a browser sends none cross-site), else
+/// `unknown`.
+async fn same_origin(
+    axum::extract::State(console): axum::extract::State<Console>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
     if request.method() == axum::http::Method::POST && !from_this_site(request.headers()) {
+        let authenticator = console.shared().authenticator().map(Arc::as_ref);
+        let viewer = console.0.sessions.viewer(request.headers(), authenticator, Instant::now());
+        let principal = viewer.as_ref().map_or("unknown", Viewer::name);
+        let path = request.uri().path();
+        let action = path.strip_prefix("/actions/").unwrap_or(path.trim_start_matches('/'));
+        tracing::warn!(target: AUDIT_TARGET, principal, via = "console", action, namespace = "", subject = "",
+            outcome = "CROSS_ORIGIN", "audit");
         return Refusal::Forbidden("The form was sent from another site.".to_owned()).into_response();
     }
     next.run(request).await

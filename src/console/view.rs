@@ -121,6 +121,11 @@ pub fn size(bytes: u64) -> String {
     }
 }
 
+/// `1 checkpoint`, `5 checkpoints`.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
 /// Text of a stored value: UTF-8 as it is, other bytes as hex.
 pub fn bytes_text(bytes: &[u8], max: usize) -> String {
     let text = match std::str::from_utf8(bytes) {
@@ -201,6 +206,10 @@ pub struct TreeNode<'a> {
     pub id: &'a str,
     pub parent: &'a str,
     pub scope: &'a str,
+    /// What the checkpoint's metadata says (its step and source), as text.
+    pub note: String,
+    /// Its pending writes as text, each marked when it is an interrupt.
+    pub writes: Vec<(String, bool)>,
 }
 
 /// The checkpoints of a thread as nested `<ul class="tree">`, roots first
@@ -223,6 +232,17 @@ fn tree_node(out: &mut String, node: &TreeNode<'_>, nodes: &[TreeNode<'_>], dept
         format!(" <span class=\"muted\">{}</span>", escape(node.scope))
     };
     let _ = write!(out, "<li><code>{}</code>{scope}", escape(node.id));
+    if !node.note.is_empty() {
+        let _ = write!(out, " <span class=\"muted\">{}</span>", escape(&node.note));
+    }
+    if !node.writes.is_empty() {
+        out.push_str("<ul class=\"writes\">");
+        for (write, interrupt) in &node.writes {
+            let class = if *interrupt { " class=\"interrupt\"" } else { "" };
+            let _ = write!(out, "<li{class}>{}</li>", escape(write));
+        }
+        out.push_str("</ul>");
+    }
     let children: Vec<&TreeNode<'_>> =
         nodes.iter().filter(|n| n.parent == node.id && n.scope == node.scope && n.id != node.id).collect();
     if !children.is_empty() && depth < 64 {
@@ -289,14 +309,17 @@ mod tests {
         assert_eq!(json_viewer(b"not json", 10), None);
         let (_, cut_short) = json_viewer(state.as_bytes(), 2).unwrap();
         assert!(cut_short, "a state past the budget says so");
-        let nodes = [
-            TreeNode { id: "1", parent: "", scope: "" },
-            TreeNode { id: PAYLOADS[0], parent: "1", scope: "" },
-            TreeNode { id: "3", parent: PAYLOADS[0], scope: "" },
-        ];
+        let node = |id, parent| TreeNode { id, parent, scope: "", note: String::new(), writes: vec![] };
+        let mut last = node("3", PAYLOADS[0]);
+        last.note = PAYLOADS[1].to_owned();
+        last.writes = vec![(PAYLOADS[2].to_owned(), true)];
+        let nodes = [node("1", ""), node(PAYLOADS[0], "1"), last];
         let tree = checkpoint_tree(&nodes);
-        assert!(!tree.contains(PAYLOADS[0]), "{tree}");
+        for payload in PAYLOADS {
+            assert!(!tree.contains(payload), "{tree}");
+        }
         assert_eq!(tree.matches("<ul>").count(), 2, "two levels below the root: {tree}");
+        assert_eq!(tree.matches("<li class=\"interrupt\">").count(), 1, "{tree}");
     }
 
     #[test]

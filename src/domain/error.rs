@@ -96,7 +96,7 @@ pub enum Error {
 
     /// A Signal or CancelWait found the wait settled otherwise before: the
     /// wait as it was settled.
-    #[error("the wait is settled already, otherwise")]
+    #[error("the wait is settled already: {}", .0.settlement())]
     WaitSettled(Box<Wait>),
 
     /// The turn holds `--waits-per-turn-max` waits already; nothing was stored.

@@ -40,6 +40,16 @@ impl WaitStatus {
         }
     }
 
+    /// `pending`, `resolved`, `cancelled`, `expired`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitStatus::Pending => "pending",
+            WaitStatus::Resolved => "resolved",
+            WaitStatus::Cancelled => "cancelled",
+            WaitStatus::Expired => "expired",
+        }
+    }
+
     pub fn from_code(code: i64) -> Option<WaitStatus> {
         match code {
             1 => Some(WaitStatus::Pending),
@@ -119,6 +129,17 @@ pub struct Wait {
 impl Wait {
     pub fn is_settled(&self) -> bool {
         self.status != WaitStatus::Pending
+    }
+
+    /// How it was settled, as an error tells the loser: "resolved by
+    /// console:alice with 14 bytes", "expired (its timer)".
+    pub fn settlement(&self) -> String {
+        let by = if self.settled_by.is_empty() { String::new() } else { format!(" by {}", self.settled_by) };
+        match self.status {
+            WaitStatus::Resolved => format!("resolved{by} with {} bytes of payload", self.payload.len()),
+            WaitStatus::Expired => "expired (its deadline passed)".to_owned(),
+            status => format!("{}{by}", status.name()),
+        }
     }
 
     /// When the store settles the wait by itself if nothing else does: the

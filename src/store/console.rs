@@ -14,8 +14,8 @@
 use super::sql::Dialect;
 use super::{Error, Store};
 use crate::domain::console::{
-    ActivityQuery, KeyFilter, KeyPage, KeyQuery, Mark, MarkQuery, Overview, RecordMark, WaitFilter, WaitPageQuery,
-    prefix_upper,
+    ActivityQuery, Holdings, KeyFilter, KeyPage, KeyQuery, Mark, MarkQuery, Overview, RecordMark, Run, RunKind,
+    WaitFilter, WaitPageQuery, pending, prefix_upper,
 };
 use crate::domain::keys::{Held, KeyRecord};
 use crate::domain::model::{TurnStatus, TurnSummary, UnixNanos};
@@ -128,18 +128,16 @@ pub async fn namespaces(store: &dyn Store, limit: u32) -> Result<Vec<String>, Er
 }
 
 /// The overview's counts for `namespace`; `stalled_before` bounds the last
-/// activity of an open turn that counts as stalled.
+/// activity of an open run that counts as stalled.
 pub async fn overview(store: &dyn Store, namespace: &str, stalled_before: UnixNanos) -> Result<Overview, Error> {
+    let mut runs = Statement::new();
+    let ns = runs.bind(Param::Text(namespace.into()));
+    runs.sql = run_counts(&mut runs, store.dialect(), &ns, stalled_before);
     let mut s = Statement::new();
-    let (ns, open, terminal) =
-        (s.bind(Param::Text(namespace.into())), s.bind(Param::Bool(false)), s.bind(Param::Bool(true)));
-    let stalled = s.bind(Param::Int(stalled_before));
+    let ns = s.bind(Param::Text(namespace.into()));
     let now = s.now(store.dialect());
     let (leased, failed) = (Held::Leased.code(), Held::Failed.code());
     let counts = [
-        format!("turns WHERE namespace = {ns} AND terminal = {open}"),
-        format!("turns WHERE namespace = {ns} AND terminal = {open} AND last_ts_ns < {stalled}"),
-        format!("turns WHERE namespace = {ns} AND terminal = {terminal}"),
         format!("idempotency WHERE namespace = {ns} AND held = {leased} AND lease_expires_at_ns > {now}"),
         format!("idempotency WHERE namespace = {ns} AND held = {leased} AND lease_expires_at_ns <= {now}"),
         format!("idempotency WHERE namespace = {ns} AND held = {failed} AND purge_after_ns > {now}"),
@@ -147,39 +145,112 @@ pub async fn overview(store: &dyn Store, namespace: &str, stalled_before: UnixNa
         format!("waits WHERE namespace = {ns} AND status = 1 AND resolve_at_ns IS NOT NULL"),
     ];
     s.sql = format!("SELECT {}", counts.map(|c| format!("(SELECT COUNT(*) FROM {c})")).join(", "));
-    let found = rows(store, &s).await?;
-    let row = found.first().ok_or_else(|| super::rows::decode_error("the counts returned no row".into()))?;
+    let no_row = || super::rows::decode_error("the counts returned no row".into());
+    let (found_runs, found) = (rows(store, &runs).await?, rows(store, &s).await?);
+    let (run, row) = (found_runs.first().ok_or_else(no_row)?, found.first().ok_or_else(no_row)?);
     Ok(Overview {
-        open_turns: row.count(0)?,
-        stalled_turns: row.count(1)?,
-        terminal_turns: row.count(2)?,
-        keys_in_progress: row.count(3)?,
-        keys_expired: row.count(4)?,
-        keys_failed: row.count(5)?,
-        waits_pending: row.count(6)?,
-        timers_pending: row.count(7)?,
+        open_turns: run.count(0)?,
+        stalled_turns: run.count(1)?,
+        terminal_turns: run.count(2)?,
+        record_runs: run.count(3)?,
+        keys_in_progress: row.count(0)?,
+        keys_expired: row.count(1)?,
+        keys_failed: row.count(2)?,
+        waits_pending: row.count(3)?,
+        timers_pending: row.count(4)?,
     })
 }
 
-const TURN_COLUMNS: &str =
-    "turn_id, session_id, first_ts_ns, last_ts_ns, last_phase, checkpoint_count, terminal, workflow_version";
+/// The statement's `WITH` of every run of `namespace` (bound as `ns`): one
+/// row per turn that holds checkpoints, records or waits, with what it
+/// holds, its first and last activity and whether work is pending (`open`).
+/// Records and waits are grouped by turn through their primary keys, which
+/// start (namespace, turn_id); a LangGraph thread's pending writes are two
+/// probes of the records' address and children indexes.
+fn runs_with(s: &mut Statement, dialect: Dialect, ns: &str, turn_id: Option<&str>) -> String {
+    let (greatest, least) = match dialect {
+        Dialect::Sqlite => ("MAX", "MIN"),
+        Dialect::Postgres => ("GREATEST", "LEAST"),
+    };
+    let open = s.bind(Param::Bool(false));
+    // A write's id ends in its index + 2^31, ten digits (the savers'
+    // layout): -1 an error, -3 an interrupt, -4 a resume.
+    let bit = |idx: i64, bit: i64| format!("WHEN SUBSTR(x.id, LENGTH(x.id) - 9) = '{}' THEN {bit}", idx + (1 << 31));
+    let bits = format!(
+        "CASE {} {} {} ELSE {} END",
+        bit(-1, pending::ERROR),
+        bit(-3, pending::INTERRUPT),
+        bit(-4, pending::RESUME),
+        pending::WRITES
+    );
+    let (lo, hi) = (-i64::MAX, i64::MAX);
+    let only = turn_id.map(|t| format!(" AND turn_id = {}", s.bind(Param::Text(t.to_owned())))).unwrap_or_default();
+    format!(
+        "WITH r AS (SELECT turn_id, MIN(recorded_at_ns) AS first_ns, MAX(recorded_at_ns) AS last_ns, \
+           CAST(COUNT(*) AS BIGINT) AS n, \
+           CAST(MAX(CASE WHEN kind = 'checkpoint' THEN 1 ELSE 0 END) AS BIGINT) AS lg, \
+           CAST(MAX(CASE WHEN kind = 'agent-item' THEN 1 ELSE 0 END) AS BIGINT) AS ag, \
+           CAST(MAX(CASE WHEN kind IN ('adk-session', 'adk-event', 'adk-state') THEN 1 ELSE 0 END) AS BIGINT) AS adk \
+           FROM records WHERE namespace = {ns}{only} GROUP BY turn_id), \
+         w AS (SELECT turn_id, MIN(created_at_ns) AS first_ns, MAX(COALESCE(settled_at_ns, created_at_ns)) AS last_ns, \
+           CAST(COUNT(*) AS BIGINT) AS n, CAST(SUM(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS BIGINT) AS pending \
+           FROM waits WHERE namespace = {ns}{only} GROUP BY turn_id), \
+         ids AS (SELECT turn_id FROM turns WHERE namespace = {ns}{only} UNION SELECT turn_id FROM r UNION SELECT turn_id FROM w), \
+         joined AS (SELECT ids.turn_id AS turn_id, t.session_id, t.first_ts_ns, t.last_ts_ns, t.last_phase, \
+           t.checkpoint_count, t.terminal, t.workflow_version, \
+           CASE WHEN t.turn_id IS NULL THEN 0 ELSE 1 END AS has_log, \
+           COALESCE(r.n, 0) AS r_n, COALESCE(r.lg, 0) AS lg, COALESCE(r.ag, 0) AS ag, COALESCE(r.adk, 0) AS adk, \
+           COALESCE(w.n, 0) AS w_n, COALESCE(w.pending, 0) AS w_pending, \
+           CASE WHEN r.lg = 1 THEN (SELECT CAST(SUM(DISTINCT {bits}) AS BIGINT) FROM records x \
+             WHERE x.namespace = {ns} AND x.turn_id = ids.turn_id AND x.kind = 'write' AND x.scope = '' \
+             AND x.parent_id = (SELECT MAX(c.id) FROM records c WHERE c.namespace = {ns} \
+               AND c.turn_id = ids.turn_id AND c.kind = 'checkpoint' AND c.scope = '')) END AS lg_bits, \
+           {greatest}(COALESCE(t.last_ts_ns, {lo}), COALESCE(r.last_ns, {lo}), COALESCE(w.last_ns, {lo})) AS last_ns, \
+           {least}(COALESCE(t.first_ts_ns, {hi}), COALESCE(r.first_ns, {hi}), COALESCE(w.first_ns, {hi})) AS first_ns \
+           FROM ids LEFT JOIN turns t ON t.namespace = {ns} AND t.turn_id = ids.turn_id \
+           LEFT JOIN r ON r.turn_id = ids.turn_id LEFT JOIN w ON w.turn_id = ids.turn_id), \
+         runs AS (SELECT joined.*, CASE WHEN (has_log = 1 AND terminal = {open}) OR w_pending > 0 \
+           OR COALESCE(lg_bits, 0) > 0 THEN 1 ELSE 0 END AS is_open FROM joined) "
+    )
+}
 
-/// A page of turns, newest activity first, and whether more follow.
-pub async fn turns(store: &dyn Store, q: &ActivityQuery) -> Result<(Vec<TurnSummary>, bool), Error> {
+/// The SQL condition that a run (a row of `runs_with`) is of `kind`.
+fn kind_condition(kind: RunKind) -> &'static str {
+    match kind {
+        RunKind::Log => "has_log = 1",
+        RunKind::LangGraph => "has_log = 0 AND lg = 1",
+        RunKind::Agents => "has_log = 0 AND lg = 0 AND ag = 1",
+        RunKind::Adk => "has_log = 0 AND lg = 0 AND ag = 0 AND adk = 1",
+        RunKind::Records => "has_log = 0 AND lg = 0 AND ag = 0 AND adk = 0 AND r_n > 0",
+        RunKind::Waits => "has_log = 0 AND r_n = 0",
+    }
+}
+
+const RUN_COLUMNS: &str = "turn_id, session_id, first_ts_ns, last_ts_ns, last_phase, checkpoint_count, terminal, \
+                           workflow_version, has_log, r_n, lg, ag, adk, w_n, w_pending, lg_bits, first_ns, last_ns, \
+                           is_open";
+
+/// A page of runs, newest activity first (oldest first when asked), and
+/// whether more follow.
+pub async fn runs(store: &dyn Store, q: &ActivityQuery) -> Result<(Vec<Run>, bool), Error> {
     let mut s = Statement::new();
-    let mut sql =
-        format!("SELECT {TURN_COLUMNS} FROM turns WHERE namespace = {}", s.bind(Param::Text(q.namespace.clone())));
-    let status = match (q.status, q.stalled_before) {
-        (_, Some(_)) | (TurnStatus::Open, None) => Some(false),
-        (TurnStatus::Terminal, None) => Some(true),
+    let ns = s.bind(Param::Text(q.namespace.clone()));
+    let with = runs_with(&mut s, store.dialect(), &ns, q.turn_id.as_deref());
+    let mut sql = with + &format!("SELECT {RUN_COLUMNS} FROM runs WHERE 1 = 1");
+    let open = match (q.status, q.stalled_before) {
+        (_, Some(_)) | (TurnStatus::Open, None) => Some(1),
+        (TurnStatus::Terminal, None) => Some(0),
         (TurnStatus::Any, None) => None,
     };
-    if let Some(terminal) = status {
-        sql += &format!(" AND terminal = {}", s.bind(Param::Bool(terminal)));
+    if let Some(open) = open {
+        sql += &format!(" AND is_open = {open}");
+    }
+    if let Some(kind) = q.kind {
+        sql += &format!(" AND {}", kind_condition(kind));
     }
     for (bound, op) in [(q.stalled_before, "<"), (q.from, ">="), (q.to, "<")] {
         if let Some(at) = bound {
-            sql += &format!(" AND last_ts_ns {op} {}", s.bind(Param::Int(at)));
+            sql += &format!(" AND last_ns {op} {}", s.bind(Param::Int(at)));
         }
     }
     if let Some(session) = &q.session_id {
@@ -191,26 +262,66 @@ pub async fn turns(store: &dyn Store, q: &ActivityQuery) -> Result<(Vec<TurnSumm
             sql += &format!(" AND turn_id < {}", s.bind(Param::Text(upper)));
         }
     }
+    let (order, cmp) = if q.oldest_first { ("ASC", ">") } else { ("DESC", "<") };
     if let Some((at, turn_id)) = &q.after {
         let (a, t) = (s.bind(Param::Int(*at)), s.bind(Param::Text(turn_id.clone())));
-        sql += &format!(" AND (last_ts_ns, turn_id) < ({a}, {t})");
+        sql += &format!(" AND (last_ns, turn_id) {cmp} ({a}, {t})");
     }
-    sql += &format!(" ORDER BY last_ts_ns DESC, turn_id DESC LIMIT {}", s.bind(Param::Int(i64::from(q.limit) + 1)));
-    s.sql = sql;
-    let mut turns = Vec::new();
-    for row in rows(store, &s).await? {
-        turns.push(TurnSummary {
+    let limit = s.bind(Param::Int(i64::from(q.limit) + 1));
+    s.sql = sql + &format!(" ORDER BY last_ns {order}, turn_id {order} LIMIT {limit}");
+    let runs = rows(store, &s).await?.iter().map(run).collect::<Result<Vec<_>, _>>()?;
+    Ok(super::rows::page(runs, q.limit))
+}
+
+fn run(row: &Columns) -> Result<Run, DbError> {
+    let flag = |i: usize| row.int(i).map(|n| n != 0);
+    let log = if flag(8)? {
+        Some(TurnSummary {
             turn_id: row.text(0)?,
             session_id: row.text(1)?,
             first_timestamp: row.int(2)?,
             last_timestamp: row.int(3)?,
             last_phase: row.text(4)?,
             checkpoint_count: row.count(5)?,
-            terminal: row.int(6)? != 0,
+            terminal: flag(6)?,
             workflow_version: row.text(7)?,
-        });
-    }
-    Ok(super::rows::page(turns, q.limit))
+        })
+    } else {
+        None
+    };
+    let (records, waits) = (row.count(9)?, row.count(13)?);
+    let kind = match (log.is_some(), flag(10)?, flag(11)?, flag(12)?) {
+        (true, ..) => RunKind::Log,
+        (false, true, _, _) => RunKind::LangGraph,
+        (false, false, true, _) => RunKind::Agents,
+        (false, false, false, true) => RunKind::Adk,
+        _ if records > 0 => RunKind::Records,
+        _ => RunKind::Waits,
+    };
+    Ok(Run {
+        turn_id: row.text(0)?,
+        kind,
+        log,
+        records,
+        waits,
+        waits_pending: row.count(14)?,
+        pending: row.optional_int(15)?.unwrap_or(0),
+        first_activity: row.int(16)?,
+        last_activity: row.int(17)?,
+        open: flag(18)?,
+    })
+}
+
+/// The overview's counts of runs: open, stalled, at rest, in records.
+fn run_counts(s: &mut Statement, dialect: Dialect, ns: &str, stalled_before: UnixNanos) -> String {
+    let with = runs_with(s, dialect, ns, None);
+    let stalled = s.bind(Param::Int(stalled_before));
+    format!(
+        "{with}SELECT CAST(COALESCE(SUM(is_open), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(CASE WHEN is_open = 1 AND last_ns < {stalled} THEN 1 ELSE 0 END), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(1 - is_open), 0) AS BIGINT), \
+         CAST(COALESCE(SUM(CASE WHEN has_log = 0 AND r_n > 0 THEN 1 ELSE 0 END), 0) AS BIGINT) FROM runs"
+    )
 }
 
 /// A page of a turn's checkpoints without their states, newest first.
@@ -264,20 +375,60 @@ pub async fn records(store: &dyn Store, namespace: &str, turn_id: &str, limit: u
         "SELECT kind, scope, id, parent_id, content_type, LENGTH(payload), CAST(metadata AS TEXT), recorded_at_ns \
          FROM records WHERE namespace = {ns} AND turn_id = {turn} ORDER BY kind, scope, id LIMIT {limit}"
     );
-    let mut records = Vec::new();
+    rows(store, &s).await?.iter().map(|row| Ok(record_mark(row)?)).collect()
+}
+
+/// How many checkpoints, records and waits a turn holds: what deleting it
+/// would delete.
+pub async fn holdings(store: &dyn Store, namespace: &str, turn_id: &str) -> Result<Holdings, Error> {
+    let mut s = Statement::new();
+    let (ns, turn) = (s.bind(Param::Text(namespace.into())), s.bind(Param::Text(turn_id.into())));
+    let of = |table: &str| format!("(SELECT COUNT(*) FROM {table} WHERE namespace = {ns} AND turn_id = {turn})");
+    s.sql = format!("SELECT {}, {}, {}", of("checkpoints"), of("records"), of("waits"));
+    let found = rows(store, &s).await?;
+    let row = found.first().ok_or_else(|| super::rows::decode_error("the counts returned no row".into()))?;
+    Ok(Holdings { checkpoints: row.count(0)?, records: row.count(1)?, waits: row.count(2)? })
+}
+
+/// The newest `limit` records of a turn among `kinds` (by id, in address
+/// order within a kind), each with up to `bytes` of its payload, oldest
+/// first: a session's items in order, a thread's pending writes.
+pub async fn payloads(
+    store: &dyn Store,
+    namespace: &str,
+    turn_id: &str,
+    kinds: &[&str],
+    limit: u32,
+    bytes: u32,
+) -> Result<Vec<(RecordMark, Vec<u8>)>, Error> {
+    let mut s = Statement::new();
+    let (ns, turn) = (s.bind(Param::Text(namespace.into())), s.bind(Param::Text(turn_id.into())));
+    let kinds = kinds.iter().map(|k| s.bind(Param::Text((*k).to_owned()))).collect::<Vec<_>>().join(", ");
+    let (bytes, limit) = (s.bind(Param::Int(i64::from(bytes))), s.bind(Param::Int(i64::from(limit))));
+    s.sql = format!(
+        "SELECT kind, scope, id, parent_id, content_type, LENGTH(payload), CAST(metadata AS TEXT), recorded_at_ns, \
+         SUBSTR(payload, 1, {bytes}) FROM records WHERE namespace = {ns} AND turn_id = {turn} AND kind IN ({kinds}) \
+         ORDER BY kind DESC, scope DESC, id DESC LIMIT {limit}"
+    );
+    let mut found = Vec::new();
     for row in rows(store, &s).await? {
-        records.push(RecordMark {
-            kind: row.text(0)?,
-            scope: row.text(1)?,
-            id: row.text(2)?,
-            parent_id: row.text(3)?,
-            content_type: row.text(4)?,
-            bytes: row.count(5)?,
-            metadata: row.optional_text(6)?,
-            recorded_at: row.int(7)?,
-        });
+        found.push((record_mark(&row)?, row.bytes(8)?));
     }
-    Ok(records)
+    found.reverse();
+    Ok(found)
+}
+
+fn record_mark(row: &Columns) -> Result<RecordMark, DbError> {
+    Ok(RecordMark {
+        kind: row.text(0)?,
+        scope: row.text(1)?,
+        id: row.text(2)?,
+        parent_id: row.text(3)?,
+        content_type: row.text(4)?,
+        bytes: row.count(5)?,
+        metadata: row.optional_text(6)?,
+        recorded_at: row.int(7)?,
+    })
 }
 
 const KEY_COLUMNS: &str = "key, held, attempt, lease_token, lease_expires_at_ns, result, error, retention_ns, \

@@ -21,9 +21,20 @@ pub(super) struct KeyRow {
     pub(super) expires_at: String,
     pub(super) expires_ms: i64,
     pub(super) outcome: String,
+    /// The page of the turn the key names, if it names one.
+    pub(super) turn: Option<String>,
 }
 
-pub(super) fn key_rows(page: crate::domain::console::KeyPage) -> Vec<KeyRow> {
+/// The turn a key names by the usual conventions: `<turn>/<step>`, or a
+/// LangGraph saver's `langgraph-thread:<thread>`.
+fn key_turn(key: &str) -> Option<&str> {
+    if let Some(thread) = key.strip_prefix("langgraph-thread:") {
+        return Some(thread);
+    }
+    key.split_once('/').map(|(turn, _)| turn).filter(|turn| !turn.is_empty())
+}
+
+pub(super) fn key_rows(ns: &str, page: crate::domain::console::KeyPage) -> Vec<KeyRow> {
     page.keys
         .into_iter()
         .map(|record| {
@@ -52,6 +63,7 @@ pub(super) fn key_rows(page: crate::domain::console::KeyPage) -> Vec<KeyRow> {
                 expires_at: view::iso(record.lease_expires_at),
                 expires_ms: record.lease_expires_at / 1_000_000,
                 outcome,
+                turn: key_turn(&record.key).map(|turn| format!("/turn?{}", query(&[("ns", ns), ("id", turn)]))),
                 record,
             }
         })
@@ -108,7 +120,7 @@ pub async fn keys(
         )),
         _ => None,
     };
-    let rows = key_rows(page);
+    let rows = key_rows(&ns, page);
     let may_act = console.may_act(&entered.viewer, &ns);
     let frame = console.frame(&entered, "Keys".to_owned(), "keys", &ns, &q.notice).await?;
     Ok(answer(&entered, KeysPage { frame, q, rows, next, may_act }))

@@ -28,10 +28,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::view::{self, TreeNode};
-use super::{Console, Entered, Refusal, html, session};
+use super::{Console, Entered, Refusal, html, payload, session};
 use crate::domain::clock;
 use crate::domain::console::{
-    ActivityQuery, KeyFilter, KeyQuery, Mark, MarkQuery, Overview, RecordMark, WaitFilter, WaitPageQuery,
+    ActivityQuery, KeyFilter, KeyQuery, Mark, MarkQuery, Overview, RecordMark, Run, RunKind, WaitFilter, WaitPageQuery,
 };
 use crate::domain::keys::{KeyRecord, KeyState};
 use crate::domain::model::{TurnStatus, TurnSummary, UnixNanos};
@@ -46,6 +46,12 @@ const MARKS_PER_PAGE: u32 = 200;
 const JSON_NODES_MAX: usize = 2000;
 /// Records the turn page lists.
 const RECORDS_MAX: u32 = 500;
+/// A LangGraph thread's newest writes the turn page reads, with payloads.
+const WRITES_SHOWN: u32 = 100;
+/// A session's newest items the turn page shows.
+const ITEMS_SHOWN: u32 = 200;
+/// The bytes of a payload the turn page reads to show it.
+const PAYLOAD_BYTES_SHOWN: u32 = 16 * 1024;
 
 /// A query-string value, percent-encoded.
 pub fn encode(text: &str) -> String {
@@ -70,24 +76,40 @@ pub struct Frame {
     pub title: String,
     pub section: &'static str,
     pub ns: String,
+    /// The namespace the navigation's links keep: the page's, or on the
+    /// overview of every namespace the first the viewer may read.
+    pub nav_ns: String,
     pub namespaces: Vec<String>,
     pub csrf: String,
     pub signed_in: bool,
     pub who: String,
-    pub notice: Option<&'static str>,
+    pub notice: Option<String>,
 }
 
-/// What an action's `notice` code says on the page it returns to.
-fn notice(code: &str) -> Option<&'static str> {
-    Some(match code {
-        "released" => "The key was released: it may be begun again.",
-        "failed" => "The key was failed permanently.",
-        "signalled" => "The wait was signalled.",
-        "cancelled" => "The wait was cancelled.",
-        "deleted" => "The turn was deleted.",
-        "unchanged" => "Nothing changed: it was already settled.",
-        _ => return None,
-    })
+/// What an action's `notice` code says on the page it returns to; a
+/// deleted turn's code carries what went, `deleted:<checkpoints>:<records>:<waits>`.
+fn notice(code: &str) -> Option<String> {
+    if let Some(counts) = code.strip_prefix("deleted:") {
+        let n: Vec<u64> = counts.split(':').map_while(|n| n.parse().ok()).collect();
+        let [checkpoints, records, waits] = n[..] else { return None };
+        return Some(format!(
+            "The turn was deleted with everything it held: {}, {} and {}.",
+            view::count(checkpoints, "checkpoint"),
+            view::count(records, "record"),
+            view::count(waits, "wait")
+        ));
+    }
+    Some(
+        match code {
+            "released" => "The key was released: it may be begun again.",
+            "failed" => "The key was failed permanently.",
+            "signalled" => "The wait was signalled.",
+            "cancelled" => "The wait was cancelled.",
+            "unchanged" => "Nothing changed: it was already settled.",
+            _ => return None,
+        }
+        .to_owned(),
+    )
 }
 
 impl Console {
@@ -99,11 +121,17 @@ impl Console {
         ns: &str,
         code: &str,
     ) -> Result<Frame, Refusal> {
+        let namespaces = self.namespaces(&entered.viewer).await?;
+        let nav_ns = match namespaces.first() {
+            Some(first) if ns.is_empty() && entered.viewer.role_in("").is_none() => first.clone(),
+            _ => ns.to_owned(),
+        };
         Ok(Frame {
             title,
             section,
             ns: ns.to_owned(),
-            namespaces: self.namespaces(&entered.viewer).await?,
+            nav_ns,
+            namespaces,
             csrf: entered.viewer.csrf.clone(),
             signed_in: entered.viewer.principal.is_some(),
             who: entered.viewer.name().to_owned(),

@@ -1,8 +1,10 @@
-//! A turn as a timeline: its checkpoints by client time with long gaps
-//! marked, each one's commit time against its timestamp (clock skew), sizes
-//! and versions, a state in the JSON viewer (and whole as a download), its
-//! records with a LangGraph thread drawn as its checkpoint tree, its keys
-//! and its waits.
+//! A turn as a timeline: what kind of run it is and whether work is
+//! pending in it, its checkpoints by client time with long gaps marked,
+//! each one's commit time against its timestamp (clock skew), sizes and
+//! versions, a state in the JSON viewer (and whole as a download), its
+//! records with a LangGraph thread drawn as its checkpoint tree (each
+//! checkpoint's step and pending writes, an interrupt's value decoded) and
+//! an agent session's items in order, its keys and its waits.
 
 use super::*;
 
@@ -58,6 +60,13 @@ struct StateView {
     pub(super) download: String,
 }
 
+/// A session's item: who, and what.
+struct ItemRow {
+    pub(super) who: String,
+    pub(super) text: String,
+    pub(super) recorded_at: String,
+}
+
 struct RecordRow {
     pub(super) record: RecordMark,
     pub(super) size: String,
@@ -71,6 +80,9 @@ struct TurnPage {
     pub(super) frame: Frame,
     pub(super) turn_id: String,
     pub(super) summary: Option<TurnSummary>,
+    /// What kind of run it is, what it holds and its state.
+    pub(super) run: Option<super::turns::TurnRow>,
+    pub(super) items: Vec<ItemRow>,
     pub(super) first: String,
     pub(super) last: String,
     pub(super) rows: Vec<MarkRow>,
@@ -107,6 +119,7 @@ pub async fn turn(
     let (marks, more) = reads::marks(store, &mark_query).await?;
     let records = reads::records(store, &ns, &q.id, RECORDS_MAX).await?;
     let keys = key_rows(
+        &ns,
         reads::keys(
             store,
             &KeyQuery {
@@ -139,7 +152,8 @@ pub async fn turn(
         Some(mark) => state_view(&console, &ns, &q.id, mark).await?,
         None => None,
     };
-    let page = turn_page(&console, &entered, &q, &ns, (summary, marks, more), state, records, keys, waits).await?;
+    let mut page = turn_page(&console, &entered, &q, &ns, (summary, marks, more), state, records, keys, waits).await?;
+    lived(&console, &ns, &q.id, &mut page).await?;
     Ok(answer(&entered, page))
 }
 
@@ -173,7 +187,7 @@ async fn turn_page(
         ),
         state.as_ref().map(|s| s.seq),
     );
-    let tree = checkpoint_tree(&records);
+    let tree = None;
     let records = records
         .into_iter()
         .map(|record| RecordRow {
@@ -190,6 +204,8 @@ async fn turn_page(
         frame: console.frame(entered, format!("Turn {}", view::cut(&q.id, 60)), "turns", ns, "").await?,
         turn_id: q.id.clone(),
         summary,
+        run: None,
+        items: Vec::new(),
         first,
         last,
         rows,
@@ -277,14 +293,83 @@ async fn state_view(console: &Console, ns: &str, turn_id: &str, mark: &Mark) -> 
     }))
 }
 
-/// The LangGraph thread among a turn's records, as its checkpoint tree.
-fn checkpoint_tree(records: &[RecordMark]) -> Option<String> {
+/// What the run's records say: its row among the runs, a LangGraph
+/// thread's tree with its pending writes, a session's items in order.
+async fn lived(console: &Console, ns: &str, turn_id: &str, page: &mut TurnPage) -> Result<(), Refusal> {
+    let store = console.store()?;
+    let stalled_before = now() - console.settings().stalled_after.as_nanos() as i64;
+    let one = ActivityQuery { namespace: ns.to_owned(), turn_id: Some(turn_id.to_owned()), ..turns::every_run(ns, 1) };
+    let run = reads::runs(store, &one).await?.0.into_iter().next();
+    page.run = run.map(|run| turns::turn_row(ns, run, stalled_before));
+    let kind = page.run.as_ref().map(|row| row.run.kind);
+    if kind == Some(RunKind::LangGraph) || page.records.iter().any(|r| r.record.kind == "checkpoint") {
+        let writes = reads::payloads(store, ns, turn_id, &["write"], WRITES_SHOWN, PAYLOAD_BYTES_SHOWN).await?;
+        page.tree = checkpoint_tree(&page.records, &writes);
+    }
+    let kinds: &[&str] = match kind {
+        Some(RunKind::Agents) => &["agent-item"],
+        Some(RunKind::Adk) => &["adk-event"],
+        _ => return Ok(()),
+    };
+    let items = reads::payloads(store, ns, turn_id, kinds, ITEMS_SHOWN, PAYLOAD_BYTES_SHOWN).await?;
+    page.items = items
+        .into_iter()
+        .map(|(record, payload)| {
+            let (who, text) = payload::item(&record.content_type, &payload, 400);
+            ItemRow { who, text, recorded_at: view::time(record.recorded_at) }
+        })
+        .collect();
+    Ok(())
+}
+
+/// A write's id ends in its index + 2^31, ten digits: -3 is an interrupt.
+fn is_interrupt(write_id: &str) -> bool {
+    write_id.ends_with(&((1i64 << 31) - 3).to_string())
+}
+
+/// The LangGraph thread among a turn's records, as its checkpoint tree:
+/// each checkpoint with its step and source, and its pending writes by
+/// task and channel, an interrupt's value decoded.
+fn checkpoint_tree(records: &[RecordRow], writes: &[(RecordMark, Vec<u8>)]) -> Option<String> {
     let nodes: Vec<TreeNode<'_>> = records
         .iter()
+        .map(|row| &row.record)
         .filter(|r| r.kind == "checkpoint")
-        .map(|r| TreeNode { id: &r.id, parent: &r.parent_id, scope: &r.scope })
+        .map(|r| TreeNode {
+            id: &r.id,
+            parent: &r.parent_id,
+            scope: &r.scope,
+            note: checkpoint_note(r.metadata.as_deref()),
+            writes: writes
+                .iter()
+                .filter(|(w, _)| w.parent_id == r.id && w.scope == r.scope)
+                .map(|(w, payload)| write_line(w, payload))
+                .collect(),
+        })
         .collect();
     (!nodes.is_empty()).then(|| view::checkpoint_tree(&nodes))
+}
+
+/// "step 3, loop" from a checkpoint's metadata.
+fn checkpoint_note(metadata: Option<&str>) -> String {
+    let Some(meta) = metadata.and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok()) else {
+        return String::new();
+    };
+    let step = meta.get("step").map(|s| format!("step {s}"));
+    let source = meta.get("source").and_then(|s| s.as_str()).map(str::to_owned);
+    [step, source].into_iter().flatten().collect::<Vec<_>>().join(", ")
+}
+
+/// One pending write: its task and channel, and for an interrupt its value.
+fn write_line(write: &RecordMark, payload: &[u8]) -> (String, bool) {
+    let meta = write.metadata.as_deref().and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok());
+    let field = |k: &str| meta.as_ref().and_then(|m| m.get(k)).and_then(|v| v.as_str()).unwrap_or("").to_owned();
+    let (channel, task) = (field("channel"), field("task_path"));
+    if is_interrupt(&write.id) {
+        let value = payload::line(&write.content_type, payload, 300);
+        return (format!("interrupt pending (task {task}): {value}"), true);
+    }
+    (format!("write to {channel} (task {task}, {})", view::size(write.bytes)), false)
 }
 
 #[derive(Deserialize, Default)]

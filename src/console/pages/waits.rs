@@ -25,6 +25,8 @@ pub(super) struct WaitRow {
     pub(super) settled: String,
     pub(super) payload: String,
     pub(super) metadata: String,
+    /// The page of the wait's turn.
+    pub(super) turn: String,
 }
 
 pub(super) fn wait_row(wait: Wait, now: UnixNanos) -> WaitRow {
@@ -48,6 +50,7 @@ pub(super) fn wait_row(wait: Wait, now: UnixNanos) -> WaitRow {
         settled: wait.settled_at.map(view::time).unwrap_or_default(),
         payload: view::bytes_text(&wait.payload, 200),
         metadata: wait.metadata.as_deref().map(|m| view::cut(m, 200)).unwrap_or_default(),
+        turn: format!("/turn?{}", query(&[("ns", &wait.key.namespace), ("id", &wait.key.turn_id)])),
         wait,
     }
 }

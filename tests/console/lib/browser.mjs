@@ -6,6 +6,7 @@
 // screenshots into the artifacts folder, and a polling helper for
 // conditions Playwright's own waiting does not cover.
 import { readFileSync } from "node:fs";
+import { until } from "./sidecar.mjs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { AxeBuilder } from "@axe-core/playwright";
@@ -17,7 +18,7 @@ export const { base } = fixture;
 export const CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-export { until } from "./sidecar.mjs";
+export { until };
 
 /** Debian's chromium, headless, with a fresh profile that Playwright makes and removes. */
 export async function launch() {
@@ -117,4 +118,21 @@ export async function cells(row) {
 /** The csrf token of the page's sign-out form. */
 export async function csrfOf(page) {
   return page.locator('form[action="/signout"] input[name="csrf"]').inputValue();
+}
+
+/** The console's audit events in the sidecar's log (JSON lines) so far. */
+export function auditEvents() {
+  const events = [];
+  for (const line of readFileSync(fixture.log, "utf8").split("\n")) {
+    if (!line.startsWith("{")) continue;
+    const event = JSON.parse(line);
+    if (event.target === "stepwell::audit" && event.fields?.via === "console") events.push(event.fields);
+  }
+  return events;
+}
+
+/** Waits for an audit event whose fields equal `fields` (a function field is a test of it). */
+export async function assertAudited(fields) {
+  const matches = (e) => Object.entries(fields).every(([k, v]) => (typeof v === "function" ? v(e[k] ?? "") : e[k] === v));
+  await until(() => auditEvents().some(matches), `an audit event ${JSON.stringify(fields)}`, 15_000);
 }

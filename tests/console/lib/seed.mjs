@@ -5,6 +5,9 @@
 // the injection payloads in every field the console renders, and namespace
 // beta, which the reader must never see. It returns the fixture: the names
 // the tests look for.
+import { execFileSync } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { PutMode, RecordState, StepwellClient } from "../../../clients/typescript/dist/src/index.js";
 import { until } from "./sidecar.mjs";
 import { IMG, QUOTES, SCRIPT, XSS_TURN, XSS_TURN_2 } from "./payloads.mjs";
@@ -124,6 +127,23 @@ async function seedThread(alpha, threadId) {
   await alpha.putRecords({ records });
 }
 
+const repo = join(dirname(fileURLToPath(import.meta.url)), "../../..");
+
+/**
+ * Runs that live in records, seeded through the real Python integrations
+ * (lib/seed_runs.py): a LangGraph thread paused at interrupt() and one
+ * finished, an Agents SDK session and an ADK session. The Python is the
+ * client's test venv (STEPWELL_TEST_PYTHON, else clients/python/venv makes
+ * it, or waits for the lane making it).
+ */
+function seedRuns(sidecar) {
+  const python =
+    process.env.STEPWELL_TEST_PYTHON || execFileSync(join(repo, "clients/python/venv"), { encoding: "utf8" }).trim();
+  const script = join(repo, "tests/console/lib/seed_runs.py");
+  const out = execFileSync(python, [script, sidecar.target, sidecar.tokens.admin, "alpha"], { encoding: "utf8" });
+  return JSON.parse(out.trim().split("\n").pop());
+}
+
 /** Namespace beta: what the reader may never see. */
 async function seedBeta(beta) {
   await turn(beta, "beta-secret-turn", ["plan"]);
@@ -143,6 +163,7 @@ export async function seed(sidecar) {
   const beta = connect("beta", sidecar.tokens.admin);
   const writer = connect("alpha", sidecar.tokens.writer);
   const seededFrom = new Date();
+  let runs;
   try {
     // The stalled turn goes first, so it has waited longest when the tests look for it.
     await turn(alpha, "stalled-1", ["plan"], { session: "s-stalled" });
@@ -152,10 +173,11 @@ export async function seed(sidecar) {
     await seedWaits(alpha, writer);
     await seedThread(alpha, "lg-thread");
     await seedBeta(beta);
+    runs = seedRuns(sidecar);
   } finally {
     alpha.close();
     beta.close();
     writer.close();
   }
-  return { seededFrom: seededFrom.toISOString(), seededTo: new Date().toISOString(), bulkTurns: BULK_TURNS };
+  return { seededFrom: seededFrom.toISOString(), seededTo: new Date().toISOString(), bulkTurns: BULK_TURNS, runs };
 }

@@ -4,11 +4,10 @@
 // the audit events of the sidecar's log. The reader sees no action buttons
 // and a POST built by hand is refused; a POST without its CSRF token, or
 // with a wrong one, is refused and changes nothing. Refusals are audited.
-import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { RecordState, StepwellClient, WaitStatus } from "../../../clients/typescript/dist/src/index.js";
-import { csrfOf, fixture, launch, open, personContext, rowKeys, until, url } from "../lib/browser.mjs";
+import { assertAudited, csrfOf, fixture, launch, open, personContext, rowKeys, url } from "../lib/browser.mjs";
 
 let browser;
 let admin;
@@ -25,23 +24,6 @@ after(async () => {
   assert.deepEqual([...(admin?.dialogs ?? []), ...(reader?.dialogs ?? [])], []);
   await browser?.close();
 });
-
-/** The console's audit events in the sidecar's log (JSON lines) so far. */
-function auditEvents() {
-  const events = [];
-  for (const line of readFileSync(fixture.log, "utf8").split("\n")) {
-    if (!line.startsWith("{")) continue;
-    const event = JSON.parse(line);
-    if (event.target === "stepwell::audit" && event.fields?.via === "console") events.push(event.fields);
-  }
-  return events;
-}
-
-/** Waits for an audit event whose fields equal `fields` (a function field is a test of it). */
-async function assertAudited(fields) {
-  const matches = (e) => Object.entries(fields).every(([k, v]) => (typeof v === "function" ? v(e[k] ?? "") : e[k] === v));
-  await until(() => auditEvents().some(matches), `an audit event ${JSON.stringify(fields)}`, 15_000);
-}
 
 /** The form of `action` inside `scope` whose button is named `button`. */
 function actionForm(scope, action, button) {
@@ -144,12 +126,13 @@ async function assertUntouched() {
   assert.equal((await client.getWait({ turnId: "act-wait", name: "reader-keep" })).wait.status, WaitStatus.PENDING);
 }
 
+/** Each refused action, its form, and the subject its audit event names. */
 const attempts = [
-  ["release-key", { ns: "alpha", key: "reader-held", permanent: "on", error: "x" }],
-  ["delete-turn", { ns: "alpha", id: "reader-keep" }],
-  ["delete-turn", { ns: "alpha", id: "csrf-keep" }],
-  ["signal-wait", { ns: "alpha", turn: "act-wait", name: "reader-keep", payload: "x" }],
-  ["cancel-wait", { ns: "alpha", turn: "act-wait", name: "reader-keep" }],
+  ["release-key", { ns: "alpha", key: "reader-held", permanent: "on", error: "x" }, "reader-held"],
+  ["delete-turn", { ns: "alpha", id: "reader-keep" }, "reader-keep"],
+  ["delete-turn", { ns: "alpha", id: "csrf-keep" }, "csrf-keep"],
+  ["signal-wait", { ns: "alpha", turn: "act-wait", name: "reader-keep", payload: "x" }, "act-wait/reader-keep"],
+  ["cancel-wait", { ns: "alpha", turn: "act-wait", name: "reader-keep" }, "act-wait/reader-keep"],
 ];
 
 test("the reader sees no action buttons, and a POST built by hand is refused", async () => {
@@ -160,10 +143,10 @@ test("the reader sees no action buttons, and a POST built by hand is refused", a
   }
   const csrf = await csrfOf(page);
   assert.ok(csrf);
-  for (const [action, form] of attempts) {
+  for (const [action, form, subject] of attempts) {
     const response = await page.request.post(`/actions/${action}`, { form: { ...form, csrf, confirmed: "1" }, maxRedirects: 0 });
     assert.equal(response.status(), 403, `reader POST /actions/${action}`);
-    await assertAudited({ principal: "reader", action, namespace: "alpha", outcome: "PERMISSION_DENIED" });
+    await assertAudited({ principal: "reader", action, namespace: "alpha", subject, outcome: "PERMISSION_DENIED" });
   }
   await assertUntouched();
   await page.close();
@@ -173,14 +156,14 @@ test("an admin POST without its CSRF token, or with a wrong one, is refused and 
   const page = await admin.newPage();
   await open(page, "/keys?ns=alpha");
   const csrf = await csrfOf(page);
-  for (const [action, form] of attempts) {
+  for (const [action, form, subject] of attempts) {
     for (const token of [undefined, "", `${csrf}x`]) {
       const body = token === undefined ? { ...form, confirmed: "1" } : { ...form, csrf: token, confirmed: "1" };
       const response = await page.request.post(`/actions/${action}`, { form: body, maxRedirects: 0 });
       assert.equal(response.status(), 403, `POST /actions/${action} with csrf ${JSON.stringify(token)}`);
       assert.match(await response.text(), /CSRF/);
     }
-    await assertAudited({ principal: "admin", action, outcome: "CSRF_TOKEN_WRONG" });
+    await assertAudited({ principal: "admin", action, subject, outcome: "CSRF_TOKEN_WRONG" });
   }
   // A plain fetch with the session cookie and no token: refused too.
   const cookie = (await admin.cookies()).find((c) => c.name === "stepwell_console");
@@ -191,6 +174,22 @@ test("an admin POST without its CSRF token, or with a wrong one, is refused and 
     redirect: "manual",
   });
   assert.equal(plain.status, 403);
+  await assertUntouched();
+  await page.close();
+});
+
+test("a form posted from another site is refused before its action, and audited", async () => {
+  const page = await admin.newPage();
+  await open(page, "/keys?ns=alpha");
+  const csrf = await csrfOf(page);
+  const response = await page.request.post("/actions/delete-turn", {
+    form: { ns: "alpha", id: "csrf-keep", csrf, confirmed: "1" },
+    headers: { origin: "https://elsewhere.example", "sec-fetch-site": "cross-site" },
+    maxRedirects: 0,
+  });
+  assert.equal(response.status(), 403);
+  assert.match(await response.text(), /another site/);
+  await assertAudited({ principal: "admin", action: "delete-turn", outcome: "CROSS_ORIGIN" });
   await assertUntouched();
   await page.close();
 });
