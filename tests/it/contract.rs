@@ -53,3 +53,18 @@ fn stepwell_proto_says_why_it_cannot_write() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("could not write into") && stderr.contains("a-file"), "{stderr}");
 }
+
+/// One version story: `stepwell --version` names the contract's major and
+/// minor version (proto/VERSION), which the clients' versions carry too
+/// (scripts/check-versions).
+#[test]
+fn stepwell_version_is_the_contracts() {
+    let output = Command::new(STEPWELL).arg("--version").output().expect("run stepwell --version");
+    assert!(output.status.success());
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let version = printed.trim().strip_prefix("stepwell ").expect("`stepwell <version>`");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let contract = std::fs::read_to_string(root.join("proto/VERSION")).expect("proto/VERSION");
+    let major_minor = |v: &str| v.trim().rsplit_once('.').map(|(mm, _)| mm.to_owned());
+    assert_eq!(major_minor(version), major_minor(&contract), "sidecar {version}, contract {}", contract.trim());
+}
