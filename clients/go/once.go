@@ -39,22 +39,9 @@ type OnceOptions struct {
 // StepKey is the idempotency key of a step of a run: runID + "/" + step.
 func StepKey(runID, step string) string { return runID + "/" + step }
 
-// Once runs fn at most once per key (across processes and sidecars sharing
-// a store) and returns its result, JSON round-tripped:
-//
-//   - ACQUIRED: fn runs while a goroutine Extends the lease; its result is
-//     JSON-encoded and Completed, a Complete that fails UNAVAILABLE being
-//     sent again for as long as the lease lasts and ctx allows (so a
-//     sidecar restart shorter than the lease does not repeat the effect;
-//     a holder that dies before its Complete is recorded leaves the lease
-//     to run out, and the next Once runs fn again, PreviousLeaseExpired).
-//     If fn fails, the lease is Released (not permanently) and fn's error
-//     returned.
-//   - COMPLETED: the recorded result is decoded into T; fn is not called.
-//   - IN_PROGRESS: waits (at most WaitTimeout overall) and asks again;
-//     then an error matching ErrOnceTimeout.
-//   - FAILED: an error matching ErrOperationFailed with the recorded error.
-func Once[T any](ctx context.Context, c *Client, key string, fn func(context.Context, OnceInfo) (T, error), opts ...OnceOptions) (T, error) {
+// onceDefaults is the first of opts (or the zero value) with the defaults
+// in place of its zero fields.
+func onceDefaults(opts []OnceOptions) OnceOptions {
 	var o OnceOptions
 	if len(opts) > 0 {
 		o = opts[0]
@@ -71,6 +58,26 @@ func Once[T any](ctx context.Context, c *Client, key string, fn func(context.Con
 	if o.PollEvery <= 0 {
 		o.PollEvery = 50 * time.Millisecond
 	}
+	return o
+}
+
+// Once runs fn at most once per key (across processes and sidecars sharing
+// a store) and returns its result, JSON round-tripped:
+//
+//   - ACQUIRED: fn runs while a goroutine Extends the lease; its result is
+//     JSON-encoded and Completed, a Complete that fails UNAVAILABLE being
+//     sent again for as long as the lease lasts and ctx allows (so a
+//     sidecar restart shorter than the lease does not repeat the effect;
+//     a holder that dies before its Complete is recorded leaves the lease
+//     to run out, and the next Once runs fn again, PreviousLeaseExpired).
+//     If fn fails, the lease is Released (not permanently) and fn's error
+//     returned.
+//   - COMPLETED: the recorded result is decoded into T; fn is not called.
+//   - IN_PROGRESS: waits (at most WaitTimeout overall) and asks again;
+//     then an error matching ErrOnceTimeout.
+//   - FAILED: an error matching ErrOperationFailed with the recorded error.
+func Once[T any](ctx context.Context, c *Client, key string, fn func(context.Context, OnceInfo) (T, error), opts ...OnceOptions) (T, error) {
+	o := onceDefaults(opts)
 	var zero T
 	deadline := time.Now().Add(o.WaitTimeout)
 	sleep := o.PollEvery
