@@ -18,8 +18,9 @@ import (
 	pb "stepwell.dev/client/gen/stepwell/v1"
 )
 
-// The flow engine's durability types, declared exactly as the design
-// (DURABLE_EXECUTION_DESIGN.md) does, so StoreCheckpoint drops in.
+// The flow engine's durability types, declared exactly as the flow engine
+// declares them, so StoreCheckpoint drops in. Their contract, as tests, is
+// testdata/installed/checkpoint_contract_test.go.
 
 // State is what carries across steps: typed Data plus a Stage marker.
 type State struct {
@@ -81,8 +82,8 @@ var _ Checkpoint = (*StoreCheckpoint)(nil)
 // whole Run as JSON; terminal when Status is "done" or "failed"), so the
 // full history stays restorable (History) while Load reads only the newest.
 //
-// Runs are confined to one scope per flow name, as the design's store.Scope
-// does with one table per flow: the flow name is mapped onto a stepwell
+// Runs are confined to one scope per flow name, as the flow engine's own
+// store.Scope does with one table per flow: the flow name is mapped onto a stepwell
 // namespace (FlowNamespace). Namespaces are the contract's isolation
 // boundary: nothing in one namespace is visible from another, so a run ID
 // used by two flows names two independent runs, and ListTurns in a flow's

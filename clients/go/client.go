@@ -186,8 +186,7 @@ func invoke[Req any, Resp any](ctx context.Context, c *Client, req Req, f func(c
 		if !retryable(err) || attempt >= c.opts.maxAttempts {
 			return zero, err
 		}
-		sleep := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
-		t := time.NewTimer(sleep)
+		t := time.NewTimer(jittered(backoff))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -196,6 +195,11 @@ func invoke[Req any, Resp any](ctx context.Context, c *Client, req Req, f func(c
 		}
 		backoff = min(backoff*2, c.opts.maxBackoff)
 	}
+}
+
+// jittered is a backoff of d with jitter: between d/2 and d.
+func jittered(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // withNamespace returns req with an empty namespace set to the client's

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -208,12 +210,20 @@ func newPlainSidecar(t *testing.T) *ownSidecar {
 
 func startOwnSidecar(t *testing.T, plain bool) *ownSidecar {
 	t.Helper()
+	s := reserveSidecar(t, plain)
+	s.Start()
+	return s
+}
+
+// reserveSidecar is a sidecar for t not started yet: a free port where
+// nothing listens until Start, and a SQLite file. It is stopped when t ends.
+func reserveSidecar(t *testing.T, plain bool) *ownSidecar {
+	t.Helper()
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &ownSidecar{t: t, target: fmt.Sprintf("127.0.0.1:%d", port), db: filepath.Join(t.TempDir(), "own.db"), plain: plain}
-	s.Start()
 	t.Cleanup(func() {
 		if s.cmd != nil {
 			_ = s.cmd.Process.Kill()
@@ -300,6 +310,24 @@ func (s *ownSidecar) Start() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// afterFailures is a client option that closes the channel it returns when
+// the nth attempt at the method (its last name, e.g. "Complete") has
+// failed, every attempt the client sends counted: with WithRetry(n-1, ...)
+// the nth failure is an attempt beyond the client's own retries, made by
+// the call above them (Once, WaitForSignal).
+func afterFailures(method string, n int32) (stepwell.Option, <-chan struct{}) {
+	reached := make(chan struct{})
+	var failed atomic.Int32
+	watch := func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, m, req, reply, cc, opts...)
+		if err != nil && strings.HasSuffix(m, "/"+method) && failed.Add(1) == n {
+			close(reached)
+		}
+		return err
+	}
+	return stepwell.WithDialOptions(grpc.WithChainUnaryInterceptor(watch)), reached
 }
 
 func asError(err error, target **stepwell.Error) bool { return errors.As(err, target) }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -124,12 +123,13 @@ func (c *Client) Signal(ctx context.Context, turnID, name string, payload []byte
 // exist yet, waits until it is settled and returns the payload it was
 // resolved with. The wait is bounded by ctx only: without a deadline it
 // waits for as long as it takes, in Awaits of at most 60 s each, and
-// retries UNAVAILABLE (a sidecar restarting under the waiting run) until
-// the context ends. A wait EXPIRED or CANCELLED is a *WaitError matching
+// retries UNAVAILABLE, in making the wait as in waiting on it (a sidecar
+// that is down when the call begins, or restarts under the waiting run),
+// until the context ends. A wait EXPIRED or CANCELLED is a *WaitError matching
 // ErrWaitExpired or ErrWaitCancelled; one still PENDING at ctx's deadline
 // is a *WaitError matching ErrWaitTimeout (and context.DeadlineExceeded).
 func (c *Client) WaitForSignal(ctx context.Context, turnID, name string, opts ...WaitOptions) ([]byte, error) {
-	created, err := c.CreateWait(ctx, &pb.CreateWaitRequest{Namespace: waitNamespace(opts), TurnId: turnID, Name: name})
+	created, err := c.beginWait(ctx, &pb.CreateWaitRequest{Namespace: waitNamespace(opts), TurnId: turnID, Name: name})
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (c *Client) WaitForSignal(ctx context.Context, turnID, name string, opts ..
 // chose first: after that time it returns at once (as soon as the timer has
 // fired), before it only waits the rest. Errors are those of WaitForSignal.
 func (c *Client) SleepUntil(ctx context.Context, turnID, name string, when time.Time, opts ...WaitOptions) error {
-	created, err := c.CreateWait(ctx, &pb.CreateWaitRequest{
+	created, err := c.beginWait(ctx, &pb.CreateWaitRequest{
 		Namespace: waitNamespace(opts), TurnId: turnID, Name: name, ResolveAt: Timestamp(when),
 	})
 	if err != nil {
@@ -155,6 +155,31 @@ func (c *Client) SleepUntil(ctx context.Context, turnID, name string, when time.
 	}
 	_, err = c.awaitSettled(ctx, created.GetWait())
 	return err
+}
+
+// beginWait is CreateWait for WaitForSignal and SleepUntil: a CreateWait
+// that fails UNAVAILABLE or OVERLOADED after the client's own retries (a
+// sidecar that is down or restarting when the run begins to wait) is sent
+// again, after a backoff, for as long as ctx allows, as awaitSettled does
+// with the Awaits. When ctx ends first, the error is ctx's: at its deadline
+// it matches ErrDeadlineExceeded and context.DeadlineExceeded.
+func (c *Client) beginWait(ctx context.Context, req *pb.CreateWaitRequest) (*pb.CreateWaitResponse, error) {
+	backoff := c.opts.backoff
+	for {
+		resp, err := c.CreateWait(ctx, req)
+		switch {
+		case err == nil:
+			return resp, nil
+		case ctx.Err() != nil:
+			return nil, FromError(ctx.Err())
+		case !retryable(err):
+			return nil, err
+		}
+		if !pause(ctx, jittered(backoff)) {
+			return nil, FromError(ctx.Err())
+		}
+		backoff = min(backoff*2, c.opts.maxBackoff)
+	}
 }
 
 // awaitSettled long-polls Await until w is settled and returns it RESOLVED,
@@ -186,7 +211,7 @@ func (c *Client) awaitSettled(ctx context.Context, w *pb.Wait) (*pb.Wait, error)
 			// The sidecar saw the caller's deadline pass a moment before
 			// the caller did: the next turn of the loop reports it.
 		case retryable(err):
-			if !pause(ctx, backoff/2+time.Duration(rand.Int64N(int64(backoff/2)+1))) {
+			if !pause(ctx, jittered(backoff)) {
 				return nil, contextEnded(ctx, w)
 			}
 			backoff = min(backoff*2, c.opts.maxBackoff)

@@ -349,6 +349,46 @@ func TestWaitAcrossSidecarRestart(t *testing.T) {
 	}
 }
 
+// A run that begins to wait while no sidecar listens: WaitForSignal and
+// SleepUntil keep trying to make their waits, past the client's own
+// retries, until a sidecar starts on the address, then wait on them there.
+func TestWaitBegunWhileSidecarDown(t *testing.T) {
+	s := reserveSidecar(t, false)
+	ns := freshNS(t, "waitsdown")
+	watchW, waiterRetrying := afterFailures("CreateWait", 3)
+	watchS, sleeperRetrying := afterFailures("CreateWait", 3)
+	cw := dialTo(t, s.target, stepwell.WithNamespace(ns), stepwell.WithRetry(2, 20*time.Millisecond), watchW)
+	cs := dialTo(t, s.target, stepwell.WithNamespace(ns), stepwell.WithRetry(2, 20*time.Millisecond), watchS)
+	waiter := inBackground(func() ([]byte, error) { return cw.WaitForSignal(ctx, "run-1", "approve") })
+	sleeper := inBackground(func() ([]byte, error) { return nil, cs.SleepUntil(ctx, "run-1", "cool-off", time.Now()) })
+	for _, retrying := range []<-chan struct{}{waiterRetrying, sleeperRetrying} {
+		select {
+		case <-retrying:
+		case o := <-waiter:
+			t.Fatalf("WaitForSignal gave up making its wait within the client's own retries: %q %v", o.payload, o.err)
+		case o := <-sleeper:
+			t.Fatalf("SleepUntil gave up making its wait within the client's own retries: %v", o.err)
+		case <-time.After(120 * time.Second):
+			t.Fatal("CreateWait was not retried within 120s")
+		}
+	}
+	s.Start()
+	signaller := dialTo(t, s.target, stepwell.WithNamespace(ns))
+	untilWaitExists(t, signaller, "run-1", "approve")
+	if _, err := signaller.Signal(ctx, "run-1", "approve", []byte("yes")); err != nil {
+		t.Fatalf("Signal: %v", err)
+	}
+	if o := await(t, waiter); o.err != nil || string(o.payload) != "yes" {
+		t.Fatalf("WaitForSignal begun while the sidecar was down: %q %v", o.payload, o.err)
+	}
+	if o := await(t, sleeper); o.err != nil {
+		t.Fatalf("SleepUntil begun while the sidecar was down: %v", o.err)
+	}
+	if w := getWait(t, signaller, "run-1", "cool-off"); w.GetStatus() != pb.WaitStatus_WAIT_STATUS_RESOLVED {
+		t.Fatalf("the sleep's wait: %v", w)
+	}
+}
+
 // The wait methods fill the client's namespace in on a copy, as every
 // method of Client does (see TestRequestsAreNotModified).
 func TestWaitRequestsAreNotModified(t *testing.T) {

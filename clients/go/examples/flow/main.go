@@ -1,4 +1,4 @@
-// Command flow runs the design's step loop (plan → workspace → welcome) on
+// Command flow runs a flow's step loop (plan → workspace → welcome) on
 // stepwell: the Run is saved through StoreCheckpoint at every step boundary,
 // and each step's side effect goes through Once with the key runID/step, so
 // a crash and a rerun resume at State.Stage without repeating an effect.

@@ -1,5 +1,6 @@
-// The flow engine's Checkpoint contract (the design StoreCheckpoint
-// implements), its statements about the adapter as tests, run by the test
+// The flow engine's Checkpoint contract (the interface checkpoint.go
+// declares and StoreCheckpoint implements), its statements about the
+// adapter as tests, run by the test
 // script's install check in a fresh module against the installed copy of the
 // client and a sidecar the script started (STEPWELL_TEST_TARGET). The go
 // tool skips testdata, so the client's own `go test ./...` never builds it.
