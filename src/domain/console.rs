@@ -41,7 +41,7 @@ pub enum RunKind {
     LangGraph,
     /// Records of kind `agent-item`: an OpenAI Agents SDK session.
     Agents,
-    /// Records of the `adk-` kinds: a Google ADK session.
+    /// Records of kind `adk-session` or `adk-event`: a Google ADK session.
     Adk,
     /// Records of other kinds.
     Records,

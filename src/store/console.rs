@@ -190,7 +190,7 @@ fn runs_with(s: &mut Statement, dialect: Dialect, ns: &str, turn_id: Option<&str
            CAST(COUNT(*) AS BIGINT) AS n, \
            CAST(MAX(CASE WHEN kind = 'checkpoint' THEN 1 ELSE 0 END) AS BIGINT) AS lg, \
            CAST(MAX(CASE WHEN kind = 'agent-item' THEN 1 ELSE 0 END) AS BIGINT) AS ag, \
-           CAST(MAX(CASE WHEN kind IN ('adk-session', 'adk-event', 'adk-state') THEN 1 ELSE 0 END) AS BIGINT) AS adk \
+           CAST(MAX(CASE WHEN kind IN ('adk-session', 'adk-event') THEN 1 ELSE 0 END) AS BIGINT) AS adk \
            FROM records WHERE namespace = {ns}{only} GROUP BY turn_id), \
          w AS (SELECT turn_id, MIN(created_at_ns) AS first_ns, MAX(COALESCE(settled_at_ns, created_at_ns)) AS last_ns, \
            CAST(COUNT(*) AS BIGINT) AS n, CAST(SUM(CASE WHEN status = 1 THEN 1 ELSE 0 END) AS BIGINT) AS pending \
@@ -412,7 +412,9 @@ pub async fn payloads(
     );
     let mut found = Vec::new();
     for row in rows(store, &s).await? {
-        found.push((record_mark(&row)?, row.bytes(8)?));
+        // SQLite's SUBSTR of an empty payload is NULL.
+        let payload = if matches!(row.0.get(8), Some(Value::Null)) { Vec::new() } else { row.bytes(8)? };
+        found.push((record_mark(&row)?, payload));
     }
     found.reverse();
     Ok(found)

@@ -40,14 +40,14 @@ test("the overview shows each granted namespace's counts, charts and store healt
   assert.equal(await page.locator('section.namespace[data-ns="alpha"]').count(), 1);
   assert.equal(await page.locator('section.namespace[data-ns="beta"]').count(), 1);
   const beta = await counts("beta");
-  assert.equal(beta["Terminal turns"].n, 1);
+  assert.equal(beta["Terminal or at rest"].n, 1);
   assert.equal(beta["Keys in progress"].n, 1);
   assert.equal(beta["Expired leases"].n, 1);
   assert.equal(beta["Failed keys"].n, 1);
   assert.equal(beta["Pending timers"].n, 1);
   assert.ok(beta["Open turns"].n >= 1);
   assert.ok(beta["Pending waits"].n >= 1);
-  for (const term of ["Open turns", "Stalled turns", "Terminal turns", "Keys in progress", "Expired leases", "Failed keys", "Pending waits", "Pending timers"]) {
+  for (const term of ["Open turns", "Stalled turns", "Terminal or at rest", "Keys in progress", "Expired leases", "Failed keys", "Pending waits", "Pending timers"]) {
     assert.ok(beta[term]?.href, `${term} links to its list`);
   }
   assert.match(await page.locator('svg.chart.writes[role="img"]').getAttribute("aria-label"), /^Writes per minute/);
@@ -64,7 +64,7 @@ test("an overview count links to the list it counts", async () => {
   const beta = await counts("beta");
   await open(page, beta["Failed keys"].href);
   assert.deepEqual(await rowKeys(page, "keys", "key"), ["beta-failed-key"]);
-  await open(page, beta["Terminal turns"].href);
+  await open(page, beta["Terminal or at rest"].href);
   assert.deepEqual(await rowKeys(page, "turns", "turn"), ["beta-done"]);
   await open(page, beta["Pending timers"].href);
   assert.deepEqual(await rowKeys(page, "waits", "wait"), ["beta-secret-turn/beta-timer"]);
@@ -85,7 +85,8 @@ test("turns: status, session and prefix filters, sorted by last activity", async
   assert.deepEqual(await rowKeys(page, "turns", "turn"), ["skew-1"]);
   const row = page.locator('table#turns tr[data-turn="skew-1"]');
   const skew = await cells(row);
-  assert.equal(skew.checkpoints, "3");
+  assert.equal(skew.holds, "3 checkpoints");
+  assert.equal(skew.kind, "checkpoint log");
   assert.equal(skew.status, "open");
   await row.getByRole("link").first().click();
   await page.waitForURL((u) => u.pathname === "/turn");
