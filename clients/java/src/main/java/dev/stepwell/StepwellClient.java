@@ -470,6 +470,53 @@ public final class StepwellClient implements AutoCloseable {
     return r.getCheckpointsCount() == 0 ? Optional.empty() : Optional.of(r.getCheckpoints(0));
   }
 
+  /**
+   * The state of the latest checkpoint of a turn, if any, decoded from JSON into {@code type}: the
+   * read side of {@link #checkpoint(String, String, Object)}. {@link IllegalStateException} when it
+   * is no JSON of that type.
+   */
+  public <T> Optional<T> latest(String turnId, Class<T> type) {
+    return latest(turnId).map(cp -> state(cp, type));
+  }
+
+  /** As {@link #latest(String, Class)}, for a generic type ({@code new TypeReference<...>() {}}). */
+  public <T> Optional<T> latest(String turnId, TypeReference<T> type) {
+    return latest(turnId).map(cp -> state(cp, type));
+  }
+
+  /** The states of every checkpoint of a turn, oldest first, each decoded as {@link #state}. */
+  public <T> List<T> restore(String turnId, Class<T> type) {
+    return restore(turnId).stream().map(cp -> state(cp, type)).toList();
+  }
+
+  /** As {@link #restore(String, Class)}, for a generic type. */
+  public <T> List<T> restore(String turnId, TypeReference<T> type) {
+    return restore(turnId).stream().map(cp -> state(cp, type)).toList();
+  }
+
+  /**
+   * The state of {@code checkpoint} decoded from JSON into {@code type} (Jackson, as {@code
+   * checkpoint} encoded it); {@link IllegalStateException} when it is no JSON of that type.
+   */
+  public static <T> T state(Checkpoint checkpoint, Class<T> type) {
+    return decodeState(checkpoint, JSON.constructType(type));
+  }
+
+  /** As {@link #state(Checkpoint, Class)}, for a generic type. */
+  public static <T> T state(Checkpoint checkpoint, TypeReference<T> type) {
+    return decodeState(checkpoint, JSON.constructType(type));
+  }
+
+  private static <T> T decodeState(Checkpoint checkpoint, JavaType type) {
+    try {
+      return JSON.readValue(checkpoint.getState().toByteArray(), type);
+    } catch (IOException e) {
+      throw new IllegalStateException(
+          "stepwell: the state of checkpoint " + checkpoint.getTurnId() + "/"
+              + checkpoint.getPhase() + " is no JSON of " + type + ": " + e.getMessage(), e);
+    }
+  }
+
   /** ListTurns RPC: one page. */
   public ListTurnsResponse listTurns(ListTurnsRequest request) {
     ListTurnsRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
