@@ -687,9 +687,9 @@ public final class StepwellClient implements AutoCloseable {
   }
 
   /**
-   * Await RPC: the wait once settled, or still pending after the request's timeout. Each attempt's
-   * deadline is the client's plus that timeout ({@link #AWAIT_POLL_MAX} when unset), so that the
-   * sidecar's answer with a pending wait comes before it.
+   * Await RPC: the wait once settled, or still pending after the request's timeout. The call's
+   * deadline (its retries included) is the client's plus that timeout ({@link #AWAIT_POLL_MAX}
+   * when unset), so that the sidecar's answer with a pending wait comes before it.
    */
   public AwaitResponse await(AwaitRequest request) {
     AwaitRequest r =
