@@ -843,12 +843,14 @@ public final class StepwellClient implements AutoCloseable {
             .setTurnId(r.getTurnId())
             .setName(r.getName())
             .build();
+    StepwellException last = null;
     while (true) {
-      if (until.over()) throw timedOut(named, until, null);
+      if (until.over()) throw timedOut(named, until, last);
       try {
         return call(until.cap(deadline), d -> wp(d).createWait(r)).getWait();
       } catch (StepwellException e) {
         rideOut(e, named, until);
+        last = e;
       }
     }
   }
@@ -858,12 +860,15 @@ public final class StepwellClient implements AutoCloseable {
    * {@code until} leaves; {@link WaitTimeoutException} once it has passed.
    */
   private Wait awaitSettled(Wait w, Until until) {
+    StepwellException last = null;
     while (w.getStatus() == WaitStatus.WAIT_STATUS_PENDING) {
-      if (until.over()) throw timedOut(w, until, null);
+      if (until.over()) throw timedOut(w, until, last);
       try {
         w = awaitPoll(w, until.cap(AWAIT_POLL_MAX), until);
+        last = null;
       } catch (StepwellException e) {
         rideOut(e, w, until);
+        last = e;
       }
     }
     return w;
