@@ -787,7 +787,8 @@ public final class StepwellClient implements AutoCloseable {
    * after. {@code timeout} (null: none) bounds the whole call, every RPC's deadline included.
    * Throws {@link WaitExpiredException} or {@link WaitCancelledException} when the wait was
    * settled so, and {@link WaitTimeoutException}, the wait still pending, when {@code timeout}
-   * passes first, however far the calls got.
+   * passes first, however far the calls got. A timeout of zero looks once: CreateWait within the
+   * client's deadline, then the payload if the wait is settled, else WaitTimeoutException.
    */
   public byte[] waitForSignal(String turnId, String name, Duration timeout) {
     Until until = new Until(System.nanoTime(), timeout);
@@ -822,9 +823,12 @@ public final class StepwellClient implements AutoCloseable {
       return timeout != null && Duration.ofNanos(System.nanoTime() - start).compareTo(timeout) >= 0;
     }
 
-    /** {@code d}, or the time left when that is shorter (at least 1 ns). */
+    /**
+     * {@code d}, or the time left when that is shorter (at least 1 ns). A timeout of zero (or
+     * less) is one look, which a call makes within {@code d}.
+     */
     Duration cap(Duration d) {
-      if (timeout == null) return d;
+      if (timeout == null || timeout.isNegative() || timeout.isZero()) return d;
       Duration left = timeout.minusNanos(System.nanoTime() - start);
       if (left.compareTo(Duration.ofNanos(1)) < 0) left = Duration.ofNanos(1);
       return left.compareTo(d) < 0 ? left : d;
@@ -845,7 +849,7 @@ public final class StepwellClient implements AutoCloseable {
             .build();
     StepwellException last = null;
     while (true) {
-      if (until.over()) throw timedOut(named, until, last);
+      if (last != null && until.over()) throw timedOut(named, until, last);
       try {
         return call(until.cap(deadline), d -> wp(d).createWait(r)).getWait();
       } catch (StepwellException e) {

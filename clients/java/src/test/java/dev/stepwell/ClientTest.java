@@ -109,8 +109,8 @@ class ClientTest {
         Optional.of(List.of("fetch", "charge")), c.latest("list", new TypeReference<List<String>>() {}));
     assertEquals(Optional.empty(), c.latest("none", Step.class));
     assertEquals(List.of(), c.restore("none", Step.class));
-    // Bytes sent as they are, which are no JSON of the type, are refused by name.
-    c.checkpoint("raw", "x", "not json".getBytes(StandardCharsets.UTF_8));
+    // Bytes sent as they are (JSON, but no JSON of the type) are refused by name.
+    c.checkpoint("raw", "x", "[1, 2]".getBytes(StandardCharsets.UTF_8));
     IllegalStateException e =
         assertThrows(IllegalStateException.class, () -> c.latest("raw", Step.class));
     assertTrue(e.getMessage().contains("raw/x"), e.getMessage());
