@@ -12,6 +12,8 @@ public final class OnceContext {
   private final int attempt;
   private final boolean previousLeaseExpired;
   private volatile boolean leaseLost;
+  /** When the lease ends at the latest, by this process's nanoTime. */
+  private volatile long leaseEnd;
 
   OnceContext(String key, long leaseToken, int attempt, boolean previousLeaseExpired) {
     this.key = key;
@@ -44,5 +46,14 @@ public final class OnceContext {
 
   void markLeaseLost() {
     leaseLost = true;
+  }
+
+  /** The lease was granted or extended until {@code end} (nanoTime) at the latest. */
+  void leaseRenewed(long end) {
+    leaseEnd = end;
+  }
+
+  long leaseEnd() {
+    return leaseEnd;
   }
 }

@@ -51,6 +51,8 @@ import dev.stepwell.v1.WaitStatus;
 import io.grpc.CallCredentials;
 import io.grpc.ChannelCredentials;
 import io.grpc.ClientInterceptor;
+import io.grpc.Context;
+import io.grpc.Deadline;
 import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.TlsChannelCredentials;
@@ -318,7 +320,11 @@ public final class StepwellClient implements AutoCloseable {
     return new StepwellClient(shared, ns, deadline, retry, false);
   }
 
-  /** A view whose calls have this deadline (each attempt). */
+  /**
+   * A view whose calls have this deadline: each call's whole, its retries and their backoff
+   * included. (An Await's is this plus its timeout; {@link #waitForSignal}, {@link #sleepUntil}
+   * and {@link #once} are many calls, each bounded so.)
+   */
   public StepwellClient withDeadline(Duration d) {
     return new StepwellClient(shared, namespace, d, retry, false);
   }
@@ -356,22 +362,29 @@ public final class StepwellClient implements AutoCloseable {
 
   // ---------------------------------------------------------------- call machinery
 
-  private <R> R call(Function<Duration, R> attempt) {
+  private <R> R call(Function<Deadline, R> attempt) {
     return call(deadline, attempt);
   }
 
-  /** As {@link #call(Function)}, each attempt with {@code perAttempt} as its deadline. */
-  private <R> R call(Duration perAttempt, Function<Duration, R> attempt) {
+  /**
+   * As {@link #call(Function)}, the whole call, retries and their backoff included, within {@code
+   * total}: every attempt gets the same absolute deadline, and a retry whose backoff would end past
+   * it is not begun (the last failure is thrown).
+   */
+  private <R> R call(Duration total, Function<Deadline, R> attempt) {
+    Deadline end = Deadline.after(total.toNanos(), TimeUnit.NANOSECONDS);
     int n = 0;
     while (true) {
       n++;
       try {
-        return attempt.apply(perAttempt);
+        return attempt.apply(end);
       } catch (StatusRuntimeException e) {
         StepwellException se = StepwellException.from(e);
         if (!retry.shouldRetry(se, n)) throw se;
+        long pause = retry.backoff(n).toNanos();
+        if (pause >= end.timeRemaining(TimeUnit.NANOSECONDS)) throw se;
         try {
-          Thread.sleep(retry.backoff(n).toMillis());
+          TimeUnit.NANOSECONDS.sleep(pause);
         } catch (InterruptedException ie) {
           Thread.currentThread().interrupt();
           throw se;
@@ -380,16 +393,16 @@ public final class StepwellClient implements AutoCloseable {
     }
   }
 
-  private CheckpointServiceBlockingStub cp(Duration d) {
-    return shared.checkpoints.withDeadlineAfter(d.toNanos(), TimeUnit.NANOSECONDS);
+  private CheckpointServiceBlockingStub cp(Deadline d) {
+    return shared.checkpoints.withDeadline(d);
   }
 
-  private IdempotencyServiceBlockingStub ip(Duration d) {
-    return shared.idempotency.withDeadlineAfter(d.toNanos(), TimeUnit.NANOSECONDS);
+  private IdempotencyServiceBlockingStub ip(Deadline d) {
+    return shared.idempotency.withDeadline(d);
   }
 
-  private WaitServiceBlockingStub wp(Duration d) {
-    return shared.waits.withDeadlineAfter(d.toNanos(), TimeUnit.NANOSECONDS);
+  private WaitServiceBlockingStub wp(Deadline d) {
+    return shared.waits.withDeadline(d);
   }
 
   private String ns(String requested) {
@@ -455,6 +468,53 @@ public final class StepwellClient implements AutoCloseable {
         restore(
             RestoreRequest.newBuilder().setTurnId(turnId).setNewestFirst(true).setPageSize(1).build());
     return r.getCheckpointsCount() == 0 ? Optional.empty() : Optional.of(r.getCheckpoints(0));
+  }
+
+  /**
+   * The state of the latest checkpoint of a turn, if any, decoded from JSON into {@code type}: the
+   * read side of {@link #checkpoint(String, String, Object)}. {@link IllegalStateException} when it
+   * is no JSON of that type.
+   */
+  public <T> Optional<T> latest(String turnId, Class<T> type) {
+    return latest(turnId).map(cp -> state(cp, type));
+  }
+
+  /** As {@link #latest(String, Class)}, for a generic type ({@code new TypeReference<...>() {}}). */
+  public <T> Optional<T> latest(String turnId, TypeReference<T> type) {
+    return latest(turnId).map(cp -> state(cp, type));
+  }
+
+  /** The states of every checkpoint of a turn, oldest first, each decoded as {@link #state}. */
+  public <T> List<T> restore(String turnId, Class<T> type) {
+    return restore(turnId).stream().map(cp -> state(cp, type)).toList();
+  }
+
+  /** As {@link #restore(String, Class)}, for a generic type. */
+  public <T> List<T> restore(String turnId, TypeReference<T> type) {
+    return restore(turnId).stream().map(cp -> state(cp, type)).toList();
+  }
+
+  /**
+   * The state of {@code checkpoint} decoded from JSON into {@code type} (Jackson, as {@code
+   * checkpoint} encoded it); {@link IllegalStateException} when it is no JSON of that type.
+   */
+  public static <T> T state(Checkpoint checkpoint, Class<T> type) {
+    return decodeState(checkpoint, JSON.constructType(type));
+  }
+
+  /** As {@link #state(Checkpoint, Class)}, for a generic type. */
+  public static <T> T state(Checkpoint checkpoint, TypeReference<T> type) {
+    return decodeState(checkpoint, JSON.constructType(type));
+  }
+
+  private static <T> T decodeState(Checkpoint checkpoint, JavaType type) {
+    try {
+      return JSON.readValue(checkpoint.getState().toByteArray(), type);
+    } catch (IOException e) {
+      throw new IllegalStateException(
+          "stepwell: the state of checkpoint " + checkpoint.getTurnId() + "/"
+              + checkpoint.getPhase() + " is no JSON of " + type + ": " + e.getMessage(), e);
+    }
   }
 
   /** ListTurns RPC: one page. */
@@ -627,9 +687,9 @@ public final class StepwellClient implements AutoCloseable {
   }
 
   /**
-   * Await RPC: the wait once settled, or still pending after the request's timeout. Each attempt's
-   * deadline is the client's plus that timeout ({@link #AWAIT_POLL_MAX} when unset), so that the
-   * sidecar's answer with a pending wait comes before it.
+   * Await RPC: the wait once settled, or still pending after the request's timeout. The call's
+   * deadline (its retries included) is the client's plus that timeout ({@link #AWAIT_POLL_MAX}
+   * when unset), so that the sidecar's answer with a pending wait comes before it.
    */
   public AwaitResponse await(AwaitRequest request) {
     AwaitRequest r =
@@ -720,17 +780,20 @@ public final class StepwellClient implements AutoCloseable {
    * Waits for the wait {@code name} of {@code turnId} to be signalled and returns its payload.
    * Creates the wait if needed (CreateWait is idempotent, so a run resumed on another worker finds
    * the wait, and any signal that came meanwhile), then Awaits it in bounded long polls (each at
-   * most {@link #AWAIT_POLL_MAX} and the time left), each retried on UNAVAILABLE as every call is
-   * ({@link #withRetry}), and beyond those retries asked again while the timeout allows, since the
-   * sidecar may restart under a waiting run. Throws {@link
-   * WaitExpiredException} or {@link WaitCancelledException} when the wait was settled so, and
-   * {@link WaitTimeoutException}, the wait still pending, when {@code timeout} (null: none)
-   * passes first.
+   * most {@link #AWAIT_POLL_MAX} and the time left). Each call is retried on UNAVAILABLE as every
+   * call is ({@link #withRetry}), and beyond those retries, or when the sidecar does not answer
+   * within the deadline (DEADLINE_EXCEEDED: it is stalled), asked again while the timeout allows,
+   * since the sidecar may restart or stall under a waiting run, before the wait was created as
+   * after. {@code timeout} (null: none) bounds the whole call, every RPC's deadline included.
+   * Throws {@link WaitExpiredException} or {@link WaitCancelledException} when the wait was
+   * settled so, and {@link WaitTimeoutException}, the wait still pending, when {@code timeout}
+   * passes first, however far the calls got. A timeout of zero looks once: CreateWait within the
+   * client's deadline, then the payload if the wait is settled, else WaitTimeoutException.
    */
   public byte[] waitForSignal(String turnId, String name, Duration timeout) {
-    long start = System.nanoTime();
-    Wait w = createWait(turnId, name);
-    return settledPayload(awaitSettled(w, start, timeout));
+    Until until = new Until(System.nanoTime(), timeout);
+    CreateWaitRequest r = CreateWaitRequest.newBuilder().setTurnId(turnId).setName(name).build();
+    return settledPayload(awaitSettled(createWithin(r, until), until));
   }
 
   /**
@@ -739,81 +802,140 @@ public final class StepwellClient implements AutoCloseable {
    * time, whatever {@code when} it computes now), then waits until the wait is settled. Returns
    * once it is RESOLVED, by its timer or by a Signal that wakes the run early: at once for a run
    * that resumes after the timer fired, after the rest of the time for one that resumes before.
-   * Throws {@link WaitCancelledException} or {@link WaitExpiredException} when it was settled so.
+   * An unreachable or stalled sidecar is waited out as by {@link #waitForSignal}. Throws {@link
+   * WaitCancelledException} or {@link WaitExpiredException} when it was settled so.
    */
   public void sleepUntil(String turnId, String name, Instant when) {
-    Wait w =
-        createWait(
-                CreateWaitRequest.newBuilder()
-                    .setTurnId(turnId)
-                    .setName(name)
-                    .setResolveAt(timestamp(when))
-                    .build())
-            .getWait();
-    settledPayload(awaitSettled(w, System.nanoTime(), null));
+    CreateWaitRequest r =
+        CreateWaitRequest.newBuilder()
+            .setTurnId(turnId)
+            .setName(name)
+            .setResolveAt(timestamp(when))
+            .build();
+    Until until = new Until(System.nanoTime(), null);
+    settledPayload(awaitSettled(createWithin(r, until), until));
+  }
+
+  /** The end of a wait's timeout, measured from {@code start} (nanoTime); none when null. */
+  private record Until(long start, Duration timeout) {
+    /** Whether the timeout has passed. */
+    boolean over() {
+      return timeout != null && Duration.ofNanos(System.nanoTime() - start).compareTo(timeout) >= 0;
+    }
+
+    /**
+     * {@code d}, or the time left when that is shorter (at least 1 ns). A timeout of zero (or
+     * less) is one look, which a call makes within {@code d}.
+     */
+    Duration cap(Duration d) {
+      if (timeout == null || timeout.isNegative() || timeout.isZero()) return d;
+      Duration left = timeout.minusNanos(System.nanoTime() - start);
+      if (left.compareTo(Duration.ofNanos(1)) < 0) left = Duration.ofNanos(1);
+      return left.compareTo(d) < 0 ? left : d;
+    }
   }
 
   /**
-   * Awaits {@code w} until it is settled, in polls of at most {@link #AWAIT_POLL_MAX}; with a
-   * {@code timeout}, {@link WaitTimeoutException} once it has passed since {@code start}.
+   * CreateWait, asked again while {@code until} allows when the sidecar is unreachable or stalled
+   * (see {@link #rideOut}).
    */
-  private Wait awaitSettled(Wait w, long start, Duration timeout) {
-    while (w.getStatus() == WaitStatus.WAIT_STATUS_PENDING) {
-      Duration poll = AWAIT_POLL_MAX;
-      if (timeout != null) {
-        Duration left = timeout.minusNanos(System.nanoTime() - start);
-        if (left.isNegative() || left.isZero()) {
-          throw new WaitTimeoutException(
-              io.grpc.Status.Code.DEADLINE_EXCEEDED,
-              WaitException.describe(w) + " still pending after " + timeout,
-              "WAIT_PENDING", "", waitMetadata(w), null, null, w);
-        }
-        if (left.compareTo(poll) < 0) poll = left;
+  private Wait createWithin(CreateWaitRequest request, Until until) {
+    CreateWaitRequest r = request.toBuilder().setNamespace(ns(request.getNamespace())).build();
+    Wait named =
+        Wait.newBuilder()
+            .setNamespace(r.getNamespace())
+            .setTurnId(r.getTurnId())
+            .setName(r.getName())
+            .build();
+    StepwellException last = null;
+    while (true) {
+      if (last != null && until.over()) throw timedOut(named, until, last);
+      try {
+        return call(until.cap(deadline), d -> wp(d).createWait(r)).getWait();
+      } catch (StepwellException e) {
+        rideOut(e, named, until);
+        last = e;
       }
-      w = awaitOnce(w, poll);
+    }
+  }
+
+  /**
+   * Awaits {@code w} until it is settled, in polls of at most {@link #AWAIT_POLL_MAX} and the time
+   * {@code until} leaves; {@link WaitTimeoutException} once it has passed.
+   */
+  private Wait awaitSettled(Wait w, Until until) {
+    StepwellException last = null;
+    while (w.getStatus() == WaitStatus.WAIT_STATUS_PENDING) {
+      if (until.over()) throw timedOut(w, until, last);
+      try {
+        w = awaitPoll(w, until.cap(AWAIT_POLL_MAX), until);
+        last = null;
+      } catch (StepwellException e) {
+        rideOut(e, w, until);
+        last = e;
+      }
     }
     return w;
   }
 
   /**
-   * One Await of {@code w}, at most {@code poll}. A sidecar that stays unreachable beyond the
-   * call's own retries (a restart, a deploy) is waited out, the policy's longest backoff (at most
-   * {@code poll}) at a time, and {@code w} returned unchanged: a run that waits for hours must not
-   * fail for a restart under it, and its timeout still bounds it. A policy that does not retry
-   * UNAVAILABLE ({@link RetryPolicy#NONE}) throws at once.
+   * What a wait does after its call failed with {@code e}: throws
+   * {@link WaitTimeoutException} once {@code until} has passed (whatever the failure: the timeout
+   * bounded the call). A sidecar unreachable beyond the call's own retries (a restart, a deploy)
+   * is waited out, the policy's longest backoff (at most the time left) at a time, and one that
+   * did not answer within the deadline (stalled) is asked again at once: a run that waits for
+   * hours must not fail for either, and its timeout still bounds it. Anything else, and any
+   * failure under a policy that does not retry UNAVAILABLE ({@link RetryPolicy#NONE}), is thrown.
    */
-  private Wait awaitOnce(Wait w, Duration poll) {
+  private void rideOut(StepwellException e, Wait w, Until until) {
+    if (until.over()) throw timedOut(w, until, e);
+    if (!isOutage(e) || !waitsOutOutages()) throw e;
+    if (e.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED) return;
+    Duration pause = until.cap(retry.backoff(64));
     try {
-      return awaitPoll(w, poll);
-    } catch (UnavailableException e) {
-      if (!retry.shouldRetry(e, 1)) throw e;
-      Duration pause = retry.backoff(64);
-      try {
-        Thread.sleep(Math.max(1, Math.min(pause.toMillis(), poll.toMillis())));
-      } catch (InterruptedException ie) {
-        Thread.currentThread().interrupt();
-        throw e;
-      }
-      return w;
+      TimeUnit.NANOSECONDS.sleep(pause.toNanos());
+    } catch (InterruptedException ie) {
+      Thread.currentThread().interrupt();
+      throw e;
     }
+    shared.channel.resetConnectBackoff(); // the next call dials at once, not at gRPC's backoff
+  }
+
+  /** The sidecar was unreachable, or did not answer in time: resending the same call is safe. */
+  private static boolean isOutage(StepwellException e) {
+    return e instanceof UnavailableException || e.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED;
+  }
+
+  /** Whether this client's policy retries outages at all (not {@link RetryPolicy#NONE}). */
+  private boolean waitsOutOutages() {
+    return retry.maxAttempts() > 1 && retry.retryable().contains(io.grpc.Status.Code.UNAVAILABLE);
+  }
+
+  private static WaitTimeoutException timedOut(Wait w, Until until, Throwable cause) {
+    return new WaitTimeoutException(
+        io.grpc.Status.Code.DEADLINE_EXCEEDED,
+        WaitException.describe(w) + " still pending after " + until.timeout(),
+        "WAIT_PENDING", "", waitMetadata(w), null, cause, w);
   }
 
   /**
-   * One Await of {@code w} asking for {@code poll}. A sidecar whose longest Await ({@code
+   * One Await of {@code w} asking for {@code poll}, within the client's deadline plus {@code poll}
+   * and the time {@code until} leaves. A sidecar whose longest Await ({@code
    * --await-timeout-max-ms}) is shorter refuses that (INVALID_ARGUMENT on {@code timeout}); from
    * then on this client's Awaits ask for no timeout, so that the sidecar waits its own longest,
    * and a poll that the caller's time left makes shorter than {@link #AWAIT_POLL_MAX} ends by
    * the call's deadline instead, {@code w} returned unchanged.
    */
-  private Wait awaitPoll(Wait w, Duration poll) {
+  private Wait awaitPoll(Wait w, Duration poll, Until until) {
     AwaitRequest.Builder b =
         AwaitRequest.newBuilder()
             .setNamespace(namespace)
             .setTurnId(w.getTurnId())
             .setName(w.getName());
     if (!shared.awaitTimeoutRefused.get()) {
+      AwaitRequest r = b.setTimeout(duration(poll)).build();
       try {
-        return await(b.setTimeout(duration(poll)).build()).getWait();
+        return call(until.cap(deadline.plus(poll)), d -> wp(d).await(r)).getWait();
       } catch (InvalidArgumentException e) {
         if (!e.field().equals("timeout")) throw e;
         shared.awaitTimeoutRefused.set(true);
@@ -822,9 +944,9 @@ public final class StepwellClient implements AutoCloseable {
     AwaitRequest r = b.clearTimeout().build();
     boolean cut = poll.compareTo(AWAIT_POLL_MAX) < 0;
     try {
-      return call(cut ? poll : deadline.plus(poll), d -> wp(d).await(r)).getWait();
+      return call(cut ? poll : until.cap(deadline.plus(poll)), d -> wp(d).await(r)).getWait();
     } catch (StepwellException e) {
-      if (cut && e.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED) return w;
+      if (cut && e.code() == io.grpc.Status.Code.DEADLINE_EXCEEDED && !until.over()) return w;
       throw e;
     }
   }
@@ -909,6 +1031,7 @@ public final class StepwellClient implements AutoCloseable {
     if (options.retention() != null) b.setRetention(duration(options.retention()));
     BeginRequest request = b.build();
     while (true) {
+      long sent = System.nanoTime();
       BeginResponse r = begin(request);
       BeginOutcome outcome = r.getOutcome();
       if (outcome == BeginOutcome.BEGIN_OUTCOME_COMPLETED) {
@@ -925,7 +1048,7 @@ public final class StepwellClient implements AutoCloseable {
             null);
       }
       if (outcome == BeginOutcome.BEGIN_OUTCOME_ACQUIRED) {
-        return runAcquired(key, r, type, options, fn);
+        return runAcquired(key, r, sent, type, options, fn);
       }
       long remainingMs = (deadlineNanos - System.nanoTime()) / 1_000_000;
       if (remainingMs <= 0) {
@@ -949,16 +1072,28 @@ public final class StepwellClient implements AutoCloseable {
     }
   }
 
+  /**
+   * Runs {@code fn} as the holder of the lease {@code r} acquired ({@code sent}: when its Begin
+   * was sent, by nanoTime), heartbeating it, then records the result ({@link #completeHeld}).
+   */
   private <T> T runAcquired(
-      String key, BeginResponse r, JavaType type, OnceOptions options, Function<OnceContext, T> fn) {
+      String key,
+      BeginResponse r,
+      long sent,
+      JavaType type,
+      OnceOptions options,
+      Function<OnceContext, T> fn) {
     OnceContext ctx =
         new OnceContext(key, r.getLeaseToken(), r.getAttempt(), r.getPreviousLeaseExpired());
+    ctx.leaseRenewed(sent + options.lease().toNanos());
     long every = options.heartbeatOrDefault().toNanos();
     Runnable beat =
         () -> {
           if (ctx.leaseLost()) return;
           try {
+            long at = System.nanoTime();
             extend(key, ctx.leaseToken(), options.lease());
+            ctx.leaseRenewed(at + options.lease().toNanos());
           } catch (LeaseLostException | NotAcquiredException e) {
             ctx.markLeaseLost();
           } catch (RuntimeException e) {
@@ -982,8 +1117,49 @@ public final class StepwellClient implements AutoCloseable {
     }
     heartbeat.cancel(false);
     byte[] raw = encode(value);
-    complete(key, ctx.leaseToken(), raw);
+    completeHeld(key, ctx, raw);
     return decode(raw, type);
+  }
+
+  /**
+   * Records {@code raw} as the result of {@code key} with the holder's fencing token. The holder
+   * is the only one who may, and nobody can take the key over before its lease ends, so a
+   * sidecar that is unreachable (UNAVAILABLE: killed, restarting) or does not answer in time
+   * (DEADLINE_EXCEEDED) is asked again, with the policy's backoff, for as long as the lease lasts
+   * by this process's clock (counted from when the Begin or the last Extend was sent, so never
+   * beyond the sidecar's). Each attempt is within the client's deadline and the lease's rest, and
+   * none is made once the caller's {@link io.grpc.Context} is cancelled or past its deadline. Once
+   * the lease has run out the last failure is thrown: the result is lost, and the next holder
+   * sees {@link OnceContext#previousLeaseExpired()}. A policy that does not retry UNAVAILABLE
+   * ({@link RetryPolicy#NONE}) tries once.
+   */
+  private void completeHeld(String key, OnceContext ctx, byte[] raw) {
+    CompleteRequest r =
+        CompleteRequest.newBuilder()
+            .setNamespace(namespace)
+            .setKey(key)
+            .setLeaseToken(ctx.leaseToken())
+            .setResult(ByteString.copyFrom(raw))
+            .build();
+    for (int n = 1; ; n++) {
+      long left = ctx.leaseEnd() - System.nanoTime();
+      Duration bound = Duration.ofNanos(Math.max(1, Math.min(deadline.toNanos(), left)));
+      try {
+        call(bound, d -> ip(d).complete(r));
+        return;
+      } catch (StepwellException e) {
+        if (!isOutage(e) || !waitsOutOutages() || Context.current().isCancelled()) throw e;
+        long pause = retry.backoff(n).toNanos();
+        if (pause >= ctx.leaseEnd() - System.nanoTime()) throw e;
+        try {
+          TimeUnit.NANOSECONDS.sleep(pause);
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          throw e;
+        }
+        shared.channel.resetConnectBackoff(); // dial at once, not at gRPC's reconnect backoff
+      }
+    }
   }
 
   // ---------------------------------------------------------------- conversions

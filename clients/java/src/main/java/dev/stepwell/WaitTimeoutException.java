@@ -9,7 +9,8 @@ import java.util.Map;
  * The caller's timeout passed with the wait still PENDING; the wait is unchanged, and a later call
  * waits for it again. Thrown by {@link StepwellClient#waitForSignal}; code DEADLINE_EXCEEDED,
  * reason {@code WAIT_PENDING} (the client's own, not the sidecar's). {@link #getWait()} is the
- * wait as last read.
+ * wait as last read: only its namespace, turn and name when the sidecar never answered (it was
+ * unreachable or stalled until the timeout), the last failure then being the cause.
  */
 public class WaitTimeoutException extends WaitException {
   public WaitTimeoutException(

@@ -2,6 +2,7 @@ package dev.stepwell;
 
 import static org.junit.jupiter.api.Assertions.*;
 
+import com.fasterxml.jackson.core.type.TypeReference;
 import dev.stepwell.v1.BeginOutcome;
 import dev.stepwell.v1.BeginRequest;
 import dev.stepwell.v1.BeginResponse;
@@ -22,6 +23,7 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
@@ -85,6 +87,33 @@ class ClientTest {
     assertEquals(2, c.deleteTurn("t1"));
     assertEquals(0, c.deleteTurn("t1"));
     assertTrue(c.restore("t1").isEmpty());
+  }
+
+  @Test
+  void latestAndRestoreDecodeTheStateAsCheckpointEncodedIt() {
+    record Step(String name, int n) {}
+    c.checkpoint("typed", "fetch", new Step("fetch", 1), T0, false);
+    c.checkpoint("typed", "charge", new Step("charge", 2), T0.plusSeconds(1), false);
+    assertEquals(Optional.of(new Step("charge", 2)), c.latest("typed", Step.class));
+    assertEquals(
+        List.of(new Step("fetch", 1), new Step("charge", 2)), c.restore("typed", Step.class));
+    TypeReference<Map<String, Object>> map = new TypeReference<>() {};
+    assertEquals(Optional.of(Map.of("name", "charge", "n", 2)), c.latest("typed", map));
+    assertEquals(Map.of("name", "fetch", "n", 1), c.restore("typed", map).get(0));
+    assertEquals(new Step("fetch", 1), StepwellClient.state(c.restore("typed").get(0), Step.class));
+    // A String state is JSON too, and so is a List; no checkpoint is an empty Optional.
+    c.checkpoint("text", "said", "hello");
+    assertEquals(Optional.of("hello"), c.latest("text", String.class));
+    c.checkpoint("list", "done", List.of("fetch", "charge"));
+    assertEquals(
+        Optional.of(List.of("fetch", "charge")), c.latest("list", new TypeReference<List<String>>() {}));
+    assertEquals(Optional.empty(), c.latest("none", Step.class));
+    assertEquals(List.of(), c.restore("none", Step.class));
+    // Bytes sent as they are (JSON, but no JSON of the type) are refused by name.
+    c.checkpoint("raw", "x", "[1, 2]".getBytes(StandardCharsets.UTF_8));
+    IllegalStateException e =
+        assertThrows(IllegalStateException.class, () -> c.latest("raw", Step.class));
+    assertTrue(e.getMessage().contains("raw/x"), e.getMessage());
   }
 
   @Test

@@ -131,6 +131,30 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
   }
 
   /**
+   * Stops the sidecar with SIGSTOP: it keeps its socket and connections but answers nothing, as a
+   * stalled process (a frozen VM, a stopped container) would, until {@link #resume()}; {@link
+   * #close()} resumes it first.
+   */
+  void stall() throws IOException, InterruptedException {
+    signal("-STOP");
+    stalled = true;
+  }
+
+  /** Continues a sidecar stopped by {@link #stall()} (SIGCONT). */
+  void resume() throws IOException, InterruptedException {
+    if (!stalled) return;
+    signal("-CONT");
+    stalled = false;
+  }
+
+  private boolean stalled;
+
+  private void signal(String sig) throws IOException, InterruptedException {
+    Process k = new ProcessBuilder("kill", sig, Long.toString(process.pid())).inheritIO().start();
+    if (k.waitFor() != 0) throw new IllegalStateException("kill " + sig + " failed");
+  }
+
+  /**
    * Starts the killed sidecar again on the same SQLite file and address, and waits until its
    * health service answers SERVING on a connection of its own.
    */
@@ -319,6 +343,11 @@ public final class Sidecar implements ExtensionContext.Store.CloseableResource {
 
   @Override
   public void close() {
+    try {
+      resume();
+    } catch (IOException | InterruptedException e) {
+      process.destroyForcibly(); // SIGKILL ends a stopped process too
+    }
     process.destroy();
     try {
       if (!process.waitFor(10, TimeUnit.SECONDS)) {
