@@ -200,7 +200,7 @@ fn any(name: &str, message: &impl Message) -> prost_types::Any {
 
 /// Logs a store failure for the operator: which wait ran out, or what broke,
 /// and the database's own code. The client hears only the reason.
-fn log_store_trouble(error: &Error) {
+pub fn log_store_trouble(error: &Error) {
     match error {
         Error::Unavailable(source) => tracing::warn!(
             cause = %source.cause(),

@@ -222,6 +222,7 @@ impl From<Error> for Refusal {
             Error::WaitNotFound => Refusal::NotFound("There is no such wait.".to_owned()),
             other => {
                 tracing::warn!(error = %other, "a console request failed");
+                crate::api::status::log_store_trouble(&other);
                 Refusal::Unavailable
             }
         }

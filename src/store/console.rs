@@ -407,7 +407,7 @@ pub async fn payloads(
     let (bytes, limit) = (s.bind(Param::Int(i64::from(bytes))), s.bind(Param::Int(i64::from(limit))));
     s.sql = format!(
         "SELECT kind, scope, id, parent_id, content_type, LENGTH(payload), CAST(metadata AS TEXT), recorded_at_ns, \
-         SUBSTR(payload, 1, {bytes}) FROM records WHERE namespace = {ns} AND turn_id = {turn} AND kind IN ({kinds}) \
+         SUBSTR(payload, 1, CAST({bytes} AS INTEGER)) FROM records WHERE namespace = {ns} AND turn_id = {turn} AND kind IN ({kinds}) \
          ORDER BY kind DESC, scope DESC, id DESC LIMIT {limit}"
     );
     let mut found = Vec::new();
