@@ -467,8 +467,14 @@ def run_once(
     the tool again. ``once_kwargs`` go to ``once()`` (``retention``,
     ``wait_timeout``, ...).
     """
-    session = _tool_session(client, run_key, session_id)
     once_kwargs["lease"] = lease
+    return _once_tool(client, run_key, _tool_session(client, run_key, session_id), once_kwargs)
+
+
+def _once_tool(
+    client: OnceClient, run_key: RunKey, session: SessionKey, once_kwargs: Dict[str, Any]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """run_once's decorator: a sync wrapper for a Client, else an async one."""
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(client, Client):
