@@ -776,8 +776,9 @@ def _complete_held(cl: Conf, key: str, token: int, raw: bytes, until: float) -> 
     while True:
         attempt += 1
         remaining = until - time.monotonic()
+        timeout = None if attempt == 1 else min(cl.timeout, max(remaining, _COMPLETE_LAST_TRY))
         try:
-            yield from complete(cl, key, token, raw, None if attempt == 1 else min(cl.timeout, max(remaining, _COMPLETE_LAST_TRY)))
+            yield from complete(cl, key, token, raw, timeout)
             return
         except StepwellError as err:
             remaining = until - time.monotonic()
