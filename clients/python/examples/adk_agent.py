@@ -18,8 +18,9 @@ one gets the same session from stepwell, events and state, and goes on.
 The model is scripted (no network, no API key), so the transcript is the
 same on every run. ``start`` deletes a session left by an earlier run, so
 the example can run again; the ``user:`` and ``app:`` counts, which belong
-to no session, go on counting. Needs ``pip install 'stepwell[adk]'
-google-adk==2.13.0`` and a running sidecar.
+to no session, go on counting. Needs, at the root of a checkout of this
+repository, ``pip install "./clients/python[adk]" google-adk==2.13.0``, and a
+running sidecar.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ again, the customer is refunded once.
 
 The model is scripted (no network, no API key), so the transcript is the
 same on every run. The refund's effect is a line in a ledger file, outside
-stepwell. Needs ``pip install 'stepwell[agents]' openai-agents==0.24.0`` and
-a running sidecar.
+stepwell. Needs, at the root of a checkout of this repository,
+``pip install "./clients/python[agents]" openai-agents==0.24.0``, and a
+running sidecar.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ every RPC goes through the retry loop of :func:`retrying`).
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from typing import (
     Any,
@@ -66,6 +67,9 @@ from .v1 import records_pb2 as rp
 from .v1 import waits_pb2 as wp
 
 T = TypeVar("T")
+
+# once() tells here (WARNING) when a call waits for another holder's lease.
+log = logging.getLogger("stepwell")
 
 
 class Call:
@@ -654,21 +658,29 @@ def once(
     heartbeat: Optional[float],
     wait_timeout: float,
     poll_interval: float,
+    complete_timeout: Optional[float] = None,
 ) -> Op[Any]:
     """The protocol of ``once()``: Begin, then return the recorded result,
     raise the recorded failure, wait for the holder, or hold the lease, run
     fn and Complete (or Release when fn raises)."""
     deadline = time.monotonic() + wait_timeout
     sleep = poll_interval
+    waited = False
     while True:
+        sent = time.monotonic()
         r = yield from begin(cl, key, fingerprint=fingerprint, lease=lease, retention=retention)
         if r.outcome == ip.BEGIN_OUTCOME_COMPLETED:
             return c.decode_result(r.result)
         if r.outcome == ip.BEGIN_OUTCOME_FAILED:
             raise OperationFailed(grpc.StatusCode.FAILED_PRECONDITION, r.error, "FAILED", metadata={"key": key})
         if r.outcome == ip.BEGIN_OUTCOME_ACQUIRED:
-            return (yield from _hold(cl, key, r, fn, lease, heartbeat))
+            held = LeaseEnd()
+            held.renewed(sent, lease, r.lease_expires_at)
+            return (yield from _hold(cl, key, r, fn, lease, heartbeat, held, complete_timeout))
         # IN_PROGRESS: wait for the holder, bounded.
+        if not waited:
+            waited = True
+            _log_wait(key, r, wait_timeout)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise OnceTimeout(
@@ -681,13 +693,56 @@ def once(
         sleep = min(sleep * 2, 1.0)
 
 
+def _log_wait(key: str, r: ip.BeginResponse, wait_timeout: float) -> None:
+    """One WARNING per call that finds the key held: nothing says whether the
+    holder is at work or died holding it, and a dead holder keeps the key
+    until its lease runs out, so the wait may be the whole lease."""
+    log.warning(
+        "once(%r): the key is held by another caller (attempt %d), whose lease runs out in %.1fs; "
+        "waiting for it to complete or for its lease to run out (a holder that died keeps the key "
+        "until then), for at most %.1fs",
+        key,
+        int(r.attempt),
+        max(c.seconds_until(r.lease_expires_at), 0.0),
+        wait_timeout,
+    )
+
+
+class LeaseEnd:
+    """The holder's own bound on the end of its lease, on ``time.monotonic()``.
+
+    A Begin or Extend sent at ``t`` for ``lease`` seconds holds the lease at
+    least until ``t + lease`` (the store starts counting after the request
+    left), and no longer than the ``lease_expires_at`` it answered (which
+    counts when the sidecar shortened the lease); the sooner of the two is
+    kept, so a clock that differs from the store's can only shorten it."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = 0.0
+
+    def renewed(self, sent: float, lease: float, expires_at: Any) -> None:
+        end = sent + lease
+        if expires_at.seconds or expires_at.nanos:
+            end = min(end, time.monotonic() + c.seconds_until(expires_at))
+        self.at = max(self.at, end)
+
+
 def _hold(
-    cl: Conf, key: str, r: ip.BeginResponse, fn: Callable[..., Any], lease: float, heartbeat: Optional[float]
+    cl: Conf,
+    key: str,
+    r: ip.BeginResponse,
+    fn: Callable[..., Any],
+    lease: float,
+    heartbeat: Optional[float],
+    held: LeaseEnd,
+    complete_timeout: Optional[float],
 ) -> Op[Any]:
     ctx = OnceContext(key, int(r.lease_token), int(r.attempt), bool(r.previous_lease_expired))
     interval = heartbeat if heartbeat is not None else max(lease / 3.0, 0.01)
     try:
-        value = yield Hold(fn, ctx, lambda: _heartbeat(cl, ctx, lease, interval))
+        value = yield Hold(fn, ctx, lambda: _heartbeat(cl, ctx, lease, interval, held))
     except GeneratorExit:
         raise  # the driver abandoned the operation: nothing can be awaited any more
     except BaseException as exc:
@@ -697,22 +752,61 @@ def _hold(
             pass  # the lease was lost or the sidecar is gone: the original error matters more
         raise
     raw = c.encode_result(value)
-    yield from complete(cl, key, ctx.lease_token, raw, None)
+    until = held.at if complete_timeout is None else min(held.at, time.monotonic() + complete_timeout)
+    yield from _complete_held(cl, key, ctx.lease_token, raw, until)
     return c.decode_result(raw)
 
 
-def _heartbeat(cl: Conf, ctx: OnceContext, lease: float, interval: float) -> Op[None]:
+def _complete_transient(err: StepwellError) -> bool:
+    """Whether a Complete that failed so may be sent again: nothing was
+    refused (the sidecar was unreachable, restarting, overloaded or too
+    slow), and a repeat of the same token and result is always safe."""
+    if err.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return True
+    return err.code == grpc.StatusCode.RESOURCE_EXHAUSTED and err.reason in c.RETRYABLE_EXHAUSTED_REASONS
+
+
+def _complete_held(cl: Conf, key: str, token: int, raw: bytes, until: float) -> Op[None]:
+    """Complete with the holder's fencing token, sent again with backoff
+    past the retry policy's attempts until ``until`` (the lease's end, or
+    sooner): the holder with the result in hand is the only one who may
+    record it, and giving up early would leave the key to a later caller,
+    who would run the effect again once the lease ran out."""
+    attempt = 0
+    while True:
+        attempt += 1
+        remaining = until - time.monotonic()
+        timeout = None if attempt == 1 else min(cl.timeout, max(remaining, _COMPLETE_LAST_TRY))
+        try:
+            yield from complete(cl, key, token, raw, timeout)
+            return
+        except StepwellError as err:
+            remaining = until - time.monotonic()
+            if not _complete_transient(err) or remaining <= _COMPLETE_LAST_TRY:
+                raise
+        yield Sleep(min(cl.retry.backoff(attempt), remaining - _COMPLETE_LAST_TRY))
+
+
+# The least time worth one more Complete: a shorter deadline would fail it
+# before it reaches the sidecar.
+_COMPLETE_LAST_TRY = 0.05
+
+
+def _heartbeat(cl: Conf, ctx: OnceContext, lease: float, interval: float, held: LeaseEnd) -> Op[None]:
     """Extends the lease every ``interval`` seconds until the driver stops it
-    (at a Sleep) or the lease turns out taken over (``ctx.lease_lost``)."""
+    (at a Sleep) or the lease turns out taken over (``ctx.lease_lost``);
+    each Extend that succeeds moves ``held`` on."""
     while True:
         yield Sleep(interval)
+        sent = time.monotonic()
         try:
-            yield from extend(cl, ctx.key, ctx.lease_token, lease=lease)
+            resp = yield from extend(cl, ctx.key, ctx.lease_token, lease=lease)
         except (LeaseLost, NotAcquired):
             ctx.lease_lost = True
             return
         except StepwellError:
             continue  # transient: try again at the next beat
+        held.renewed(sent, lease, resp.lease_expires_at)
 
 
 def call_holder(fn: Callable[..., Any], ctx: OnceContext) -> Any:

@@ -1,6 +1,6 @@
 """Trace context on every call, when OpenTelemetry is installed.
 
-With the ``otel`` extra (``pip install 'stepwell[otel]'``) the clients send
+With the ``otel`` extra (``pip install './clients/python[otel]'``) the clients send
 the active span's context (W3C ``traceparent``, and ``tracestate`` when there
 is one) as call metadata, through the OpenTelemetry API's global propagator,
 so the sidecar's server span of each call is a child of the caller's span.

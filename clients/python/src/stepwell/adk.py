@@ -70,7 +70,10 @@ try:
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
 except ImportError as exc:  # pragma: no cover - depends on what is installed
-    raise ImportError("stepwell.adk needs google-adk 2.x: pip install 'stepwell[adk]'") from exc
+    raise ImportError(
+        "stepwell.adk needs google-adk 2.x: pip install './clients/python[adk]' google-adk==2.13.0 "
+        "(from a checkout of stepwell)"
+    ) from exc
 
 from ._common import finish_mutation as _finish
 from .aio import AsyncClient

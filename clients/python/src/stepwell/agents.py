@@ -33,8 +33,8 @@ a gap below items written since, and a batch put there would sort before
 them. Only a clear racing the add itself can still reorder: a batch that
 read the newest id before the clear may land after items written after it.
 
-:func:`run_once` makes a function tool's effect run once per (run, tool call
-id) through the idempotency service, and :func:`save_run_state`,
+:func:`run_once` makes a function tool's effect run once per (session, run,
+tool call id) through the idempotency service, and :func:`save_run_state`,
 :func:`load_run_state` and :func:`await_approval` carry a run that stopped for
 a tool approval across a process restart (see the README).
 """
@@ -46,6 +46,7 @@ import inspect
 import json
 import unicodedata
 import uuid
+import warnings
 from typing import Any, Callable, Dict, List, Optional, TypeVar, Union
 
 import grpc
@@ -54,7 +55,8 @@ try:
     from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(
-        "stepwell.agents needs the OpenAI Agents SDK 0.24: pip install 'stepwell[agents]'"
+        "stepwell.agents needs the OpenAI Agents SDK 0.24: "
+        "pip install './clients/python[agents]' openai-agents==0.24.0 (from a checkout of stepwell)"
     ) from exc
 
 from ._common import finish_mutation as _finish
@@ -369,49 +371,110 @@ class StepwellSession:
 # -- tools that run once -------------------------------------------------------
 
 TOOL_KEY_PREFIX = "agent-tool:"
+# The keys of tool calls scoped to a session: "agent-tool@<session>:<run key>:<call id>",
+# never equal to a key of the older, unscoped form.
+SESSION_TOOL_KEY_PREFIX = "agent-tool@"
+DEFAULT_TOOL_LEASE = 30.0
 RunKey = Union[str, Callable[[Any], str]]
+SessionKey = Union[None, str, Callable[[Any], str]]
 OnceClient = Union[AsyncClient, Client, StepwellSession]
 
 
-def tool_once_key(run_key: str, tool_call_id: str) -> str:
-    """The idempotency key of a tool call: ``agent-tool:<run key>:<call id>``."""
-    return f"{TOOL_KEY_PREFIX}{run_key}:{tool_call_id}"
+def _key_part(part: str) -> str:
+    """A part of a session-scoped key, with ``%``, ``:`` and ``@`` written
+    ``%25``, ``%3A`` and ``%40``, so that no two (session, run key, call id)
+    make the same key."""
+    return part.replace("%", "%25").replace(":", "%3A").replace("@", "%40")
 
 
-def _call_key(run_key: RunKey, ctx: Any) -> str:
+def tool_once_key(run_key: str, tool_call_id: str, session_id: Optional[str] = None) -> str:
+    """The idempotency key of a tool call: with ``session_id``,
+    ``agent-tool@<session id>:<run key>:<call id>`` (each part with ``%``,
+    ``:`` and ``@`` escaped); without, ``agent-tool:<run key>:<call id>``,
+    which two sessions with the same run key and call id share."""
+    if session_id is None:
+        return f"{TOOL_KEY_PREFIX}{run_key}:{tool_call_id}"
+    parts = (_key_part(session_id), _key_part(run_key), _key_part(tool_call_id))
+    return SESSION_TOOL_KEY_PREFIX + ":".join(parts)
+
+
+def _call_key(run_key: RunKey, session: SessionKey, ctx: Any) -> str:
     call_id = getattr(ctx, "tool_call_id", None)
     if not isinstance(call_id, str) or not call_id:
         raise TypeError(
             "run_once: the tool's first parameter must be the SDK's ToolContext "
             "(annotate it `ctx: ToolContext[...]`), which carries the tool call id"
         )
-    return tool_once_key(run_key(ctx) if callable(run_key) else run_key, call_id)
+    session_id = session(ctx) if callable(session) else session
+    return tool_once_key(run_key(ctx) if callable(run_key) else run_key, call_id, session_id)
 
 
-def run_once(client: OnceClient, run_key: RunKey, **once_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Makes a function tool's effect run once per (run, tool call id).
+def _tool_session(client: OnceClient, run_key: RunKey, session_id: SessionKey) -> SessionKey:
+    """The session a tool's keys are scoped to: ``session_id``, else the
+    StepwellSession's. Without either, a constant run key cannot tell two
+    sessions apart: warned of (a run key that is a function is trusted)."""
+    if session_id is not None:
+        return session_id
+    if isinstance(client, StepwellSession):
+        return client.session_id
+    if isinstance(run_key, str):
+        warnings.warn(
+            f"run_once: the key of a tool call is agent-tool:{run_key}:<call id>, the same in every session: "
+            "two sessions whose model repeats a call id share one recorded result. Pass session_id= "
+            "(or a StepwellSession), or a run key unique to the run",
+            UserWarning,
+            stacklevel=3,
+        )
+    return None
+
+
+def run_once(
+    client: OnceClient,
+    run_key: RunKey,
+    *,
+    session_id: SessionKey = None,
+    lease: float = DEFAULT_TOOL_LEASE,
+    **once_kwargs: Any,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Makes a function tool's effect run once per (session, run, tool call id).
 
     Put it under ``@function_tool``, on a function whose first parameter is
     the ``ToolContext``::
 
         @function_tool(needs_approval=True)
-        @run_once(client, run_key="order-42")
+        @run_once(session, run_key="order-42")
         async def refund(ctx: ToolContext[Any], amount: int) -> str: ...
 
     The first call with a call id runs the function under the idempotency key
-    ``agent-tool:<run_key>:<call id>`` and records its output as JSON; a run
-    that is resumed or replayed with the same call id gets the recorded
-    output without running it again. The output must be JSON (as
-    ``json.dumps`` takes it) and comes back as JSON decodes it. A function
-    that raises records nothing, so a later call runs it again.
+    :func:`tool_once_key` of (session, run key, call id) and records its
+    output as JSON; a run that is resumed or replayed with the same call id
+    gets the recorded output without running it again. The output must be
+    JSON (as ``json.dumps`` takes it) and comes back as JSON decodes it. A
+    function that raises records nothing, so a later call runs it again.
 
     ``client`` is a :class:`stepwell.AsyncClient` (an async or sync function),
     a :class:`StepwellSession` (its client), or a :class:`stepwell.Client`
     (a sync function only). ``run_key`` is a string, or a function of the
-    ``ToolContext`` giving one (e.g. from ``ctx.context``): the session id,
-    or an id of the run. ``once_kwargs`` go to ``once()`` (``lease``,
-    ``retention``, ``wait_timeout``, ...).
+    ``ToolContext`` giving one (e.g. from ``ctx.context``). ``session_id``
+    (a string, or a function of the ``ToolContext``) scopes the keys to a
+    session; by default the StepwellSession's when ``client`` is one. With
+    neither and a constant run key, the keys are those of every session
+    (``agent-tool:<run key>:<call id>``), which is warned of.
+
+    ``lease`` (seconds) is the tool's lease: a worker that dies inside the
+    tool keeps its call's key until the lease runs out, and the retry waits
+    for that (a WARNING of the ``stepwell`` logger says so) before running
+    the tool again. ``once_kwargs`` go to ``once()`` (``retention``,
+    ``wait_timeout``, ...).
     """
+    once_kwargs["lease"] = lease
+    return _once_tool(client, run_key, _tool_session(client, run_key, session_id), once_kwargs)
+
+
+def _once_tool(
+    client: OnceClient, run_key: RunKey, session: SessionKey, once_kwargs: Dict[str, Any]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """run_once's decorator: a sync wrapper for a Client, else an async one."""
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(client, Client):
@@ -420,14 +483,16 @@ def run_once(client: OnceClient, run_key: RunKey, **once_kwargs: Any) -> Callabl
 
             @functools.wraps(f)
             def sync_wrapper(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-                return client.once(_call_key(run_key, ctx), lambda: f(ctx, *args, **kwargs), **once_kwargs)
+                key = _call_key(run_key, session, ctx)
+                return client.once(key, lambda: f(ctx, *args, **kwargs), **once_kwargs)
 
             return sync_wrapper
 
         @functools.wraps(f)
         async def wrapper(ctx: Any, *args: Any, **kwargs: Any) -> Any:
             aclient = client.client if isinstance(client, StepwellSession) else client
-            return await aclient.once(_call_key(run_key, ctx), lambda: f(ctx, *args, **kwargs), **once_kwargs)
+            key = _call_key(run_key, session, ctx)
+            return await aclient.once(key, lambda: f(ctx, *args, **kwargs), **once_kwargs)
 
         return wrapper
 

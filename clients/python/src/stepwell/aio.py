@@ -478,6 +478,7 @@ class AsyncClient:
         heartbeat: Optional[float] = None,
         wait_timeout: float = 60.0,
         poll_interval: float = 0.05,
+        complete_timeout: Optional[float] = None,
     ) -> Any:
         """Like :meth:`stepwell.Client.once`; ``fn`` may be sync or async (its
         result is awaited when it is awaitable); the heartbeat is an asyncio task."""
@@ -492,6 +493,7 @@ class AsyncClient:
                 heartbeat=heartbeat,
                 wait_timeout=wait_timeout,
                 poll_interval=poll_interval,
+                complete_timeout=complete_timeout,
             )
         )
 

@@ -500,6 +500,7 @@ class Client:
         heartbeat: Optional[float] = None,
         wait_timeout: float = 60.0,
         poll_interval: float = 0.05,
+        complete_timeout: Optional[float] = None,
     ) -> Any:
         """Runs ``fn`` at most once per ``key`` (across processes and sidecars sharing a store)
         and returns its result, JSON round-tripped.
@@ -509,7 +510,12 @@ class Client:
           a background thread Extends the lease every ``heartbeat`` seconds
           (default ``lease / 3``); the JSON of the return value is Completed.
           If fn raises, the lease is Released (not permanent) and the
-          exception re-raised.
+          exception re-raised. A Complete that cannot reach the sidecar
+          (UNAVAILABLE, a deadline, OVERLOADED) is sent again with backoff,
+          past the retry policy's attempts, for as long as the lease lasts
+          (at most ``complete_timeout`` seconds when given): the holder is
+          the only one who may record the result, so a sidecar restart
+          shorter than the lease never runs fn a second time.
         * COMPLETED: returns the recorded result without calling fn.
         * IN_PROGRESS: waits (at most ``wait_timeout`` overall) and asks again;
           raises :class:`OnceTimeout` when the wait runs out.
@@ -529,6 +535,7 @@ class Client:
                 heartbeat=heartbeat,
                 wait_timeout=wait_timeout,
                 poll_interval=poll_interval,
+                complete_timeout=complete_timeout,
             )
         )
 

@@ -65,7 +65,7 @@ def test_approved_across_a_restart(ag_target: str, ag_namespace: str, tmp_path: 
         assert second.returncode == 0, err
         assert json.loads(out) == "refund result: refunded 30"
         assert effects(tmp_path) == [f"refunded 30 by {second.pid}"]
-        record = approver.get(tool_once_key(run_id, "call-refund-1"))
+        record = approver.get(tool_once_key(run_id, "call-refund-1", session_id=sid))
         assert record.state == ip.RECORD_STATE_COMPLETED and json.loads(record.result) == "refunded 30"
     assert [i.get("type", i.get("role")) for i in items(ag_target, ag_namespace, sid)] == [
         "user", "function_call", "function_call_output", "message"]
@@ -84,7 +84,7 @@ def test_rejected_across_a_restart(ag_target: str, ag_namespace: str, tmp_path: 
         assert run(args, "resume") == "refund result: not allowed"
         assert effects(tmp_path) == []
         try:
-            approver.get(tool_once_key(run_id, "call-refund-1"))
+            approver.get(tool_once_key(run_id, "call-refund-1", session_id=sid))
             raise AssertionError("a rejected tool call has a run_once record")
         except KeyNotFound:
             pass

@@ -80,7 +80,7 @@ def test_example_prints_the_readme_transcript(ag_target: str, ag_namespace: str,
     # The resumed process died after the refund; the replay did not refund again.
     assert ledger(tmp_path) == [f"{SESSION}: refunded 30 for order 42"]
     with Client(ag_target, namespace=ag_namespace) as c:
-        record = c.get(tool_once_key(RUN_ID, "call-refund-1"))
+        record = c.get(tool_once_key(RUN_ID, "call-refund-1", session_id=SESSION))
         assert record.state == ip.RECORD_STATE_COMPLETED and record.attempt == 1
         assert json.loads(record.result) == "refunded 30 for order 42"
         wait = c.get_wait(SESSION, f"approval:{RUN_ID}:call-refund-1").wait
