@@ -252,7 +252,16 @@ async fn a_large_turn_is_deleted_in_chunks_with_other_writes_committed_between_t
     fill(&store, "big", "step", BIG).await;
     record_events(&store).await;
     let server =
-        Sidecar::builder().store(&store).configure(|config| config.writes.delete_chunk_rows = CHUNK).start().await;
+        Sidecar::builder()
+            .store(&store)
+            .configure(|config| {
+                config.writes.delete_chunk_rows = CHUNK;
+                // Deleting 10,000 checkpoints one chunk at a time outlasts the
+                // default 30 s on a loaded machine under serializable isolation.
+                config.connections.request_timeout = std::time::Duration::from_secs(300);
+            })
+            .start()
+            .await;
     let inspector = store.inspect().await;
     let mut deleting = server.client();
     let delete = tokio::spawn(async move {
@@ -291,7 +300,8 @@ async fn a_large_turn_is_deleted_in_chunks_with_other_writes_committed_between_t
 async fn a_delete_killed_midway_leaves_true_summaries_and_a_retry_finishes_it() {
     let store = TestStore::new().await;
     fill(&store, "big", "step", BIG).await;
-    let flags = ["--delete-chunk-rows", &CHUNK.to_string()];
+    // A long request timeout: the retry deletes thousands of chunks, slow on a loaded machine.
+    let flags = ["--delete-chunk-rows", &CHUNK.to_string(), "--request-timeout-ms", "300000"];
     let sidecar = SidecarProcess::builder(STEPWELL, &store).flags(&flags).spawn().await;
     let inspector = store.inspect().await;
     let mut deleting = sidecar.client();
