@@ -282,6 +282,8 @@ import { StepwellSession, runOnce } from "@stepwell/client/agents";
 import { StepwellClient } from "@stepwell/client";
 export const session: Session = StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: "chat", namespace: "agents" });
 export const execute = runOnce(new StepwellClient(), "chat", async (input: { n: number }) => input.n + 1);
+export const perSession = runOnce(StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: "chat" }), "chat", async (input: { n: number }) => input.n + 1, { leaseMs: 5_000 });
+export const shared = runOnce(new StepwellClient(), "chat", async (input: { n: number }) => input.n, { session: (ctx) => String((ctx?.context as { sessionId: string }).sessionId) });
 // @ts-expect-error: the session id is a string
 StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: 1 });
 TS
