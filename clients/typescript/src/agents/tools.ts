@@ -106,10 +106,10 @@ function warnUnscoped(logger: RunOnceLogger, runKey: string): void {
 }
 
 function warnWaiting(logger: RunOnceLogger, key: string, callId: string, leaseMs: number, leaseExpiresAt: Date | undefined): void {
-  const until = leaseExpiresAt ? leaseExpiresAt.toISOString() : "its lease runs out";
+  const until = leaseExpiresAt ? `runs until ${leaseExpiresAt.toISOString()} unless it is extended` : "was not said";
   logger.warn(
-    `runOnce: tool call ${callId} waits for another holder of its key ${JSON.stringify(key)}, until ${until}: ` +
-      `if that worker died inside the tool, the call runs the tool again only once its lease (${leaseMs} ms) runs out (set leaseMs per tool to shorten the wait)`,
+    `runOnce: tool call ${callId} waits for another holder of its key ${JSON.stringify(key)}, whose lease ${until}: ` +
+      `if that worker died inside the tool, the call runs the tool again only once that lease runs out (this tool's lease is ${leaseMs} ms; leaseMs sets it per tool)`,
   );
 }
 
