@@ -24,22 +24,46 @@ function signal(): { promise: Promise<void>; fire: () => void } {
   return { promise, fire };
 }
 
-/** A sidecar of the test's own, a client of it, and `completeFailed`, resolved when an attempt of Complete fails. */
-async function setup(prefix: string): Promise<{ sidecar: Sidecar; client: StepwellClient; completeFailed: Promise<void> }> {
+/**
+ * The attempts of Complete a client makes at most, without the holder's own
+ * retries: the client's maxAttempts (5). The restart test waits for one more
+ * failed attempt than that before it starts the sidecar again, so that only
+ * a holder that goes on retrying through the outage records its result.
+ */
+const CALL_ATTEMPTS = 5;
+
+/**
+ * A sidecar of the test's own, a client of it, `completeFailed`, resolved
+ * when an attempt of Complete fails, and `completeFailedMoreThanACall`,
+ * resolved when CALL_ATTEMPTS + 1 attempts failed.
+ */
+async function setup(prefix: string): Promise<{ sidecar: Sidecar; client: StepwellClient; completeFailed: Promise<void>; completeFailedMoreThanACall: Promise<void> }> {
   const sidecar = await startSidecar();
   sidecars.push(sidecar);
   const failed = signal();
+  const failedMore = signal();
+  let failures = 0;
   const watch: Interceptor = (next) => async (req) => {
     try {
       return await next(req);
     } catch (err) {
-      if (req.method.name === "Complete") failed.fire();
+      if (req.method.name === "Complete") {
+        failed.fire();
+        if (++failures > CALL_ATTEMPTS) failedMore.fire();
+      }
       throw err;
     }
   };
-  const client = new StepwellClient({ target: sidecar.target, namespace: freshNamespace(prefix), interceptors: [watch], maxBackoffMs: 200, ...sidecar.connect });
+  const client = new StepwellClient({
+    target: sidecar.target,
+    namespace: freshNamespace(prefix),
+    interceptors: [watch],
+    maxAttempts: CALL_ATTEMPTS,
+    maxBackoffMs: 200,
+    ...sidecar.connect,
+  });
   clients.push(client);
-  return { sidecar, client, completeFailed: failed.promise };
+  return { sidecar, client, completeFailed: failed.promise, completeFailedMoreThanACall: failedMore.promise };
 }
 
 /** Starts once() on an effect that counts its runs and waits for `finish`; `started` fires as it begins. */
@@ -64,12 +88,15 @@ function onceBlocked(client: StepwellClient, key: string, opts: Parameters<Stepw
 
 describe("once() through a sidecar restart", () => {
   it("records the result after the sidecar is back: the effect runs once, and a second once() returns it", async () => {
-    const { sidecar, client, completeFailed } = await setup("once-restart");
+    const { sidecar, client, completeFailedMoreThanACall } = await setup("once-restart");
     const call = onceBlocked(client, "charge-1", { leaseMs: 60_000 });
     await call.started;
     await sidecar.kill();
     call.finish();
-    await completeFailed; // the holder has its result, and Complete finds no sidecar
+    // The holder has its result, and Complete finds no sidecar, more often than one call's retries
+    // allow; a holder that gave up instead has settled the call.
+    const ended = await Promise.race([completeFailedMoreThanACall.then(() => undefined), call.outcome]);
+    assert.equal(ended, undefined, `once() ended while the sidecar was down: ${String((ended as { error?: unknown } | undefined)?.error)}`);
     await sidecar.start();
     const outcome = await call.outcome;
     assert.deepEqual(outcome, { value: { receipt: "R-1" } }, `once() did not return the effect's result: ${String((outcome as { error?: unknown }).error)}`);
