@@ -30,7 +30,10 @@
 # of the copy and of the tarball `npm pack` makes of it each install a real
 # copy that import and require load. Fresh projects also install the client
 # with LangGraph.js, and with the OpenAI Agents SDK, as the README's sections
-# say, and run each section's example against a sidecar.
+# say, and run each section's example against a sidecar. Every npm install
+# line of docs/guides/*.md runs in a fresh project of its own too, which then
+# loads the guide's imports of the client; no line in the guides or the
+# README may name @stepwell/ as a registry package (it is not published).
 set -euo pipefail
 cd "$(dirname "$0")"
 if [ ! -d node_modules/@connectrpc/connect-node ] || [ ! -x node_modules/.bin/tsc ] || [ package.json -nt node_modules/.package-lock.json ]; then
@@ -282,6 +285,8 @@ import { StepwellSession, runOnce } from "@stepwell/client/agents";
 import { StepwellClient } from "@stepwell/client";
 export const session: Session = StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: "chat", namespace: "agents" });
 export const execute = runOnce(new StepwellClient(), "chat", async (input: { n: number }) => input.n + 1);
+export const perSession = runOnce(StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: "chat" }), "chat", async (input: { n: number }) => input.n + 1, { leaseMs: 5_000 });
+export const shared = runOnce(new StepwellClient(), "chat", async (input: { n: number }) => input.n, { session: (ctx) => String((ctx?.context as { sessionId: string }).sessionId) });
 // @ts-expect-error: the session id is a string
 StepwellSession.fromAddress("127.0.0.1:50051", { sessionId: 1 });
 TS
@@ -345,6 +350,60 @@ TS
   node "$OLDPWD/node_modules/typescript/bin/tsc" -p tsconfig.json
   echo "fresh app (Google ADK): require() of the subpath and its TypeScript declarations work"
 )
+
+echo "== pass 3: the guides' npm install lines (docs/guides/*.md), each in a fresh project, and the guide's imports of the client"
+# Every `npm install ...` of a guide, in a code block or inline, is run as
+# written (the checkout path made the clean copy's) in a fresh project of
+# its own; then an ES module of the guide's `import { ... } from
+# "@stepwell/client..."` lines loads there. The client is not on npm: a line
+# naming @stepwell/ as a registry package, in a guide or in README.md, fails
+# here, as does one that does not install from the checkout.
+# A line that is the README's, byte for byte, ran above in a fresh project:
+# the guide's imports are loaded there rather than installing it again.
+declare -A ran_in=(["$install_cmds"]="$install_dir/app" ["$lg_install"]="$install_dir/app-langgraph" ["$ag_install"]="$install_dir/app-agents" ["$adk_install"]="$install_dir/app-adk")
+guides=(../../docs/guides/*.md)
+if grep -Hn 'npm install[^`]*[[:space:]]@stepwell/' "${guides[@]}" README.md; then
+  echo "an npm install line above names @stepwell/ from the registry, where it is not published" >&2
+  exit 1
+fi
+guide_runs=0
+for guide in "${guides[@]}"; do
+  guide_lines="$(grep -o 'npm install [^`]*' "$guide" | sed 's/[[:space:]]*$//' || true)"
+  [ -n "$guide_lines" ] || continue
+  guide_imports="$(grep -o 'import {[^}]*} from "@stepwell/client[^"]*"' "$guide" | sort -u || true)"
+  while IFS= read -r line; do
+    guide_runs=$((guide_runs + 1))
+    case "$line" in
+      *" /path/to/stepwell/clients/typescript"*) ;;
+      *) echo "$guide: \"$line\" does not install the client from the checkout" >&2; exit 1 ;;
+    esac
+    (
+      app="${ran_in[$line]:-}"
+      if [ -n "$app" ]; then
+        echo "${guide#../../}: \"$line\" is the README's, installed above in $app"
+        cd "$app"
+      else
+        app="$install_dir/app-guide-$guide_runs"
+        mkdir "$app" && cd "$app"
+        printf '{ "name": "fresh-guide-app", "version": "1.0.0", "private": true, "type": "module" }\n' >package.json
+        export npm_config_audit=false npm_config_fund=false npm_config_loglevel=error
+        # As for the README's line: the Agents SDK's openai 7 declares Node >= 22, so that line is not engine-strict.
+        case "$line" in *@openai/agents*) ;; *) export npm_config_engine_strict=true ;; esac
+        cmd="${line//\/path\/to\/stepwell/$install_dir/stepwell}"
+        echo "+ ${guide#../../}: $cmd"
+        bash -euo pipefail -c "$cmd"
+      fi
+      printf '%s;\n' "$guide_imports" >"guide-imports-$guide_runs.mjs"
+      printf 'console.log("fresh app (%s): its install line worked and its imports of the client load");\n' "${guide#../../}" >>"guide-imports-$guide_runs.mjs"
+      node "guide-imports-$guide_runs.mjs"
+    )
+  done <<<"$guide_lines"
+done
+# quick-start.md, adk.md, agents.md and langgraph.md each have one.
+if [ "$guide_runs" -lt 4 ]; then
+  echo "expected the npm install lines of at least 4 guides, ran $guide_runs" >&2
+  exit 1
+fi
 
 echo "== pass 4: the README's allowScripts entry under strict-allow-scripts, npm install --install-links, and npm pack's tarball"
 (

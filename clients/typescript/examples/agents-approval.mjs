@@ -21,13 +21,13 @@ const model = {
 const client = new StepwellClient({ target: process.env.STEPWELL_TARGET ?? "127.0.0.1:50051", namespace: "examples" });
 const sessionId = `order-${process.pid}`;
 const ref = { sessionId, runId: "ship-run", namespace: "examples" };
+const session = new StepwellSession(client, { sessionId, namespace: "examples" });
 const ship = tool({
   name: "ship", description: "Ships an order.", parameters: z.object({ order: z.string() }),
   needsApproval: async () => true,
-  execute: runOnce(client, sessionId, async ({ order }) => `shipped ${order}`), // once per tool call, whatever replays
+  execute: runOnce(session, "ship-run", async ({ order }) => `shipped ${order}`), // once per tool call of the session, whatever replays
 });
 const agent = new Agent({ name: "shop", instructions: "Ship orders.", model, tools: [ship] });
-const session = new StepwellSession(client, { sessionId, namespace: "examples" });
 
 const first = await run(agent, "ship A-17", { session });           // stops: ship needs approval
 await saveRunState(client, ref, first.state);                       // the process may exit here

@@ -90,7 +90,7 @@ import {
   type WaitRef,
 } from "./waits.js";
 import type { CallOptions } from "./options.js";
-import { msToDuration, toTimestamp, type TimeLike } from "./time.js";
+import { msToDuration, timestampToDate, toTimestamp, type TimeLike } from "./time.js";
 import { traceContextAvailable, traceContextInterceptor } from "./tracing.js";
 
 /** A RecordService request's fields, as create() takes them. */
@@ -209,6 +209,13 @@ export interface OnceOptions extends BeginOptions {
   leaseMs?: number;
   /** How long to wait for another holder (IN_PROGRESS) before giving up, in ms. Default 60000. */
   waitTimeoutMs?: number;
+  /**
+   * Called once per call, the first time Begin finds the key held by
+   * another holder (IN_PROGRESS), before once() waits: `leaseExpiresAt` is
+   * when that holder's lease runs out unless it is extended. A holder that
+   * died keeps the key until then.
+   */
+  onInProgress?: (info: { key: string; leaseExpiresAt: Date | undefined }) => void;
 }
 
 const utf8 = new TextEncoder();
@@ -832,14 +839,19 @@ export class StepwellClient {
    * COMPLETED returns the recorded result without calling fn; IN_PROGRESS
    * waits (at most waitTimeoutMs) and asks again; FAILED throws
    * OperationFailed. If fn throws, the lease is released (not permanently)
-   * and the error is rethrown.
+   * and the error is rethrown. A holder with fn's result retries Complete
+   * while the sidecar is unavailable, for as long as its lease lasts (see
+   * completeWithinLease), so a sidecar restart shorter than the lease does
+   * not run fn again.
    */
   async once<T>(key: string, fn: (ctx: OnceContext) => T | Promise<T>, opts: OnceOptions = {}): Promise<T> {
     const leaseMs = opts.leaseMs ?? 30_000;
     const waitTimeoutMs = opts.waitTimeoutMs ?? 60_000;
     const deadline = Date.now() + waitTimeoutMs;
     let poll = 25;
+    let waited = false;
     for (;;) {
+      const sentAt = performance.now();
       const r = await this.begin(key, { ...opts, leaseMs });
       switch (r.outcome) {
         case BeginOutcome.COMPLETED:
@@ -851,47 +863,43 @@ export class StepwellClient {
             metadata: { key },
           });
         case BeginOutcome.ACQUIRED:
-          return this.runAcquired(key, r, fn, leaseMs, opts);
-        case BeginOutcome.IN_PROGRESS: {
-          const now = Date.now();
-          if (now >= deadline) {
-            throw new StepwellError(`once(${JSON.stringify(key)}): still in progress after ${waitTimeoutMs} ms`, {
-              grpcCode: Code.DeadlineExceeded,
-              reason: "WAIT_TIMEOUT",
-              metadata: { key },
-            });
-          }
-          const untilExpiry = r.leaseExpiresAt
-            ? Number(r.leaseExpiresAt.seconds) * 1000 + r.leaseExpiresAt.nanos / 1e6 - now
-            : poll;
-          await sleep(Math.max(5, Math.min(poll, untilExpiry + 5, deadline - now)), opts.signal);
+          return this.runAcquired(key, r, fn, { endsAt: sentAt + leaseMs, leaseMs }, opts);
+        case BeginOutcome.IN_PROGRESS:
+          if (!waited) opts.onInProgress?.({ key, leaseExpiresAt: r.leaseExpiresAt ? timestampToDate(r.leaseExpiresAt) : undefined });
+          waited = true;
+          await this.waitInProgress(key, r, poll, deadline, waitTimeoutMs, opts.signal);
           poll = Math.min(poll * 2, 1000);
           break;
-        }
         default:
           throw new StepwellError(`unexpected Begin outcome ${r.outcome}`, { grpcCode: Code.Internal });
       }
     }
   }
 
+  /** Waits before once() asks again about a key another holder has: until its lease may have run out, at most `poll` ms. */
+  private async waitInProgress(key: string, r: BeginResponse, poll: number, deadline: number, waitTimeoutMs: number, signal?: AbortSignal): Promise<void> {
+    const now = Date.now();
+    if (now >= deadline) {
+      throw new StepwellError(`once(${JSON.stringify(key)}): still in progress after ${waitTimeoutMs} ms`, {
+        grpcCode: Code.DeadlineExceeded,
+        reason: "WAIT_TIMEOUT",
+        metadata: { key },
+      });
+    }
+    const untilExpiry = r.leaseExpiresAt ? Number(r.leaseExpiresAt.seconds) * 1000 + r.leaseExpiresAt.nanos / 1e6 - now : poll;
+    await sleep(Math.max(5, Math.min(poll, untilExpiry + 5, deadline - now)), signal);
+  }
+
   private async runAcquired<T>(
     key: string,
     r: BeginResponse,
     fn: (ctx: OnceContext) => T | Promise<T>,
-    leaseMs: number,
+    lease: HeldLease,
     opts: CallOptions,
   ): Promise<T> {
     const token = r.leaseToken;
     const lost = new AbortController();
-    const timer = setInterval(() => {
-      this.extend(key, token, leaseMs, opts).catch((err: unknown) => {
-        const e = toStepwellError(err);
-        if (e instanceof LeaseLost || e.reason === "NOT_ACQUIRED") {
-          lost.abort(e);
-        }
-      });
-    }, Math.max(10, Math.floor(leaseMs / 3)));
-    timer.unref?.();
+    const stopHeartbeat = this.heartbeat(key, token, lease, lost, opts);
     let value: T;
     try {
       value = await fn({
@@ -902,7 +910,7 @@ export class StepwellClient {
         signal: lost.signal,
       });
     } catch (err) {
-      clearInterval(timer);
+      stopHeartbeat();
       try {
         await this.release(key, token, { ...opts, error: String(err instanceof Error ? err.message : err).slice(0, 16_000), permanent: false });
       } catch {
@@ -910,9 +918,78 @@ export class StepwellClient {
       }
       throw err;
     }
-    clearInterval(timer);
-    // Complete may still succeed after a missed heartbeat if no one else acquired the key.
-    await this.complete(key, token, jsonBytes(value), opts);
+    // The heartbeat goes on while Complete is retried: the lease is what lets this holder record the result.
+    try {
+      await this.completeWithinLease(key, token, jsonBytes(value), lease, opts);
+    } finally {
+      stopHeartbeat();
+    }
     return value;
   }
+
+  /**
+   * Extends a held lease every leaseMs/3 until the returned function is
+   * called. Each Extend that succeeds moves `lease.endsAt` to when it was
+   * sent plus leaseMs (never later than the sidecar's own expiry); one
+   * answered LEASE_LOST or NOT_ACQUIRED aborts `lost`.
+   */
+  private heartbeat(key: string, token: bigint, lease: HeldLease, lost: AbortController, opts: CallOptions): () => void {
+    const timer = setInterval(() => {
+      const sentAt = performance.now();
+      this.extend(key, token, lease.leaseMs, opts).then(
+        () => {
+          lease.endsAt = Math.max(lease.endsAt, sentAt + lease.leaseMs);
+        },
+        (err: unknown) => {
+          const e = toStepwellError(err);
+          if (e instanceof LeaseLost || e.reason === "NOT_ACQUIRED") lost.abort(e);
+        },
+      );
+    }, Math.max(10, Math.floor(lease.leaseMs / 3)));
+    timer.unref?.();
+    return () => clearInterval(timer);
+  }
+
+  /**
+   * Records a holder's result with Complete. Only the holder may record it,
+   * and once its lease runs out the next caller runs the effect again, so
+   * a Complete that finds the sidecar unavailable, overloaded or too slow
+   * (its deadline passed) is sent again, with backoff, for as long as the
+   * lease lasts: through a sidecar restart shorter than the lease, the
+   * effect is recorded, not repeated. Repeating a Complete with the same
+   * token and result is answered OK, so an attempt whose answer was lost
+   * does no harm. The caller's signal stops the retries; when the lease
+   * runs out first, the last error is thrown, naming the key.
+   */
+  private async completeWithinLease(key: string, token: bigint, result: Uint8Array, lease: HeldLease, opts: CallOptions): Promise<void> {
+    let backoff = this.initialBackoffMs;
+    for (;;) {
+      const remaining = lease.endsAt - performance.now();
+      const attemptMs = Math.min(opts.timeoutMs ?? this.timeoutMs, remaining > 0 ? Math.ceil(remaining) : Infinity);
+      try {
+        await this.complete(key, token, result, { ...opts, maxAttempts: 1, timeoutMs: attemptMs });
+        return;
+      } catch (err) {
+        const e = toStepwellError(err);
+        if (!(isRetryable(e) || e.grpcCode === Code.DeadlineExceeded) || opts.signal?.aborted) throw e;
+        const left = lease.endsAt - performance.now();
+        if (left <= 0) throw leaseRanOut(key, e);
+        await sleep(Math.min(backoff / 2 + Math.random() * (backoff / 2), left), opts.signal);
+        backoff = Math.min(backoff * 2, this.maxBackoffMs);
+      }
+    }
+  }
+}
+
+/** What once() knows of the lease it holds: when it ends at the latest (performance.now() ms), and its length. */
+interface HeldLease {
+  endsAt: number;
+  leaseMs: number;
+}
+
+/** The error of a Complete given up when the lease ran out: the last attempt's, of the same class, naming the key. */
+function leaseRanOut(key: string, e: StepwellError): StepwellError {
+  const cls = e.constructor as new (message: string, init: ConstructorParameters<typeof StepwellError>[1]) => StepwellError;
+  const message = `once(${JSON.stringify(key)}): the result was not recorded before the lease ran out (the effect ran; the next caller runs it again): ${e.message}`;
+  return new cls(message, { grpcCode: e.grpcCode, reason: e.reason, domain: e.domain, fieldViolations: e.fieldViolations, metadata: { ...e.metadata, key }, cause: e });
 }

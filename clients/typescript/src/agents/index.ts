@@ -13,7 +13,16 @@ export {
   type StepwellSessionAddressOptions,
   type StepwellSessionOptions,
 } from "./session.js";
-export { runOnce, toolCallKey, type ToolCallDetailsLike } from "./tools.js";
+export {
+  runOnce,
+  toolCallKey,
+  type RunContextLike,
+  type RunKey,
+  type RunOnceLogger,
+  type RunOnceOptions,
+  type RunOnceSession,
+  type ToolCallDetailsLike,
+} from "./tools.js";
 export {
   RUN_STATE_KIND,
   applyApproval,
