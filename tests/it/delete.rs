@@ -251,17 +251,16 @@ async fn a_large_turn_is_deleted_in_chunks_with_other_writes_committed_between_t
     let store = TestStore::new().await;
     fill(&store, "big", "step", BIG).await;
     record_events(&store).await;
-    let server =
-        Sidecar::builder()
-            .store(&store)
-            .configure(|config| {
-                config.writes.delete_chunk_rows = CHUNK;
-                // Deleting 10,000 checkpoints one chunk at a time outlasts the
-                // default 30 s on a loaded machine under serializable isolation.
-                config.connections.request_timeout = std::time::Duration::from_secs(300);
-            })
-            .start()
-            .await;
+    let server = Sidecar::builder()
+        .store(&store)
+        .configure(|config| {
+            config.writes.delete_chunk_rows = CHUNK;
+            // Deleting 10,000 checkpoints one chunk at a time outlasts the
+            // default 30 s on a loaded machine under serializable isolation.
+            config.connections.request_timeout = std::time::Duration::from_secs(300);
+        })
+        .start()
+        .await;
     let inspector = store.inspect().await;
     let mut deleting = server.client();
     let delete = tokio::spawn(async move {
