@@ -105,7 +105,10 @@ fn requests(dir: &Path) {
         ),
         (
             "delete-turn",
-            request_input(Rpc::DeleteTurn, &DeleteTurnRequest { namespace: String::new(), turn_id: "turn-2".into() }),
+            request_input(
+                Rpc::DeleteTurn,
+                &DeleteTurnRequest { namespace: String::new(), turn_id: "turn-2".into(), include_records: false },
+            ),
         ),
         (
             "begin",
