@@ -971,7 +971,9 @@ export class StepwellClient {
         return;
       } catch (err) {
         const e = toStepwellError(err);
-        if (!(isRetryable(e) || e.grpcCode === Code.DeadlineExceeded) || opts.signal?.aborted) throw e;
+        // The caller gave up while an attempt failed: its reason, not the attempt's error.
+        if (opts.signal?.aborted) throw opts.signal.reason;
+        if (!(isRetryable(e) || e.grpcCode === Code.DeadlineExceeded)) throw e;
         const left = lease.endsAt - performance.now();
         if (left <= 0) throw leaseRanOut(key, e);
         await sleep(Math.min(backoff / 2 + Math.random() * (backoff / 2), left), opts.signal);
