@@ -9,26 +9,13 @@
 //! allows for a bad request or a record's state; any other code (INTERNAL,
 //! UNKNOWN, UNAVAILABLE from the healthy local store, ...) or any panic is a
 //! finding.
+//!
+//! The body is `stepwell_fuzz::request`, which the integration suite also
+//! replays over the seeds on every test run.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stepwell_fuzz::{ALLOWED_CODES, harness, rpc_from_selector};
 
 // The store opens (and migrates) before the first input, outside its time limit.
-fuzz_target!(init: { harness(); }, |data: &[u8]| run(data));
-
-fn run(data: &[u8]) {
-    let Some((&selector, body)) = data.split_first() else { return };
-    let rpc = rpc_from_selector(selector);
-    let Some(answer) = harness().call(rpc, body) else { return };
-    if let Err(status) = answer {
-        assert!(
-            ALLOWED_CODES.contains(&status.code()),
-            "{} answered {:?}: {}",
-            rpc.as_str(),
-            status.code(),
-            status.message()
-        );
-    }
-}
+fuzz_target!(init: { stepwell_fuzz::harness(); }, |data: &[u8]| stepwell_fuzz::request(data));

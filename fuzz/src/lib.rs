@@ -8,6 +8,10 @@
 //! The store lives as long as the process, so one input can see the records
 //! earlier inputs left: a Begin followed later by a Complete with its lease
 //! token exercises the lease rules, as a client would.
+//!
+//! It also holds the three targets' bodies (`request`, `state`,
+//! `page_token`), so that the integration suite can include this file and
+//! replay the seed corpus through them without libFuzzer.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -26,6 +30,7 @@ use stepwell::api::records::RecordApi;
 use stepwell::api::waits::WaitApi;
 use stepwell::api::{Shared, validate};
 use stepwell::config::sections::Config;
+use stepwell::domain::model::Cursor;
 use stepwell::store::Database;
 use stepwell::store::Handle;
 use stepwell::store::writer::Writer;
@@ -409,4 +414,133 @@ fn effective_page_size(requested: i32, limits: &stepwell::config::sections::Limi
 /// A timestamp as nanoseconds; stored timestamps always fit.
 fn nanos(t: prost_types::Timestamp) -> i64 {
     t.seconds * 1_000_000_000 + i64::from(t.nanos)
+}
+
+// The targets' bodies: fuzz_targets/*.rs hand each input to one of them, and
+// the integration suite's fuzz_seeds module replays the seed corpus and its
+// mutations through them on every test run.
+
+/// Fuzz target `page_token`: raw bytes as the `page_token` of a Restore or a
+/// ListTurns request, read by `stepwell::api::validate::restore_cursor` and
+/// `turns_after`. Neither may panic; a token either reader accepts must be
+/// the very token stepwell would have issued for that position, and every
+/// token stepwell issues must read back to its position, in its direction
+/// only.
+///
+/// Input: bit 0 of byte 0 is Restore's `newest_first`; the rest is the token
+/// (as UTF-8, which protobuf strings are) and, read as two big-endian i64s,
+/// a cursor to issue a token for.
+pub fn page_token(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let newest_first = mode & 1 == 1;
+    let token = String::from_utf8_lossy(rest);
+
+    if let Ok(Some(cursor)) = validate::restore_cursor(&token, newest_first) {
+        assert_eq!(validate::restore_token(cursor, newest_first), token, "a restore token that was not issued");
+    }
+    if let Ok(Some(after)) = validate::turns_after(&token) {
+        assert_eq!(validate::turns_token(&after), token, "a turns token that was not issued");
+    }
+    if token.is_empty() {
+        assert!(matches!(validate::restore_cursor(&token, newest_first), Ok(None)), "no token is the first page");
+        assert!(matches!(validate::turns_after(&token), Ok(None)), "no token is the first page");
+    }
+
+    if let (Some(timestamp), Some(seq)) = (be_i64(rest, 0), be_i64(rest, 8)) {
+        let cursor = Cursor { timestamp, seq };
+        let issued = validate::restore_token(cursor, newest_first);
+        assert_eq!(
+            validate::restore_cursor(&issued, newest_first).ok(),
+            Some(Some(cursor)),
+            "a restore token lost its place"
+        );
+        assert!(validate::restore_cursor(&issued, !newest_first).is_err(), "a restore token changed direction");
+        assert!(validate::turns_after(&issued).is_err(), "a restore token read as a turns token");
+    }
+    let issued = validate::turns_token(&token);
+    assert_eq!(
+        validate::turns_after(&issued).ok(),
+        Some(Some(token.clone().into_owned())),
+        "a turns token lost its place"
+    );
+    assert!(validate::restore_cursor(&issued, newest_first).is_err(), "a turns token read as a restore token");
+}
+
+/// The big-endian i64 at `at`, if `bytes` reach that far.
+fn be_i64(bytes: &[u8], at: usize) -> Option<i64> {
+    bytes.get(at..at + 8).map(|b| i64::from_be_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// The size limits tried: tiny, small, and the default `--state-bytes-max`.
+const LIMITS: [usize; 4] = [1, 64, 4096, 1 << 20];
+/// How many copies of the input body make the document.
+const REPEATS: [usize; 8] = [1, 1, 1, 1, 2, 16, 256, 4096];
+/// No document grows past this, so one run stays within the time limit.
+const DOCUMENT_MAX: usize = 2 << 20;
+/// The contract's nesting limit (`limits::STATE_DEPTH_MAX`).
+const DEPTH_MAX: usize = stepwell::domain::limits::STATE_DEPTH_MAX;
+
+/// Fuzz target `state`: raw bytes as the `state` of a Checkpoint request,
+/// checked by `stepwell::api::validate::state` under one of a few size
+/// limits. It must never panic, must stay fast on deep nesting, and must
+/// agree with serde_json: a JSON document within the size and depth limits
+/// is accepted, and an accepted one is within them.
+///
+/// Input: byte 0 picks the limit (bits 0-1) and how many times the rest is
+/// repeated to make the document (bits 2-4), so a short input can grow into
+/// a long or deeply nested one; the rest is the document.
+pub fn state(data: &[u8]) {
+    let Some((&mode, body)) = data.split_first() else { return };
+    let max = LIMITS[usize::from(mode & 0b11)];
+    let repeats = REPEATS[usize::from((mode >> 2) & 0b111)];
+    let document: Vec<u8> = body.iter().copied().cycle().take((body.len() * repeats).min(DOCUMENT_MAX)).collect();
+
+    let accepted = validate::state(&document, max).is_ok();
+
+    if accepted {
+        assert!(document.len() <= max, "a state over its limit was accepted");
+        assert!(std::str::from_utf8(&document).is_ok(), "a state that is not UTF-8 was accepted");
+    }
+    if document.len() <= max {
+        // serde_json's own nesting limit (128) keeps this parse bounded.
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&document) {
+            let depth = depth(&value);
+            assert_eq!(accepted, depth <= DEPTH_MAX, "JSON nested {depth} deep was judged wrongly");
+        }
+    }
+}
+
+/// How deep arrays and objects nest in `value`.
+fn depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(fields) => 1 + fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Fuzz target `request`: raw bytes as a stepwell client could send them.
+/// The first byte picks one of the nine RPCs of CheckpointService and
+/// IdempotencyService, the rest is decoded with prost as the server's codec
+/// does, and the decoded request goes to the real handler over a real SQLite
+/// store (opened once per process; see `stepwell_fuzz::Harness`).
+///
+/// Bytes that do not decode are the codec's INVALID_ARGUMENT and end the
+/// input. A handler may refuse a request only with a code the contract
+/// allows for a bad request or a record's state; any other code (INTERNAL,
+/// UNKNOWN, UNAVAILABLE from the healthy local store, ...) or any panic is a
+/// finding.
+pub fn request(data: &[u8]) {
+    let Some((&selector, body)) = data.split_first() else { return };
+    let rpc = rpc_from_selector(selector);
+    let Some(answer) = harness().call(rpc, body) else { return };
+    if let Err(status) = answer {
+        assert!(
+            ALLOWED_CODES.contains(&status.code()),
+            "{} answered {:?}: {}",
+            rpc.as_str(),
+            status.code(),
+            status.message()
+        );
+    }
 }

@@ -17,6 +17,7 @@ mod contract;
 mod crash_only;
 mod delete;
 mod durability;
+mod fuzz_seeds;
 mod group_commit;
 mod idempotency;
 mod idempotency_model;
