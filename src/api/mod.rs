@@ -88,6 +88,8 @@ pub struct Call {
     /// Who admission found the caller to be, when authentication is on.
     principal: Option<Arc<Principal>>,
     namespace: String,
+    /// `namespace` as validated, once per call: `None` when it is not valid.
+    valid_namespace: Option<String>,
     subject: Subject,
     audited: bool,
 }
@@ -100,6 +102,7 @@ impl Call {
             credentials: Credentials::of(request.metadata().as_ref(), request.extensions()),
             principal: request.extensions().get::<Authenticated>().map(|found| found.0.clone()),
             namespace: namespace.to_owned(),
+            valid_namespace: validate::namespace(namespace.to_owned()).ok(),
             subject: Subject::None,
             audited: false,
         }
@@ -171,7 +174,7 @@ impl Shared {
         // attribute never carries an arbitrary value. Only an admitted call
         // names a metrics series, so a caller the sidecar refuses cannot
         // make series by naming namespaces.
-        let namespace = || validate::namespace(call.namespace.clone()).unwrap_or_else(|_| INVALID_NAMESPACE.to_owned());
+        let namespace = || call.valid_namespace.clone().unwrap_or_else(|| INVALID_NAMESPACE.to_owned());
         traces::annotate(namespace, result.as_ref().err().map_or("ok", status::reason_of), labelled);
         let denied = matches!(result, Err(Error::Unauthenticated { .. } | Error::PermissionDenied { .. }));
         if denied || call.audited {
@@ -220,12 +223,15 @@ impl Shared {
         let principal = match authenticated {
             Ok(principal) => principal,
             Err(why) => {
-                let namespace = validate::namespace(call.namespace.clone()).ok();
+                let namespace = call.valid_namespace.clone();
                 return (None, Err(Error::Unauthenticated { why, namespace, role: call.rpc.role() }));
             }
         };
-        let verdict = validate::namespace(call.namespace.clone())
-            .and_then(|namespace| auth::authorize(&principal, call.rpc, &namespace).map_err(permission_denied));
+        let verdict = match &call.valid_namespace {
+            Some(namespace) => auth::authorize(&principal, call.rpc, namespace).map_err(permission_denied),
+            // Validated again only to name what is wrong with it.
+            None => validate::namespace(call.namespace.clone()).map(drop),
+        };
         (Some(principal), verdict)
     }
 

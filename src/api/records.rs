@@ -234,7 +234,7 @@ fn new_record(field: &str, r: pb::Record, limits: &Limits) -> Result<NewRecord> 
         kind: validate::kind(&name("kind"), r.kind, Required)?,
         id: text("id", r.id, Required)?,
         parent_id: text("parent_id", r.parent_id, Optional)?,
-        content_type: validate::content_type(&name("content_type"), r.content_type)?,
+        content_type: validate::content_type(&name("content_type"), r.content_type, limits::CONTENT_TYPE_BYTES_MAX)?,
         payload: r.payload,
         metadata: validate::json_object(&name("metadata"), r.metadata, limits.record_metadata_bytes_max)?,
         refs: serde_json::to_string(&refs).expect("strings serialize"),

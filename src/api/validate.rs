@@ -224,21 +224,12 @@ pub fn kind(field: &str, value: String, presence: Presence) -> Result<String> {
     Ok(value)
 }
 
-/// A `content_type`: 0..=128 bytes of printable ASCII.
-pub fn content_type(field: &str, value: String) -> Result<String> {
-    if value.len() > limits::CONTENT_TYPE_BYTES_MAX {
-        return Err(too_long(field, limits::CONTENT_TYPE_BYTES_MAX));
-    }
-    if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
-        return Err(Error::invalid(field, InvalidReason::Malformed, "must be printable ASCII"));
-    }
-    Ok(value)
-}
-
-/// A Signal's `content_type`: 0..=256 bytes of printable ASCII.
-pub fn wait_content_type(field: &str, value: String) -> Result<String> {
-    if value.len() > limits::WAIT_CONTENT_TYPE_BYTES_MAX {
-        return Err(too_long(field, limits::WAIT_CONTENT_TYPE_BYTES_MAX));
+/// A `content_type` of at most `max` bytes of printable ASCII: a record's
+/// (`limits::CONTENT_TYPE_BYTES_MAX`) or a Signal's
+/// (`limits::WAIT_CONTENT_TYPE_BYTES_MAX`).
+pub fn content_type(field: &str, value: String, max: usize) -> Result<String> {
+    if value.len() > max {
+        return Err(too_long(field, max));
     }
     if !value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
         return Err(Error::invalid(field, InvalidReason::Malformed, "must be printable ASCII"));

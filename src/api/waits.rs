@@ -92,7 +92,11 @@ impl WaitApi {
             key,
             status: WaitStatus::Resolved,
             payload: req.payload,
-            content_type: validate::wait_content_type("content_type", req.content_type)?,
+            content_type: validate::content_type(
+                "content_type",
+                req.content_type,
+                limits::WAIT_CONTENT_TYPE_BYTES_MAX,
+            )?,
             settled_by: principal,
             fence,
             per_turn_max: limits.waits_per_turn_max,

@@ -2,6 +2,9 @@
 //! handshake limits, and the guards a connection passes before gRPC reads
 //! it (the preface deadline, a Unix socket's `:authority`).
 
+#[macro_use]
+mod write_through;
+
 pub mod listener;
 pub(crate) mod preface;
 pub mod tls;
