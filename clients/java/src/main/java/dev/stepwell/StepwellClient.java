@@ -379,7 +379,7 @@ public final class StepwellClient implements AutoCloseable {
       try {
         return attempt.apply(end);
       } catch (StatusRuntimeException e) {
-        StepwellException se = StepwellException.from(e);
+        StepwellException se = Errors.decode(e);
         if (!retry.shouldRetry(se, n)) throw se;
         long pause = retry.backoff(n).toNanos();
         if (pause >= end.timeRemaining(TimeUnit.NANOSECONDS)) throw se;
