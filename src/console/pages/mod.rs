@@ -17,8 +17,8 @@ pub use turn::{state, turn};
 pub use turns::turns;
 pub use waits::waits;
 
-use keys::{KeyRow, key_rows};
-use waits::{WaitRow, wait_row};
+use keys::{KeyView, key_rows};
+use waits::{WaitView, wait_row};
 
 use askama::Template;
 use axum::Form;

@@ -34,7 +34,7 @@ pub use tally::{Tallies, Tally};
 
 use crate::config::moving::{ChunkArgs, ExportArgs, ImportArgs, MigrateArgs};
 use crate::store::Database;
-use crate::store::bulk::{self, ChunkSize, RecordKey, Table, Tables, WaitKey};
+use crate::store::bulk::{self, BulkWaitKey, ChunkSize, RecordKey, Table, Tables};
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
@@ -286,7 +286,7 @@ async fn copy_waits(
     progress: &mut Progress,
 ) -> Result<(), Error> {
     let total = source.count(Table::Waits).await?;
-    let (mut after, mut read): (Option<WaitKey>, Plan) = (None, plan);
+    let (mut after, mut read): (Option<BulkWaitKey>, Plan) = (None, plan);
     loop {
         let page = source.waits_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());

@@ -15,7 +15,7 @@ use crate::domain::model::{Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{Address, NewRecord, RecordDelete};
 use crate::store::DbError;
 use crate::store::batch::{CheckpointKey, Statements, TurnChunks};
-use crate::store::rows::{self, CheckpointRow, InsertedRow, KeyRow, decode_error};
+use crate::store::rows::{self, CheckpointRow, InsertedRow, KeyDbRow, decode_error};
 use crate::store::sql::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN};
 
 /// The connection a batch runs on, with the store's clock, whose offset
@@ -197,7 +197,7 @@ impl Statements for Conn<'_> {
 
     async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
         let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
-        let rows: Vec<KeyRow> = sqlx::query_as(LOAD_RECORDS)
+        let rows: Vec<KeyDbRow> = sqlx::query_as(LOAD_RECORDS)
             .bind(namespaces)
             .bind(names)
             .fetch_all(&mut *self.conn)

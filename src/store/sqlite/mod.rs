@@ -33,7 +33,7 @@ use tokio::sync::{Mutex, Semaphore};
 use super::batch::{self, CheckpointKey, Statements, TurnChunks};
 use super::cause::{migration_failed, sqlite_cause};
 use super::console::Value;
-use super::rows::{self, CheckpointRow, InsertedRow, KeyRow, PageRow, TurnRow, decode_error};
+use super::rows::{self, CheckpointRow, InsertedRow, KeyDbRow, PageRow, TurnDbRow, decode_error};
 use super::sql::{self, DELETE_CHUNK, DELETE_TURN, Dialect, OLDEST_AFTER, SHRINK_TURN, TURN};
 use super::{Cause, DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
@@ -516,7 +516,7 @@ impl Statements for Batch<'_> {
         for (namespace, key) in keys {
             params.extend([namespace as &dyn ToSql, key]);
         }
-        rows::records_by_key(query_all(self.conn, &sql, &params, KeyRow::from_sqlite)?)
+        rows::records_by_key(query_all(self.conn, &sql, &params, KeyDbRow::from_sqlite)?)
     }
 
     async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), DbError> {
@@ -732,7 +732,7 @@ impl Store for SqliteStore {
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {
         let (namespace, turn_id) = (namespace.to_owned(), turn_id.to_owned());
         self.read(move |conn| {
-            let rows = query_numbered(conn, TURN, &[&namespace, &turn_id], TurnRow::from_sqlite).map_err(sqlite)?;
+            let rows = query_numbered(conn, TURN, &[&namespace, &turn_id], TurnDbRow::from_sqlite).map_err(sqlite)?;
             rows.into_iter().next().map(TurnSummary::try_from).transpose()
         })
         .await
@@ -756,7 +756,7 @@ impl Store for SqliteStore {
                 values.push(updated_before);
             }
             values.push(&limit);
-            let rows = query_numbered(conn, sql::list_turns(Dialect::Sqlite, &q), &values, TurnRow::from_sqlite)
+            let rows = query_numbered(conn, sql::list_turns(Dialect::Sqlite, &q), &values, TurnDbRow::from_sqlite)
                 .map_err(sqlite)?;
             let turns = rows.into_iter().map(TurnSummary::try_from).collect::<Result<Vec<_>, _>>()?;
             Ok(rows::page(turns, q.limit))
@@ -792,7 +792,7 @@ impl Store for SqliteStore {
                 conn,
                 "SELECT * FROM idempotency WHERE namespace = ?1 AND key = ?2",
                 &[&namespace, &key],
-                KeyRow::from_sqlite,
+                KeyDbRow::from_sqlite,
             )?;
             let record = rows.into_iter().next().map(KeyRecord::try_from).transpose()?;
             Ok(record.filter(|r| !r.is_purgeable(now)).map(|record| (record, now)))
