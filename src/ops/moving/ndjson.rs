@@ -403,9 +403,9 @@ impl<'t> Import<'t> {
         }
         let inserted = self.target.insert_keys(&rows).await?;
         let copied = &mut self.copied;
-        copied.records_copied += inserted;
-        copied.records_present += rows.len() as u64 - inserted;
-        self.progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, None)
+        copied.keys_copied += inserted;
+        copied.keys_present += rows.len() as u64 - inserted;
+        self.progress.chunk_done("idempotency keys", copied.keys_copied + copied.keys_present, None)
     }
 
     async fn flush_records(&mut self) -> Result<(), Error> {

@@ -98,7 +98,7 @@ fn notifying(sql: &str) -> String {
 }
 
 /// Those of the keys `$1, $2, $3` that are settled, each found through the
-/// primary key (as `LOAD_RECORDS` of the batch reads keys).
+/// primary key (as `LOAD_KEYS` of the batch reads keys).
 const SETTLED_WAITS: &str = "SELECT w.* FROM UNNEST($1::text[], $2::text[], $3::text[]) AS k(namespace, turn_id, name) \
          CROSS JOIN LATERAL (SELECT namespace, turn_id, name, status, metadata, created_at_ns, expire_at_ns, \
            resolve_at_ns, settled_at_ns, payload, content_type, settled_by, settled_span FROM waits r \

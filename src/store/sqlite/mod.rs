@@ -510,7 +510,7 @@ impl Statements for Batch<'_> {
         rows::found_checkpoints(keys, rows)
     }
 
-    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
+    async fn load_keys(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
         let sql = values_sql("SELECT * FROM idempotency WHERE (namespace, key) IN (VALUES ", 2, keys.len(), ")");
         let mut params: Vec<&dyn ToSql> = Vec::with_capacity(keys.len() * 2);
         for (namespace, key) in keys {
@@ -519,7 +519,7 @@ impl Statements for Batch<'_> {
         rows::records_by_key(query_all(self.conn, &sql, &params, KeyDbRow::from_sqlite)?)
     }
 
-    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), DbError> {
+    async fn save_keys(&mut self, records: &[KeyRecord]) -> Result<(), DbError> {
         if records.is_empty() {
             return Ok(());
         }
