@@ -9,6 +9,7 @@
 
 use std::fmt::Write;
 
+use crate::domain::clock::{civil_from_days, days_from_civil};
 use crate::domain::model::UnixNanos;
 
 const NANOS_PER_SECOND: i64 = 1_000_000_000;
@@ -27,30 +28,6 @@ pub fn escape(text: &str) -> String {
         }
     }
     out
-}
-
-/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The civil date of a day since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if month <= 2 { yoe + era * 400 + 1 } else { yoe + era * 400 }, month, day)
 }
 
 /// `2026-11-28 03:14:27.123` in UTC.

@@ -7,6 +7,7 @@ pub mod error;
 pub mod keys;
 pub mod limits;
 pub mod model;
+pub mod percent;
 pub mod records;
 pub mod rpc;
 pub mod waits;

@@ -364,9 +364,9 @@ pub trait Statements: TurnChunks + WaitStatements {
         keys: &[CheckpointKey<'b>],
     ) -> Result<HashMap<CheckpointKey<'b>, StoredCheckpoint>, DbError>;
     /// The records of the batch's keys, past retention or not.
-    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError>;
+    async fn load_keys(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError>;
     /// Writes whole records, replacing the rows of their keys.
-    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), DbError>;
+    async fn save_keys(&mut self, records: &[KeyRecord]) -> Result<(), DbError>;
     /// Writes the batch's records (`records::final_records`: one per
     /// address, sorted), upserting or inserting if absent as each says.
     async fn put_records(&mut self, records: &[(&str, &NewRecord)], recorded_at: UnixNanos) -> Result<(), DbError>;
@@ -440,9 +440,9 @@ pub async fn run(statements: &mut impl Statements, batch: &[Write], recorded_at:
         append_sources(batch, &inserted, &existing)?
     };
     if !keys.is_empty() {
-        let records = statements.load_records(&keys).await?;
+        let records = statements.load_keys(&keys).await?;
         let changed = plan_idempotency(batch, records, now, &mut tokens.into_iter(), &mut written);
-        statements.save_records(&changed).await?;
+        statements.save_keys(&changed).await?;
     }
     put_records(statements, batch, recorded_at, &mut written).await?;
     run_waits(statements, batch, recorded_at, now, &mut written).await?;
@@ -493,7 +493,7 @@ async fn wait_fence(
     now: UnixNanos,
 ) -> Result<Result<(), keys::Refusal>, DbError> {
     let Some(fence) = fence else { return Ok(Ok(())) };
-    let records = statements.load_records(&[(fence.namespace.as_str(), fence.key.as_str())]).await?;
+    let records = statements.load_keys(&[(fence.namespace.as_str(), fence.key.as_str())]).await?;
     let record = records.get(&(fence.namespace.clone(), fence.key.clone())).filter(|r| !r.is_purgeable(now));
     Ok(keys::check_fence(record, fence))
 }

@@ -89,7 +89,7 @@ impl PageRow {
 
 /// A row of `turns`.
 #[derive(sqlx::FromRow)]
-pub struct TurnRow {
+pub struct TurnDbRow {
     turn_id: String,
     session_id: String,
     first_ts_ns: i64,
@@ -100,10 +100,10 @@ pub struct TurnRow {
     workflow_version: String,
 }
 
-impl TryFrom<TurnRow> for TurnSummary {
+impl TryFrom<TurnDbRow> for TurnSummary {
     type Error = DbError;
 
-    fn try_from(row: TurnRow) -> Result<TurnSummary, DbError> {
+    fn try_from(row: TurnDbRow) -> Result<TurnSummary, DbError> {
         // Stepwell only ever adds to a count, so a negative one is corruption,
         // reported as such rather than served as a plausible 0.
         let count = row.checkpoint_count;
@@ -123,7 +123,7 @@ impl TryFrom<TurnRow> for TurnSummary {
 /// A row of `idempotency`. Its `error` is read as bytes because Postgres
 /// keeps it as bytes (it may hold NUL); SQLite's text reads as bytes too.
 #[derive(sqlx::FromRow)]
-pub struct KeyRow {
+pub struct KeyDbRow {
     namespace: String,
     key: String,
     held: i64,
@@ -139,11 +139,11 @@ pub struct KeyRow {
     purge_after_ns: i64,
 }
 
-impl TryFrom<KeyRow> for KeyRecord {
+impl TryFrom<KeyDbRow> for KeyRecord {
     type Error = DbError;
 
-    fn try_from(row: KeyRow) -> Result<KeyRecord, DbError> {
-        let KeyRow { held, attempt, lease_token, .. } = row;
+    fn try_from(row: KeyDbRow) -> Result<KeyRecord, DbError> {
+        let KeyDbRow { held, attempt, lease_token, .. } = row;
         Ok(KeyRecord {
             namespace: row.namespace,
             key: row.key,
@@ -198,9 +198,9 @@ impl PageRow {
     }
 }
 
-impl TurnRow {
-    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<TurnRow> {
-        Ok(TurnRow {
+impl TurnDbRow {
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<TurnDbRow> {
+        Ok(TurnDbRow {
             turn_id: row.get("turn_id")?,
             session_id: row.get("session_id")?,
             first_ts_ns: row.get("first_ts_ns")?,
@@ -213,9 +213,9 @@ impl TurnRow {
     }
 }
 
-impl KeyRow {
-    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<KeyRow> {
-        Ok(KeyRow {
+impl KeyDbRow {
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<KeyDbRow> {
+        Ok(KeyDbRow {
             namespace: row.get("namespace")?,
             key: row.get("key")?,
             held: row.get("held")?,
@@ -248,7 +248,7 @@ impl InsertedRow {
 }
 
 /// Records by their (namespace, key).
-pub fn records_by_key(rows: Vec<KeyRow>) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
+pub fn records_by_key(rows: Vec<KeyDbRow>) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
     rows.into_iter().map(|row| KeyRecord::try_from(row).map(|r| ((r.namespace.clone(), r.key.clone()), r))).collect()
 }
 
@@ -318,8 +318,8 @@ pub fn page<T>(mut rows: Vec<T>, limit: u32) -> (Vec<T>, bool) {
 mod tests {
     use super::*;
 
-    fn turn_row(checkpoint_count: i64) -> TurnRow {
-        TurnRow {
+    fn turn_row(checkpoint_count: i64) -> TurnDbRow {
+        TurnDbRow {
             turn_id: "t".into(),
             session_id: String::new(),
             first_ts_ns: 1,

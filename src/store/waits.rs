@@ -13,7 +13,7 @@ use super::DbError;
 use crate::domain::model::UnixNanos;
 use crate::domain::waits::{NewWait, Settle, Wait, WaitDone, WaitKey, WaitRefusal, WaitStatus};
 
-/// A wait's columns, in the order `WaitRow` reads them.
+/// A wait's columns, in the order `WaitDbRow` reads them.
 macro_rules! wait_columns {
     () => {
         "namespace, turn_id, name, status, metadata, created_at_ns, expire_at_ns, resolve_at_ns, settled_at_ns, \
@@ -105,7 +105,7 @@ pub(super) const DELETE_TURN_WAITS: &str = "DELETE FROM waits WHERE namespace = 
 
 /// A wait's row as both backends read it, in `wait_columns!` order.
 #[derive(Debug, sqlx::FromRow)]
-pub(super) struct WaitRow {
+pub(super) struct WaitDbRow {
     pub namespace: String,
     pub turn_id: String,
     pub name: String,
@@ -121,9 +121,9 @@ pub(super) struct WaitRow {
     pub settled_span: Option<String>,
 }
 
-impl WaitRow {
-    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<WaitRow> {
-        Ok(WaitRow {
+impl WaitDbRow {
+    pub fn from_sqlite(row: &rusqlite::Row<'_>) -> rusqlite::Result<WaitDbRow> {
+        Ok(WaitDbRow {
             namespace: row.get(0)?,
             turn_id: row.get(1)?,
             name: row.get(2)?,
@@ -160,8 +160,8 @@ impl WaitRow {
 }
 
 /// Rows into waits.
-pub(super) fn into_waits(rows: Vec<WaitRow>) -> Result<Vec<Wait>, DbError> {
-    rows.into_iter().map(WaitRow::into_wait).collect()
+pub(super) fn into_waits(rows: Vec<WaitDbRow>) -> Result<Vec<Wait>, DbError> {
+    rows.into_iter().map(WaitDbRow::into_wait).collect()
 }
 
 /// The statements a backend runs for wait writes, on a batch's connection.

@@ -778,7 +778,7 @@ async fn a_migration_stopped_in_the_records_finishes_on_the_next_run() {
     let plan = Plan { chunk_rows: 3, ..Plan::default() };
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
     assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 27));
-    assert_eq!((copied.records_copied, copied.records_present), (0, 15));
+    assert_eq!((copied.keys_copied, copied.keys_present), (0, 15));
     assert_eq!((copied.stored_records_copied, copied.stored_records_present), (55, 8));
     assert_eq!((copied.waits_copied, copied.waits_present), (24, 0));
     assert_eq!(expected, found, "the target tallies as the source");
@@ -933,7 +933,7 @@ async fn a_chunk_holds_only_the_rows_that_fit_its_byte_budget() {
 
     let (copied, expected, found) = migrate_stores(&source.database(), &target.database(), plan).await.unwrap();
     assert_eq!((copied.checkpoints_copied, copied.checkpoints_present), (0, 6));
-    assert_eq!((copied.records_copied, copied.records_present), (0, 6));
+    assert_eq!((copied.keys_copied, copied.keys_present), (0, 6));
     assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 6));
     assert_eq!((copied.waits_copied, copied.waits_present), (3, 3));
     assert_eq!(expected, found, "the target tallies as the source");
@@ -993,7 +993,7 @@ async fn an_import_writes_chunks_bounded_by_bytes() {
     assert_eq!(held(&target).await, (6, 6, 6, 3), "then three waits");
 
     let (copied, expected, found) = import(plan).await.unwrap();
-    assert_eq!((copied.records_copied, copied.records_present), (0, 6));
+    assert_eq!((copied.keys_copied, copied.keys_present), (0, 6));
     assert_eq!((copied.stored_records_copied, copied.stored_records_present), (0, 6));
     assert_eq!((copied.waits_copied, copied.waits_present), (3, 3));
     assert_eq!(expected, found, "the target tallies as the file");
@@ -1080,7 +1080,7 @@ mod postgres_only {
         let (code, output) = run(&["migrate", "--from", &source.url(), "--to", &target.url()]);
         assert_eq!(code, 0, "{output}");
         assert!(output.contains("checkpoints: 27 copied, 0 already present"), "{output}");
-        assert!(output.contains("idempotency records: 15 copied, 0 already present"), "{output}");
+        assert!(output.contains("idempotency keys: 15 copied, 0 already present"), "{output}");
         assert!(output.contains("records (RecordService): 63 copied, 0 already present"), "{output}");
         assert!(output.contains("waits (WaitService): 24 copied, 0 already present"), "{output}");
         assert!(output.contains("verified: every namespace matches"), "{output}");

@@ -13,7 +13,7 @@ pub struct KeysQuery {
     pub(super) notice: String,
 }
 
-pub(super) struct KeyRow {
+pub(super) struct KeyView {
     pub(super) record: KeyRecord,
     pub(super) state: &'static str,
     pub(super) leased: bool,
@@ -34,7 +34,7 @@ fn key_turn(key: &str) -> Option<&str> {
     key.split_once('/').map(|(turn, _)| turn).filter(|turn| !turn.is_empty())
 }
 
-pub(super) fn key_rows(ns: &str, page: crate::domain::console::KeyPage) -> Vec<KeyRow> {
+pub(super) fn key_rows(ns: &str, page: crate::domain::console::KeyPage) -> Vec<KeyView> {
     page.keys
         .into_iter()
         .map(|record| {
@@ -46,7 +46,7 @@ pub(super) fn key_rows(ns: &str, page: crate::domain::console::KeyPage) -> Vec<K
                 KeyState::Failed | KeyState::Released => view::cut(&record.error, 200),
                 _ => String::new(),
             };
-            KeyRow {
+            KeyView {
                 state: match state {
                     KeyState::InProgress => "in progress",
                     KeyState::Expired => "lease expired",
@@ -75,7 +75,7 @@ pub(super) fn key_rows(ns: &str, page: crate::domain::console::KeyPage) -> Vec<K
 struct KeysPage {
     pub(super) frame: Frame,
     pub(super) q: KeysQuery,
-    pub(super) rows: Vec<KeyRow>,
+    pub(super) rows: Vec<KeyView>,
     pub(super) next: Option<String>,
     pub(super) may_act: bool,
 }

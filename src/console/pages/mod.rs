@@ -17,8 +17,8 @@ pub use turn::{state, turn};
 pub use turns::turns;
 pub use waits::waits;
 
-use keys::{KeyRow, key_rows};
-use waits::{WaitRow, wait_row};
+use keys::{KeyView, key_rows};
+use waits::{WaitView, wait_row};
 
 use askama::Template;
 use axum::Form;
@@ -54,14 +54,7 @@ const ITEMS_SHOWN: u32 = 200;
 const PAYLOAD_BYTES_SHOWN: u32 = 16 * 1024;
 
 /// A query-string value, percent-encoded.
-pub fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+pub use crate::domain::percent::encode;
 
 /// A query string from its pairs, leaving out the empty ones.
 fn query(pairs: &[(&str, &str)]) -> String {

@@ -81,7 +81,7 @@ struct TurnPage {
     pub(super) turn_id: String,
     pub(super) summary: Option<TurnSummary>,
     /// What kind of run it is, what it holds and its state.
-    pub(super) run: Option<super::turns::TurnRow>,
+    pub(super) run: Option<super::turns::TurnView>,
     pub(super) items: Vec<ItemRow>,
     pub(super) first: String,
     pub(super) last: String,
@@ -92,8 +92,8 @@ struct TurnPage {
     pub(super) state: Option<StateView>,
     pub(super) records: Vec<RecordRow>,
     pub(super) tree: Option<String>,
-    pub(super) keys: Vec<KeyRow>,
-    pub(super) waits: Vec<WaitRow>,
+    pub(super) keys: Vec<KeyView>,
+    pub(super) waits: Vec<WaitView>,
     pub(super) may_act: bool,
 }
 
@@ -170,7 +170,7 @@ async fn turn_page(
     (summary, marks, more): (Option<TurnSummary>, Vec<Mark>, bool),
     state: Option<StateView>,
     records: Vec<RecordMark>,
-    keys: Vec<KeyRow>,
+    keys: Vec<KeyView>,
     waits: Vec<Wait>,
 ) -> Result<TurnPage, Refusal> {
     let stalled_after = console.settings().stalled_after.as_nanos() as i64;

@@ -23,7 +23,7 @@ pub struct TurnsQuery {
     pub(super) notice: String,
 }
 
-pub(super) struct TurnRow {
+pub(super) struct TurnView {
     pub(super) link: String,
     pub(super) run: Run,
     pub(super) kind: &'static str,
@@ -40,9 +40,9 @@ struct TurnsPage {
     pub(super) frame: Frame,
     pub(super) q: TurnsQuery,
     pub(super) kinds: Vec<(&'static str, &'static str)>,
-    pub(super) rows: Vec<TurnRow>,
+    pub(super) rows: Vec<TurnView>,
     /// The longest-stalled runs, above an unfiltered first page.
-    pub(super) stalled: Vec<TurnRow>,
+    pub(super) stalled: Vec<TurnView>,
     pub(super) stalled_link: String,
     pub(super) oldest_first: bool,
     pub(super) next: Option<String>,
@@ -106,7 +106,7 @@ fn activity_query(q: &TurnsQuery, ns: &str, stalled_before: UnixNanos) -> Result
 }
 
 /// A run's row: its link, kind, what it holds and its state.
-pub(super) fn turn_row(ns: &str, run: Run, stalled_before: UnixNanos) -> TurnRow {
+pub(super) fn turn_row(ns: &str, run: Run, stalled_before: UnixNanos) -> TurnView {
     let mut holds = Vec::new();
     if let Some(log) = &run.log {
         holds.push(view::count(log.checkpoint_count, "checkpoint"));
@@ -120,7 +120,7 @@ pub(super) fn turn_row(ns: &str, run: Run, stalled_before: UnixNanos) -> TurnRow
     if run.interrupted() {
         holds.push("interrupt pending".to_owned());
     }
-    TurnRow {
+    TurnView {
         link: format!("/turn?{}", query(&[("ns", ns), ("id", &run.turn_id)])),
         kind: run.kind.label(),
         holds: holds.join(", "),

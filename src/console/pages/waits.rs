@@ -14,7 +14,7 @@ pub struct WaitsQuery {
     pub(super) notice: String,
 }
 
-pub(super) struct WaitRow {
+pub(super) struct WaitView {
     pub(super) wait: Wait,
     pub(super) status: &'static str,
     pub(super) pending: bool,
@@ -29,9 +29,9 @@ pub(super) struct WaitRow {
     pub(super) turn: String,
 }
 
-pub(super) fn wait_row(wait: Wait, now: UnixNanos) -> WaitRow {
+pub(super) fn wait_row(wait: Wait, now: UnixNanos) -> WaitView {
     let due = wait.due_at();
-    WaitRow {
+    WaitView {
         status: match wait.status {
             WaitStatus::Pending => "pending",
             WaitStatus::Resolved => "resolved",
@@ -60,7 +60,7 @@ pub(super) fn wait_row(wait: Wait, now: UnixNanos) -> WaitRow {
 struct WaitsPage {
     pub(super) frame: Frame,
     pub(super) q: WaitsQuery,
-    pub(super) rows: Vec<WaitRow>,
+    pub(super) rows: Vec<WaitView>,
     pub(super) next: Option<String>,
     pub(super) may_act: bool,
 }

@@ -18,6 +18,7 @@ use super::sessions::{TURNS_PER_DELETE, pages, seq_cell};
 use super::{Failure, Session, json_or_null, one_line, print_ndjson, print_record, print_table, rfc3339};
 use crate::api::pb::{DeleteRecordsRequest, ListRecordsRequest, Record};
 use crate::config::commands::{AdkLs, AdkRm, AdkShow};
+use crate::domain::percent::encode;
 
 /// The kinds the session services write.
 pub const HEAD_KIND: &str = "adk-session";
@@ -26,20 +27,6 @@ pub const STATE_KIND: &str = "adk-state";
 
 /// How many characters of an event's text the table shows.
 const TEXT_CHARS: usize = 60;
-
-/// `name` percent-encoded as the services encode it: every byte but ASCII
-/// letters, digits and `_.-~` as `%XX`.
-fn encode(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || b"_.-~".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
 
 /// The turn of session `id` of `user` in `app`.
 pub fn session_turn(app: &str, user: &str, id: &str) -> String {

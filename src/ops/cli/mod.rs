@@ -46,6 +46,7 @@ use crate::api::pb::wait_service_client::WaitServiceClient;
 use crate::config::commands::{
     AdkCommand, KeysCommand, RecordsCommand, Remote, SessionsCommand, TurnsCommand, WaitsCommand,
 };
+use crate::domain::clock::civil_from_days;
 use crate::domain::limits::MESSAGE_BYTES_LIMIT;
 use crate::ops::probe::{self, ClientTls};
 
@@ -434,21 +435,6 @@ pub(super) fn rfc3339(nanos: i64) -> String {
         f => format!(".{f:09}"),
     };
     format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}{fraction}Z")
-}
-
-/// The proleptic Gregorian date of a day counted from 1970-01-01 (the
-/// well-known days-to-civil arithmetic on 400-year eras).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
-    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 } as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

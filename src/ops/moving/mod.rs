@@ -34,7 +34,7 @@ pub use tally::{Tallies, Tally};
 
 use crate::config::moving::{ChunkArgs, ExportArgs, ImportArgs, MigrateArgs};
 use crate::store::Database;
-use crate::store::bulk::{self, ChunkSize, RecordKey, Table, Tables, WaitKey};
+use crate::store::bulk::{self, BulkWaitKey, ChunkSize, RecordKey, Table, Tables};
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
@@ -101,8 +101,8 @@ pub struct Copied {
     pub checkpoints_copied: u64,
     pub checkpoints_present: u64,
     /// Idempotency keys.
-    pub records_copied: u64,
-    pub records_present: u64,
+    pub keys_copied: u64,
+    pub keys_present: u64,
     /// Records of RecordService.
     pub stored_records_copied: u64,
     pub stored_records_present: u64,
@@ -117,7 +117,7 @@ pub struct Copied {
 impl Copied {
     fn nothing_copied(&self) -> bool {
         self.checkpoints_copied == 0
-            && self.records_copied == 0
+            && self.keys_copied == 0
             && self.stored_records_copied == 0
             && self.waits_copied == 0
             && self.fence_before == self.fence_after
@@ -125,7 +125,7 @@ impl Copied {
 
     fn print(&self) {
         println!("checkpoints: {} copied, {} already present", self.checkpoints_copied, self.checkpoints_present);
-        println!("idempotency records: {} copied, {} already present", self.records_copied, self.records_present);
+        println!("idempotency keys: {} copied, {} already present", self.keys_copied, self.keys_present);
         println!(
             "records (RecordService): {} copied, {} already present",
             self.stored_records_copied, self.stored_records_present
@@ -248,9 +248,9 @@ async fn copy_keys(
         let Some(last) = page.last() else { return Ok(()) };
         after = Some((last.namespace.clone(), last.key.clone()));
         let inserted = target.insert_keys(&page).await?;
-        copied.records_copied += inserted;
-        copied.records_present += page.len() as u64 - inserted;
-        progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, Some(total))?;
+        copied.keys_copied += inserted;
+        copied.keys_present += page.len() as u64 - inserted;
+        progress.chunk_done("idempotency keys", copied.keys_copied + copied.keys_present, Some(total))?;
     }
 }
 
@@ -286,7 +286,7 @@ async fn copy_waits(
     progress: &mut Progress,
 ) -> Result<(), Error> {
     let total = source.count(Table::Waits).await?;
-    let (mut after, mut read): (Option<WaitKey>, Plan) = (None, plan);
+    let (mut after, mut read): (Option<BulkWaitKey>, Plan) = (None, plan);
     loop {
         let page = source.waits_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());

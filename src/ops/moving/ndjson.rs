@@ -30,7 +30,7 @@ use super::tally::{
 };
 use super::{Copied, Error, Plan, Progress};
 use crate::store::bulk::{
-    CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, Tables, TurnRow, WaitKey, WaitRow,
+    BulkKeyRow, BulkTurnRow, BulkWaitKey, BulkWaitRow, CheckpointRow, RecordKey, RowBytes, StoredRecordRow, Tables,
 };
 
 /// The version of the format this stepwell writes.
@@ -57,10 +57,10 @@ pub struct Exported {
 enum Out<'a> {
     Header { format: u32, backend: &'a str, fence: i64 },
     Checkpoint(&'a CheckpointRow),
-    Turn(&'a TurnRow),
-    Idempotency(&'a KeyRow),
+    Turn(&'a BulkTurnRow),
+    Idempotency(&'a BulkKeyRow),
     Record(&'a StoredRecordRow),
-    Wait(&'a WaitRow),
+    Wait(&'a BulkWaitRow),
     End { checkpoints: u64, turns: u64, records: u64, stored_records: u64, waits: u64 },
 }
 
@@ -72,10 +72,10 @@ enum In {
         fence: i64,
     },
     Checkpoint(CheckpointRow),
-    Turn(TurnRow),
-    Idempotency(KeyRow),
+    Turn(BulkTurnRow),
+    Idempotency(BulkKeyRow),
     Record(StoredRecordRow),
-    Wait(WaitRow),
+    Wait(BulkWaitRow),
     /// `stored_records` is absent in format 1, `waits` before format 3.
     End {
         checkpoints: u64,
@@ -176,7 +176,7 @@ async fn export_records(source: &Tables, out: &mut impl Write, plan: Plan) -> Re
 
 /// Writes every wait (WaitService), in key order; returns how many.
 async fn export_waits(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
-    let (mut after, mut read, mut written): (Option<WaitKey>, Plan, u64) = (None, plan, 0);
+    let (mut after, mut read, mut written): (Option<BulkWaitKey>, Plan, u64) = (None, plan, 0);
     loop {
         let page = source.waits_after(after.as_ref(), read.chunk()).await?;
         read = plan.after(page.len());
@@ -211,9 +211,9 @@ struct Import<'t> {
     progress: Progress,
     copied: Copied,
     checkpoints: Chunk<CheckpointRow>,
-    keys: Chunk<KeyRow>,
+    keys: Chunk<BulkKeyRow>,
     records: Chunk<StoredRecordRow>,
-    waits: Chunk<WaitRow>,
+    waits: Chunk<BulkWaitRow>,
     digests: FileDigests,
     /// The header's format, once read.
     header: Option<u32>,
@@ -293,7 +293,7 @@ impl<'t> Import<'t> {
     }
 
     /// An idempotency key, written after the checkpoints read before it.
-    async fn key(&mut self, row: KeyRow) -> Result<(), Error> {
+    async fn key(&mut self, row: BulkKeyRow) -> Result<(), Error> {
         let token = row.lease_token;
         if token > self.copied.fence_after {
             // A record past the header's fence: still never reuse its token.
@@ -323,7 +323,7 @@ impl<'t> Import<'t> {
     }
 
     /// A wait (WaitService), written after the rows read before it.
-    async fn wait(&mut self, number: usize, row: WaitRow) -> Result<(), Error> {
+    async fn wait(&mut self, number: usize, row: BulkWaitRow) -> Result<(), Error> {
         match self.header {
             Some(format) if format < 3 => {
                 return Err(Error::Format(format!("line {number}: a wait in a format {format} file")));
@@ -403,9 +403,9 @@ impl<'t> Import<'t> {
         }
         let inserted = self.target.insert_keys(&rows).await?;
         let copied = &mut self.copied;
-        copied.records_copied += inserted;
-        copied.records_present += rows.len() as u64 - inserted;
-        self.progress.chunk_done("idempotency records", copied.records_copied + copied.records_present, None)
+        copied.keys_copied += inserted;
+        copied.keys_present += rows.len() as u64 - inserted;
+        self.progress.chunk_done("idempotency keys", copied.keys_copied + copied.keys_present, None)
     }
 
     async fn flush_records(&mut self) -> Result<(), Error> {
@@ -446,7 +446,7 @@ struct FileDigests {
     turns: Vec<(String, String, [u8; 32])>,
     keys: Vec<(String, String, [u8; 32])>,
     records: Vec<(RecordKey, [u8; 32])>,
-    waits: Vec<(WaitKey, [u8; 32])>,
+    waits: Vec<(BulkWaitKey, [u8; 32])>,
 }
 
 impl FileDigests {

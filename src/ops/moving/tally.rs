@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use serde_json::Value;
 
 use super::Error;
-use crate::store::bulk::{CheckpointRow, KeyRow, StoredRecordRow, Tables, TurnRow, WaitRow};
+use crate::store::bulk::{BulkKeyRow, BulkTurnRow, BulkWaitRow, CheckpointRow, StoredRecordRow, Tables};
 
 /// One namespace's figures.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -183,7 +183,7 @@ pub fn checkpoint_digest(r: &CheckpointRow) -> RowDigest {
         .done()
 }
 
-pub fn turn_digest(r: &TurnRow) -> RowDigest {
+pub fn turn_digest(r: &BulkTurnRow) -> RowDigest {
     Canonical::default()
         .text(&r.namespace)
         .text(&r.turn_id)
@@ -199,7 +199,7 @@ pub fn turn_digest(r: &TurnRow) -> RowDigest {
         .done()
 }
 
-pub fn record_digest(r: &KeyRow) -> RowDigest {
+pub fn record_digest(r: &BulkKeyRow) -> RowDigest {
     Canonical::default()
         .text(&r.namespace)
         .text(&r.key)
@@ -234,7 +234,7 @@ pub fn stored_record_digest(r: &StoredRecordRow) -> RowDigest {
     row.text(&canonical_json(&r.refs)).int(r.recorded_at_ns).done()
 }
 
-pub fn wait_digest(r: &WaitRow) -> RowDigest {
+pub fn wait_digest(r: &BulkWaitRow) -> RowDigest {
     Canonical::default()
         .text(&r.namespace)
         .text(&r.turn_id)

@@ -21,7 +21,9 @@ use futures::{Stream, TryStreamExt};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-pub use rows::{CheckpointRow, KeyRow, RecordKey, RowBytes, StoredRecordRow, TurnRow, WaitKey, WaitRow};
+pub use rows::{
+    BulkKeyRow, BulkTurnRow, BulkWaitKey, BulkWaitRow, CheckpointRow, RecordKey, RowBytes, StoredRecordRow,
+};
 
 use super::{Database, DbError, Options};
 use crate::domain::clock::Clock;
@@ -250,7 +252,11 @@ impl Tables {
 
     /// The next chunk of idempotency keys after the key `after`, in key
     /// order, as bounded as `checkpoints_after`.
-    pub async fn keys_after(&self, after: Option<&(String, String)>, size: ChunkSize) -> Result<Vec<KeyRow>, Error> {
+    pub async fn keys_after(
+        &self,
+        after: Option<&(String, String)>,
+        size: ChunkSize,
+    ) -> Result<Vec<BulkKeyRow>, Error> {
         let (namespace, key) = after.cloned().unwrap_or_default();
         let filter = if after.is_some() { "(namespace, key) > ($1, $2)" } else { "$1 = $2" };
         let sql = sqlx::AssertSqlSafe(format!(
@@ -305,7 +311,7 @@ impl Tables {
     /// The next chunk of waits (WaitService) after the key `after`, as
     /// bounded as `checkpoints_after`, in key order: bytewise on both
     /// backends, as `records_after`.
-    pub async fn waits_after(&self, after: Option<&WaitKey>, size: ChunkSize) -> Result<Vec<WaitRow>, Error> {
+    pub async fn waits_after(&self, after: Option<&BulkWaitKey>, size: ChunkSize) -> Result<Vec<BulkWaitRow>, Error> {
         let (namespace, turn_id, name) = after.cloned().unwrap_or_default();
         let filter =
             if after.is_some() { format!("({WAIT_KEY}) > ($1, $2, $3)") } else { "$1 = $2 AND $2 = $3".to_owned() };
@@ -334,7 +340,7 @@ impl Tables {
 
     /// Inserts idempotency keys not stored yet, in one transaction. Returns
     /// how many were inserted.
-    pub async fn insert_keys(&self, rows: &[KeyRow]) -> Result<u64, Error> {
+    pub async fn insert_keys(&self, rows: &[BulkKeyRow]) -> Result<u64, Error> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -361,7 +367,7 @@ impl Tables {
     /// Inserts waits (WaitService) not stored yet, in one transaction; a
     /// wait the target holds is left as it is, whatever its status. Returns
     /// how many were inserted.
-    pub async fn insert_waits(&self, rows: &[WaitRow]) -> Result<u64, Error> {
+    pub async fn insert_waits(&self, rows: &[BulkWaitRow]) -> Result<u64, Error> {
         if rows.is_empty() {
             return Ok(0);
         }
@@ -382,15 +388,15 @@ impl Tables {
     }
 
     /// Calls `each` with every turn summary in (namespace, turn_id) order.
-    pub async fn each_turn(&self, each: impl FnMut(TurnRow)) -> Result<(), Error> {
+    pub async fn each_turn(&self, each: impl FnMut(BulkTurnRow)) -> Result<(), Error> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT {TURN_COLUMNS} FROM turns ORDER BY namespace, turn_id"));
-        on_both!(self, |pool| each_row(sqlx::query_as::<_, TurnRow>(sql).fetch(pool), each).await)
+        on_both!(self, |pool| each_row(sqlx::query_as::<_, BulkTurnRow>(sql).fetch(pool), each).await)
     }
 
     /// Calls `each` with every idempotency key in (namespace, key) order.
-    pub async fn each_key(&self, each: impl FnMut(KeyRow)) -> Result<(), Error> {
+    pub async fn each_key(&self, each: impl FnMut(BulkKeyRow)) -> Result<(), Error> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT {KEY_COLUMNS} FROM idempotency ORDER BY namespace, key"));
-        on_both!(self, |pool| each_row(sqlx::query_as::<_, KeyRow>(sql).fetch(pool), each).await)
+        on_both!(self, |pool| each_row(sqlx::query_as::<_, BulkKeyRow>(sql).fetch(pool), each).await)
     }
 
     /// Calls `each` with every record (RecordService) in key order.
@@ -400,14 +406,14 @@ impl Tables {
     }
 
     /// Calls `each` with every wait (WaitService) in key order.
-    pub async fn each_wait(&self, each: impl FnMut(WaitRow)) -> Result<(), Error> {
+    pub async fn each_wait(&self, each: impl FnMut(BulkWaitRow)) -> Result<(), Error> {
         let sql = sqlx::AssertSqlSafe(format!("SELECT {WAIT_COLUMNS} FROM waits ORDER BY {WAIT_KEY}"));
-        on_both!(self, |pool| each_row(sqlx::query_as::<_, WaitRow>(sql).fetch(pool), each).await)
+        on_both!(self, |pool| each_row(sqlx::query_as::<_, BulkWaitRow>(sql).fetch(pool), each).await)
     }
 }
 
 /// Each key's error as the UTF-8 text SQLite keeps it as.
-fn utf8_errors(rows: &[KeyRow]) -> Result<Vec<String>, Error> {
+fn utf8_errors(rows: &[BulkKeyRow]) -> Result<Vec<String>, Error> {
     rows.iter()
         .map(|r| {
             String::from_utf8(r.error.clone())

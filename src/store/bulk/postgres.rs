@@ -5,7 +5,7 @@
 
 use sqlx::PgPool;
 
-use super::rows::{CheckpointRow, KeyRow, StoredRecordRow, WaitRow};
+use super::rows::{BulkKeyRow, BulkWaitRow, CheckpointRow, StoredRecordRow};
 
 /// Rebuilds the summaries of the given turns from the checkpoints Postgres
 /// holds: the latest checkpoint by (timestamp, seq) decides phase and
@@ -122,11 +122,11 @@ pub(super) async fn insert_checkpoints(pool: &PgPool, rows: &[CheckpointRow]) ->
 
 /// Inserts idempotency keys not stored yet, in one transaction. Returns how
 /// many were inserted.
-pub(super) async fn insert_keys(pool: &PgPool, rows: &[KeyRow]) -> Result<u64, sqlx::Error> {
+pub(super) async fn insert_keys(pool: &PgPool, rows: &[BulkKeyRow]) -> Result<u64, sqlx::Error> {
     // Borrowed, so the chunk's bytes are not copied once more.
-    let strings = |f: fn(&KeyRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
-    let bytes = |f: fn(&KeyRow) -> &[u8]| rows.iter().map(f).collect::<Vec<&[u8]>>();
-    let ints = |f: fn(&KeyRow) -> i64| rows.iter().map(f).collect::<Vec<_>>();
+    let strings = |f: fn(&BulkKeyRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
+    let bytes = |f: fn(&BulkKeyRow) -> &[u8]| rows.iter().map(f).collect::<Vec<&[u8]>>();
+    let ints = |f: fn(&BulkKeyRow) -> i64| rows.iter().map(f).collect::<Vec<_>>();
     let mut tx = pool.begin().await?;
     let inserted: i64 = sqlx::query_scalar(INSERT_KEYS)
         .bind(strings(|r| &r.namespace))
@@ -173,11 +173,11 @@ pub(super) async fn insert_records(pool: &PgPool, rows: &[StoredRecordRow]) -> R
 
 /// Inserts waits (WaitService) not stored yet, in one transaction. Returns
 /// how many were inserted.
-pub(super) async fn insert_waits(pool: &PgPool, rows: &[WaitRow]) -> Result<u64, sqlx::Error> {
+pub(super) async fn insert_waits(pool: &PgPool, rows: &[BulkWaitRow]) -> Result<u64, sqlx::Error> {
     // Borrowed, so the chunk's bytes are not copied once more.
-    let text = |f: fn(&WaitRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
-    let maybe_text = |f: fn(&WaitRow) -> Option<&str>| rows.iter().map(f).collect::<Vec<Option<&str>>>();
-    let time = |f: fn(&WaitRow) -> Option<i64>| rows.iter().map(f).collect::<Vec<Option<i64>>>();
+    let text = |f: fn(&BulkWaitRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
+    let maybe_text = |f: fn(&BulkWaitRow) -> Option<&str>| rows.iter().map(f).collect::<Vec<Option<&str>>>();
+    let time = |f: fn(&BulkWaitRow) -> Option<i64>| rows.iter().map(f).collect::<Vec<Option<i64>>>();
     let mut tx = pool.begin().await?;
     let inserted: i64 = sqlx::query_scalar(INSERT_WAITS)
         .bind(text(|r| &r.namespace))

@@ -24,7 +24,7 @@ pub struct CheckpointRow {
 
 /// A row of `turns`, without `last_seq` (a position in one store's log).
 #[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct TurnRow {
+pub struct BulkTurnRow {
     pub namespace: String,
     pub turn_id: String,
     pub session_id: String,
@@ -41,7 +41,7 @@ pub struct TurnRow {
 /// A row of `idempotency`, every column. `error` is UTF-8 text (bytes on
 /// Postgres, which keeps NUL).
 #[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct KeyRow {
+pub struct BulkKeyRow {
     pub namespace: String,
     pub key: String,
     pub held: i64,
@@ -96,7 +96,7 @@ pub type RecordKey = (String, String, String, String, String);
 /// the expiry (kept as stored, so the target's timer finds what is due), and
 /// `metadata` the JSON text as given (a text column on both backends).
 #[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct WaitRow {
+pub struct BulkWaitRow {
     pub namespace: String,
     pub turn_id: String,
     pub name: String,
@@ -114,15 +114,15 @@ pub struct WaitRow {
     pub settled_span: Option<String>,
 }
 
-impl WaitRow {
+impl BulkWaitRow {
     /// The row's key, in the order rows are read and tallied.
-    pub fn key(&self) -> WaitKey {
+    pub fn key(&self) -> BulkWaitKey {
         (self.namespace.clone(), self.turn_id.clone(), self.name.clone())
     }
 }
 
 /// (namespace, turn_id, name): a wait's key; compared bytewise.
-pub type WaitKey = (String, String, String);
+pub type BulkWaitKey = (String, String, String);
 
 /// What a row counts against a chunk's byte budget: the lengths of its
 /// variable-length columns, plus the row's own size in memory as a fixed
@@ -143,7 +143,7 @@ impl RowBytes for CheckpointRow {
     }
 }
 
-impl RowBytes for KeyRow {
+impl RowBytes for BulkKeyRow {
     fn bytes(&self) -> usize {
         size_of::<Self>()
             + self.namespace.len()
@@ -170,7 +170,7 @@ impl RowBytes for StoredRecordRow {
     }
 }
 
-impl RowBytes for WaitRow {
+impl RowBytes for BulkWaitRow {
     fn bytes(&self) -> usize {
         size_of::<Self>()
             + self.namespace.len()

@@ -6,7 +6,7 @@
 
 use sqlx::{QueryBuilder, SqlitePool};
 
-use super::rows::{CheckpointRow, KeyRow, StoredRecordRow, WaitRow};
+use super::rows::{BulkKeyRow, BulkWaitRow, CheckpointRow, StoredRecordRow};
 use super::{KEY_COLUMNS, RECORD_KEY, SQLITE_RECORD_COLUMNS, WAIT_COLUMNS, WAIT_KEY};
 
 /// The last token issued (0 before the first).
@@ -49,7 +49,11 @@ pub(super) async fn insert_checkpoints(pool: &SqlitePool, rows: &[CheckpointRow]
 /// Inserts idempotency keys not stored yet, in one transaction, each error
 /// as the UTF-8 text SQLite keeps (`errors`, one per row). Returns how many
 /// were inserted.
-pub(super) async fn insert_keys(pool: &SqlitePool, rows: &[KeyRow], errors: Vec<String>) -> Result<u64, sqlx::Error> {
+pub(super) async fn insert_keys(
+    pool: &SqlitePool,
+    rows: &[BulkKeyRow],
+    errors: Vec<String>,
+) -> Result<u64, sqlx::Error> {
     let mut builder = QueryBuilder::new(format!("INSERT INTO idempotency ({KEY_COLUMNS}) "));
     builder.push_values(rows.iter().zip(errors), |mut b, (r, error)| {
         b.push_bind(&r.namespace)
@@ -99,7 +103,7 @@ pub(super) async fn insert_records(pool: &SqlitePool, rows: &[StoredRecordRow]) 
 
 /// Inserts waits (WaitService) not stored yet, in one transaction. Returns
 /// how many were inserted.
-pub(super) async fn insert_waits(pool: &SqlitePool, rows: &[WaitRow]) -> Result<u64, sqlx::Error> {
+pub(super) async fn insert_waits(pool: &SqlitePool, rows: &[BulkWaitRow]) -> Result<u64, sqlx::Error> {
     let mut builder = QueryBuilder::new(format!("INSERT INTO waits ({WAIT_COLUMNS}) "));
     builder.push_values(rows, |mut b, r| {
         b.push_bind(&r.namespace)

@@ -15,7 +15,7 @@ use crate::domain::model::{Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{Address, NewRecord, RecordDelete};
 use crate::store::DbError;
 use crate::store::batch::{CheckpointKey, Statements, TurnChunks};
-use crate::store::rows::{self, CheckpointRow, InsertedRow, KeyRow, decode_error};
+use crate::store::rows::{self, CheckpointRow, InsertedRow, KeyDbRow, decode_error};
 use crate::store::sql::{DELETE_CHUNK, DELETE_TURN, OLDEST_AFTER, SHRINK_TURN};
 
 /// The connection a batch runs on, with the store's clock, whose offset
@@ -106,7 +106,7 @@ const INSERT_CHECKPOINTS: &str = "WITH ins AS ( \
 /// then reads the whole table at every batch as it grows. A lateral subquery
 /// that cannot be flattened (`OFFSET 0`) leaves the planner only one probe
 /// of the index per key, whatever the statistics say.
-const LOAD_RECORDS: &str = "SELECT i.* FROM UNNEST($1::text[], $2::text[]) AS k(namespace, key) \
+const LOAD_KEYS: &str = "SELECT i.* FROM UNNEST($1::text[], $2::text[]) AS k(namespace, key) \
      CROSS JOIN LATERAL (SELECT * FROM idempotency r WHERE r.namespace = k.namespace AND r.key = k.key OFFSET 0) i";
 
 /// A deletion chunk locks the turn's summary row. A batch that appends to the
@@ -195,9 +195,9 @@ impl Statements for Conn<'_> {
         rows::found_checkpoints(keys, rows)
     }
 
-    async fn load_records(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
+    async fn load_keys(&mut self, keys: &[(&str, &str)]) -> Result<HashMap<(String, String), KeyRecord>, DbError> {
         let (namespaces, names): (Vec<&str>, Vec<&str>) = keys.iter().copied().unzip();
-        let rows: Vec<KeyRow> = sqlx::query_as(LOAD_RECORDS)
+        let rows: Vec<KeyDbRow> = sqlx::query_as(LOAD_KEYS)
             .bind(namespaces)
             .bind(names)
             .fetch_all(&mut *self.conn)
@@ -206,7 +206,7 @@ impl Statements for Conn<'_> {
         rows::records_by_key(rows)
     }
 
-    async fn save_records(&mut self, records: &[KeyRecord]) -> Result<(), DbError> {
+    async fn save_keys(&mut self, records: &[KeyRecord]) -> Result<(), DbError> {
         if records.is_empty() {
             return Ok(());
         }

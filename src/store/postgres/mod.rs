@@ -40,7 +40,7 @@ pub mod waits;
 use self::batch::Conn;
 use self::open::Nondurable;
 use self::session::{Session, Unit};
-use super::rows::{self, KeyRow, PageRow, TurnRow};
+use super::rows::{self, KeyDbRow, PageRow, TurnDbRow};
 use super::sql::{self, DB_NOW_NS, Dialect, TURN};
 use super::{DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
@@ -224,7 +224,7 @@ impl PostgresStore {
     }
 
     /// `limit + 1` turn summaries after the query's cursor, filtered as it asks.
-    async fn turn_rows(&self, q: &ListTurnsQuery) -> Result<Vec<TurnRow>, DbError> {
+    async fn turn_rows(&self, q: &ListTurnsQuery) -> Result<Vec<TurnDbRow>, DbError> {
         let mut query = sqlx::query_as(sql::list_turns(Dialect::Postgres, q))
             .bind(q.namespace.as_str())
             .bind(q.after_turn_id.as_deref().unwrap_or(""));
@@ -329,7 +329,7 @@ impl Store for PostgresStore {
 
     async fn turn(&self, namespace: &str, turn_id: &str) -> Result<Option<TurnSummary>, Error> {
         let mut unit = self.unit().await?;
-        let row: Option<TurnRow> = sqlx::query_as(TURN)
+        let row: Option<TurnDbRow> = sqlx::query_as(TURN)
             .bind(namespace)
             .bind(turn_id)
             .fetch_optional(&mut *unit)
@@ -380,7 +380,7 @@ impl Store for PostgresStore {
         unit.done().await?;
         let Some(row) = row else { return Ok(None) };
         let now: i64 = row.try_get("now_ns").map_err(DbError::sqlx)?;
-        let record = KeyRecord::try_from(KeyRow::from_row(&row).map_err(DbError::sqlx)?)?;
+        let record = KeyRecord::try_from(KeyDbRow::from_row(&row).map_err(DbError::sqlx)?)?;
         Ok((!record.is_purgeable(now)).then_some((record, now)))
     }
 

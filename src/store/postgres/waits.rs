@@ -18,7 +18,7 @@ use crate::store::DbError;
 use crate::store::hub::Hub;
 use crate::store::waits::{
     COUNT_TURN_WAITS, DELETE_TURN_WAITS, FIRE_DUE_POSTGRES, GET_WAIT, INSERT_SETTLED_WAIT, INSERT_WAIT, LIST_WAITS,
-    NEXT_DUE, SETTLE_WAIT, WaitRow, WaitStatements, into_waits,
+    NEXT_DUE, SETTLE_WAIT, WaitDbRow, WaitStatements, into_waits,
 };
 
 /// The channel settlements are announced on; the payload is the wait's key.
@@ -98,7 +98,7 @@ fn notifying(sql: &str) -> String {
 }
 
 /// Those of the keys `$1, $2, $3` that are settled, each found through the
-/// primary key (as `LOAD_RECORDS` of the batch reads keys).
+/// primary key (as `LOAD_KEYS` of the batch reads keys).
 const SETTLED_WAITS: &str = "SELECT w.* FROM UNNEST($1::text[], $2::text[], $3::text[]) AS k(namespace, turn_id, name) \
          CROSS JOIN LATERAL (SELECT namespace, turn_id, name, status, metadata, created_at_ns, expire_at_ns, \
            resolve_at_ns, settled_at_ns, payload, content_type, settled_by, settled_span FROM waits r \
@@ -107,14 +107,14 @@ const SETTLED_WAITS: &str = "SELECT w.* FROM UNNEST($1::text[], $2::text[], $3::
 
 /// A wait, on any connection.
 pub(super) async fn get(conn: &mut PgConnection, key: &WaitKey) -> Result<Option<Wait>, DbError> {
-    let row: Option<WaitRow> = sqlx::query_as(GET_WAIT)
+    let row: Option<WaitDbRow> = sqlx::query_as(GET_WAIT)
         .bind(&key.namespace)
         .bind(&key.turn_id)
         .bind(&key.name)
         .fetch_optional(conn)
         .await
         .map_err(DbError::sqlx)?;
-    row.map(WaitRow::into_wait).transpose()
+    row.map(WaitDbRow::into_wait).transpose()
 }
 
 /// Those of `keys` that are settled, in one statement.
@@ -122,7 +122,7 @@ pub(super) async fn settled(conn: &mut PgConnection, keys: &[WaitKey]) -> Result
     let namespaces: Vec<&str> = keys.iter().map(|key| key.namespace.as_str()).collect();
     let turns: Vec<&str> = keys.iter().map(|key| key.turn_id.as_str()).collect();
     let names: Vec<&str> = keys.iter().map(|key| key.name.as_str()).collect();
-    let rows: Vec<WaitRow> = sqlx::query_as(SETTLED_WAITS)
+    let rows: Vec<WaitDbRow> = sqlx::query_as(SETTLED_WAITS)
         .bind(namespaces)
         .bind(turns)
         .bind(names)
@@ -135,7 +135,7 @@ pub(super) async fn settled(conn: &mut PgConnection, keys: &[WaitKey]) -> Result
 /// A page of waits, and whether more follow.
 pub(super) async fn list(conn: &mut PgConnection, q: &WaitQuery) -> Result<(Vec<Wait>, bool), DbError> {
     let (after_turn, after_name) = q.after.clone().unwrap_or_default();
-    let rows: Vec<WaitRow> = sqlx::query_as(LIST_WAITS)
+    let rows: Vec<WaitDbRow> = sqlx::query_as(LIST_WAITS)
         .bind(&q.namespace)
         .bind(after_turn)
         .bind(after_name)
@@ -175,7 +175,7 @@ impl WaitStatements for Conn<'_> {
     }
 
     async fn insert_wait(&mut self, new: &NewWait, at: UnixNanos) -> Result<Option<Wait>, DbError> {
-        let row: Option<WaitRow> = sqlx::query_as(INSERT_WAIT)
+        let row: Option<WaitDbRow> = sqlx::query_as(INSERT_WAIT)
             .bind(&new.key.namespace)
             .bind(&new.key.turn_id)
             .bind(&new.key.name)
@@ -188,7 +188,7 @@ impl WaitStatements for Conn<'_> {
             .fetch_optional(&mut *self.conn)
             .await
             .map_err(DbError::sqlx)?;
-        row.map(WaitRow::into_wait).transpose()
+        row.map(WaitDbRow::into_wait).transpose()
     }
 
     async fn settle_wait(&mut self, settle: &Settle, at: UnixNanos) -> Result<Option<Wait>, DbError> {
@@ -200,7 +200,7 @@ impl WaitStatements for Conn<'_> {
     }
 
     async fn fire_due(&mut self, now: UnixNanos, limit: u32) -> Result<Vec<Wait>, DbError> {
-        let rows: Vec<WaitRow> = sqlx::query_as(sqlx::AssertSqlSafe(notifying(FIRE_DUE_POSTGRES)))
+        let rows: Vec<WaitDbRow> = sqlx::query_as(sqlx::AssertSqlSafe(notifying(FIRE_DUE_POSTGRES)))
             .bind(now)
             .bind(now)
             .bind(i64::from(limit))
@@ -228,7 +228,7 @@ async fn settle_with(
     settle: &Settle,
     at: UnixNanos,
 ) -> Result<Option<Wait>, DbError> {
-    let row: Option<WaitRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
+    let row: Option<WaitDbRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_owned()))
         .bind(&settle.key.namespace)
         .bind(&settle.key.turn_id)
         .bind(&settle.key.name)
@@ -241,5 +241,5 @@ async fn settle_with(
         .fetch_optional(conn)
         .await
         .map_err(DbError::sqlx)?;
-    row.map(WaitRow::into_wait).transpose()
+    row.map(WaitDbRow::into_wait).transpose()
 }

@@ -12,7 +12,7 @@ use crate::domain::waits::{NewWait, Settle, Wait, WaitKey, WaitQuery, due_at};
 use crate::store::DbError;
 use crate::store::waits::{
     COUNT_TURN_WAITS, DELETE_TURN_WAITS, FIRE_DUE_SQLITE, GET_WAIT, INSERT_SETTLED_WAIT, INSERT_WAIT, LIST_WAITS,
-    NEXT_DUE, SETTLE_WAIT, WaitRow, WaitStatements, into_waits,
+    NEXT_DUE, SETTLE_WAIT, WaitDbRow, WaitStatements, into_waits,
 };
 
 /// The settled waits among the keys of the JSON array `$1`, each found
@@ -26,7 +26,7 @@ const SETTLED_WAITS: &str = "SELECT w.namespace, w.turn_id, w.name, w.status, w.
 
 /// Runs a statement that returns waits.
 fn waits(conn: &Connection, sql: &str, values: &[&dyn ToSql]) -> Result<Vec<Wait>, DbError> {
-    into_waits(query_numbered(conn, sql, values, WaitRow::from_sqlite).map_err(sqlite)?)
+    into_waits(query_numbered(conn, sql, values, WaitDbRow::from_sqlite).map_err(sqlite)?)
 }
 
 /// Runs a statement that returns at most one wait.
