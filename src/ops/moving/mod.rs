@@ -34,7 +34,9 @@ pub use tally::{Tallies, Tally};
 
 use crate::config::moving::{ChunkArgs, ExportArgs, ImportArgs, MigrateArgs};
 use crate::store::Database;
-use crate::store::bulk::{self, BulkWaitKey, ChunkSize, RecordKey, Table, Tables};
+use crate::store::bulk::{
+    self, BulkKeyRow, BulkWaitKey, BulkWaitRow, CheckpointRow, ChunkSize, RecordKey, StoredRecordRow, Table, Tables,
+};
 
 /// Why a move stopped.
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +212,91 @@ pub async fn migrate_stores(from: &Database, to: &Database, plan: Plan) -> Resul
     Ok((copied, expected, found))
 }
 
-/// Copies every checkpoint, chunk by chunk in the source's insertion order.
+/// A table's rows as the move reads them: chunk by chunk, each chunk the
+/// rows after the position of the last one read, in the table's key order
+/// (checkpoints: the source's insertion order).
+trait Paged: Sized {
+    /// Where a chunk starts: the position of the row before it.
+    type After;
+    /// The position before the first row.
+    fn start() -> Self::After;
+    /// This row's position.
+    fn position(&self) -> Self::After;
+    /// Up to `size` rows after `after`.
+    async fn page(source: &Tables, after: &Self::After, size: ChunkSize) -> Result<Vec<Self>, Error>;
+}
+
+impl Paged for CheckpointRow {
+    type After = i64;
+    fn start() -> i64 {
+        i64::MIN
+    }
+    fn position(&self) -> i64 {
+        self.seq
+    }
+    async fn page(source: &Tables, after: &i64, size: ChunkSize) -> Result<Vec<Self>, Error> {
+        Ok(source.checkpoints_after(*after, size).await?)
+    }
+}
+
+impl Paged for BulkKeyRow {
+    type After = Option<(String, String)>;
+    fn start() -> Self::After {
+        None
+    }
+    fn position(&self) -> Self::After {
+        Some((self.namespace.clone(), self.key.clone()))
+    }
+    async fn page(source: &Tables, after: &Self::After, size: ChunkSize) -> Result<Vec<Self>, Error> {
+        Ok(source.keys_after(after.as_ref(), size).await?)
+    }
+}
+
+impl Paged for StoredRecordRow {
+    type After = Option<RecordKey>;
+    fn start() -> Self::After {
+        None
+    }
+    fn position(&self) -> Self::After {
+        Some(self.key())
+    }
+    async fn page(source: &Tables, after: &Self::After, size: ChunkSize) -> Result<Vec<Self>, Error> {
+        Ok(source.records_after(after.as_ref(), size).await?)
+    }
+}
+
+impl Paged for BulkWaitRow {
+    type After = Option<BulkWaitKey>;
+    fn start() -> Self::After {
+        None
+    }
+    fn position(&self) -> Self::After {
+        Some(self.key())
+    }
+    async fn page(source: &Tables, after: &Self::After, size: ChunkSize) -> Result<Vec<Self>, Error> {
+        Ok(source.waits_after(after.as_ref(), size).await?)
+    }
+}
+
+/// Reads every row of `R`'s table from `source`, chunk by chunk as `plan`
+/// sizes them, and hands each chunk to `take`: the one read loop of
+/// `migrate` and `export`.
+async fn each_chunk<R: Paged>(
+    source: &Tables,
+    plan: Plan,
+    mut take: impl AsyncFnMut(Vec<R>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let (mut after, mut read) = (R::start(), plan);
+    loop {
+        let page = R::page(source, &after, read.chunk()).await?;
+        read = plan.after(page.len());
+        let Some(last) = page.last() else { return Ok(()) };
+        after = last.position();
+        take(page).await?;
+    }
+}
+
+/// Copies every checkpoint, in the source's insertion order.
 async fn copy_checkpoints(
     source: &Tables,
     target: &Tables,
@@ -219,20 +305,16 @@ async fn copy_checkpoints(
     progress: &mut Progress,
 ) -> Result<(), Error> {
     let total = source.count(Table::Checkpoints).await?;
-    let (mut after, mut read) = (i64::MIN, plan);
-    loop {
-        let page = source.checkpoints_after(after, read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(()) };
-        after = last.seq;
+    each_chunk(source, plan, async |page: Vec<CheckpointRow>| {
         let inserted = target.insert_checkpoints(&page).await?;
         copied.checkpoints_copied += inserted;
         copied.checkpoints_present += page.len() as u64 - inserted;
-        progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, Some(total))?;
-    }
+        progress.chunk_done("checkpoints", copied.checkpoints_copied + copied.checkpoints_present, Some(total))
+    })
+    .await
 }
 
-/// Copies every idempotency key, chunk by chunk in key order.
+/// Copies every idempotency key, in key order.
 async fn copy_keys(
     source: &Tables,
     target: &Tables,
@@ -241,20 +323,16 @@ async fn copy_keys(
     progress: &mut Progress,
 ) -> Result<(), Error> {
     let total = source.count(Table::Keys).await?;
-    let (mut after, mut read): (Option<(String, String)>, Plan) = (None, plan);
-    loop {
-        let page = source.keys_after(after.as_ref(), read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(()) };
-        after = Some((last.namespace.clone(), last.key.clone()));
+    each_chunk(source, plan, async |page: Vec<BulkKeyRow>| {
         let inserted = target.insert_keys(&page).await?;
         copied.keys_copied += inserted;
         copied.keys_present += page.len() as u64 - inserted;
-        progress.chunk_done("idempotency keys", copied.keys_copied + copied.keys_present, Some(total))?;
-    }
+        progress.chunk_done("idempotency keys", copied.keys_copied + copied.keys_present, Some(total))
+    })
+    .await
 }
 
-/// Copies every record (RecordService), chunk by chunk in key order.
+/// Copies every record (RecordService), in key order.
 async fn copy_records(
     source: &Tables,
     target: &Tables,
@@ -263,21 +341,17 @@ async fn copy_records(
     progress: &mut Progress,
 ) -> Result<(), Error> {
     let total = source.count(Table::Records).await?;
-    let (mut after, mut read): (Option<RecordKey>, Plan) = (None, plan);
-    loop {
-        let page = source.records_after(after.as_ref(), read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(()) };
-        after = Some(last.key());
+    each_chunk(source, plan, async |page: Vec<StoredRecordRow>| {
         let inserted = target.insert_records(&page).await?;
         copied.stored_records_copied += inserted;
         copied.stored_records_present += page.len() as u64 - inserted;
         let done = copied.stored_records_copied + copied.stored_records_present;
-        progress.chunk_done("records", done, Some(total))?;
-    }
+        progress.chunk_done("records", done, Some(total))
+    })
+    .await
 }
 
-/// Copies every wait (WaitService), chunk by chunk in key order.
+/// Copies every wait (WaitService), in key order.
 async fn copy_waits(
     source: &Tables,
     target: &Tables,
@@ -286,17 +360,13 @@ async fn copy_waits(
     progress: &mut Progress,
 ) -> Result<(), Error> {
     let total = source.count(Table::Waits).await?;
-    let (mut after, mut read): (Option<BulkWaitKey>, Plan) = (None, plan);
-    loop {
-        let page = source.waits_after(after.as_ref(), read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(()) };
-        after = Some(last.key());
+    each_chunk(source, plan, async |page: Vec<BulkWaitRow>| {
         let inserted = target.insert_waits(&page).await?;
         copied.waits_copied += inserted;
         copied.waits_present += page.len() as u64 - inserted;
-        progress.chunk_done("waits", copied.waits_copied + copied.waits_present, Some(total))?;
-    }
+        progress.chunk_done("waits", copied.waits_copied + copied.waits_present, Some(total))
+    })
+    .await
 }
 
 /// Prints the verification table and says whether both sides agree; the

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::tally::{
     Tallier, Tallies, checkpoint_digest, record_digest, stored_record_digest, turn_digest, wait_digest,
 };
-use super::{Copied, Error, Plan, Progress};
+use super::{Copied, Error, Paged, Plan, Progress, each_chunk};
 use crate::store::bulk::{
     BulkKeyRow, BulkTurnRow, BulkWaitKey, BulkWaitRow, CheckpointRow, RecordKey, RowBytes, StoredRecordRow, Tables,
 };
@@ -98,11 +98,11 @@ pub async fn export(source: &Tables, out: impl Write, plan: Plan) -> Result<Expo
     let fence = source.fence().await?.max(source.max_token().await?);
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;
     let exported = Exported {
-        checkpoints: export_checkpoints(source, &mut out, plan).await?,
+        checkpoints: export_rows(source, &mut out, plan, |row| Out::Checkpoint(row)).await?,
         turns: export_turns(source, &mut out).await?,
-        records: export_keys(source, &mut out, plan).await?,
-        stored_records: export_records(source, &mut out, plan).await?,
-        waits: export_waits(source, &mut out, plan).await?,
+        records: export_rows(source, &mut out, plan, |row| Out::Idempotency(row)).await?,
+        stored_records: export_rows(source, &mut out, plan, |row| Out::Record(row)).await?,
+        waits: export_rows(source, &mut out, plan, |row| Out::Wait(row)).await?,
     };
     let Exported { checkpoints, turns, records, stored_records, waits } = exported;
     write_line(&mut out, &Out::End { checkpoints, turns, records, stored_records, waits })?;
@@ -110,19 +110,24 @@ pub async fn export(source: &Tables, out: impl Write, plan: Plan) -> Result<Expo
     Ok(exported)
 }
 
-/// Writes every checkpoint, in the source's insertion order; returns how many.
-async fn export_checkpoints(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
-    let (mut after, mut read, mut written) = (i64::MIN, plan, 0);
-    loop {
-        let page = source.checkpoints_after(after, read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(written) };
-        after = last.seq;
+/// Writes every row of `R`'s table as `line` makes its line, chunk by
+/// chunk in the table's order; returns how many.
+async fn export_rows<R: Paged>(
+    source: &Tables,
+    out: &mut impl Write,
+    plan: Plan,
+    line: fn(&R) -> Out<'_>,
+) -> Result<u64, Error> {
+    let mut written = 0;
+    each_chunk(source, plan, async |page: Vec<R>| {
         for row in &page {
-            write_line(out, &Out::Checkpoint(row))?;
+            write_line(out, &line(row))?;
         }
         written += page.len() as u64;
-    }
+        Ok(())
+    })
+    .await?;
+    Ok(written)
 }
 
 /// Writes every turn summary, in key order; returns how many.
@@ -141,51 +146,6 @@ async fn export_turns(source: &Tables, out: &mut impl Write) -> Result<u64, Erro
     match failed {
         Some(error) => Err(error),
         None => Ok(written),
-    }
-}
-
-/// Writes every idempotency key, in key order; returns how many.
-async fn export_keys(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
-    let (mut after, mut read, mut written): (Option<(String, String)>, Plan, u64) = (None, plan, 0);
-    loop {
-        let page = source.keys_after(after.as_ref(), read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(written) };
-        after = Some((last.namespace.clone(), last.key.clone()));
-        for row in &page {
-            write_line(out, &Out::Idempotency(row))?;
-        }
-        written += page.len() as u64;
-    }
-}
-
-/// Writes every record (RecordService), in key order; returns how many.
-async fn export_records(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
-    let (mut after, mut read, mut written): (Option<RecordKey>, Plan, u64) = (None, plan, 0);
-    loop {
-        let page = source.records_after(after.as_ref(), read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(written) };
-        after = Some(last.key());
-        for row in &page {
-            write_line(out, &Out::Record(row))?;
-        }
-        written += page.len() as u64;
-    }
-}
-
-/// Writes every wait (WaitService), in key order; returns how many.
-async fn export_waits(source: &Tables, out: &mut impl Write, plan: Plan) -> Result<u64, Error> {
-    let (mut after, mut read, mut written): (Option<BulkWaitKey>, Plan, u64) = (None, plan, 0);
-    loop {
-        let page = source.waits_after(after.as_ref(), read.chunk()).await?;
-        read = plan.after(page.len());
-        let Some(last) = page.last() else { return Ok(written) };
-        after = Some(last.key());
-        for row in &page {
-            write_line(out, &Out::Wait(row))?;
-        }
-        written += page.len() as u64;
     }
 }
 
