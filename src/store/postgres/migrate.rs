@@ -131,8 +131,10 @@ async fn migrate_once(conn: &mut PgConnection, session: &Session) -> Result<(), 
 }
 
 /// Makes the lock row's table and row if they are missing. Two sidecars
-/// making it at once can collide on the catalog; the loser tries again and
-/// finds it made.
+/// making it at once can collide on the catalog (a unique violation in
+/// `pg_type`, "relation already exists", or "type already exists" when the
+/// other committed between the name check and the type's creation); the
+/// loser tries again and finds it made.
 async fn make_lock_row(conn: &mut PgConnection, session: &Session, limits: &str) -> Result<(), MigrateError> {
     for attempt in 0.. {
         let made = async {
@@ -144,7 +146,7 @@ async fn make_lock_row(conn: &mut PgConnection, session: &Session, limits: &str)
         .await;
         match made {
             Err(MigrateError::Execute(sqlx::Error::Database(error)))
-                if attempt < 5 && matches!(error.code().as_deref(), Some("23505" | "42P07" | "40001")) => {}
+                if attempt < 5 && matches!(error.code().as_deref(), Some("23505" | "42P07" | "42710" | "40001")) => {}
             made => return made,
         }
     }
