@@ -34,13 +34,27 @@
 # line of docs/guides/*.md runs in a fresh project of its own too, which then
 # loads the guide's imports of the client; no line in the guides or the
 # README may name @stepwell/ as a registry package (it is not published).
+#
+# Usage: clients/typescript/test.sh [--only PART[,PART...]]
+# The parts: unit (passes 1 and 2 under node's runner), specs (the Vitest
+# specs), install (passes 3 and 4); all three by default. The test command
+# runs them as lanes of their own, side by side (scripts/test); ./build
+# makes dist/ once for all of them.
 set -euo pipefail
-cd "$(dirname "$0")"
-if [ ! -d node_modules/@connectrpc/connect-node ] || [ ! -x node_modules/.bin/tsc ] || [ package.json -nt node_modules/.package-lock.json ]; then
-  npm install --no-audit --no-fund
+parts=unit,specs,install
+if [ "${1:-}" = --only ]; then
+  parts="${2:?--only needs a part: unit, specs or install}"
 fi
-rm -rf dist
-npx --no-install tsc -p .
+for part in ${parts//,/ }; do
+  case "$part" in
+    unit | specs | install) ;;
+    *) echo "clients/typescript/test.sh: unknown part $part (unit, specs, install)" >&2; exit 2 ;;
+  esac
+done
+# Whether PART is among those to run.
+runs() { [[ ",$parts," == *",$1,"* ]]; }
+cd "$(dirname "$0")"
+./build
 
 peer_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-peer-XXXXXX")"
 security_dir="$(mktemp -d "${TMPDIR:-/tmp}/stepwell-ts-tls-XXXXXX")"
@@ -49,32 +63,36 @@ trap 'rm -rf "$peer_dir" "$security_dir" "$install_dir"' EXIT
 # The worker scenarios signal through another language's scenario worker
 # (clients/scenarios/README.md): the Go client's, built here. An
 # STEPWELL_SCENARIO_PEER already set is used as it is.
-if [ -z "${STEPWELL_SCENARIO_PEER:-}" ]; then
+if runs unit && [ -z "${STEPWELL_SCENARIO_PEER:-}" ]; then
   (cd ../go && go build -o "$peer_dir/scenarioworker" ./examples/scenarioworker)
   export STEPWELL_SCENARIO_PEER="$peer_dir/scenarioworker"
 fi
 
-echo "== pass 1: plaintext sidecar"
-node --test dist/test/*.test.js
+if runs unit; then
+  echo "== pass 1: plaintext sidecar"
+  node --test dist/test/*.test.js
+  ../../scripts/make-test-pki "$security_dir" spiffe://stepwell.test/typescript-client
+  echo "== pass 2: TLS with client certificates and token auth"
+  STEPWELL_TEST_SECURITY_DIR="$security_dir" node --test dist/test/scenarios.test.js dist/test/secure-checks.js dist/test/connection-lost.test.js
+fi
 
-echo "== pass 1: the LangGraph saver, the OpenAI Agents session and the Google ADK session service (Vitest: the official validator and their specs) on SQLite and on a throwaway Postgres"
-# ../../scripts/with-postgres starts the cluster (or uses STEPWELL_TEST_POSTGRES_URL);
-# every spec runs on both stores and fails, never skips, without one.
-# The cross-language specs drive the Python saver, session and ADK session
-# service through the Python client's test venv, with LangGraph,
-# openai-agents and google-adk. ../python/venv makes it, or waits under its
-# lock while the Python lane makes it, so these specs never run on a
-# half-made venv.
-if [ -z "${STEPWELL_TEST_PYTHON:-}" ]; then
-  STEPWELL_TEST_PYTHON="$(../python/venv)"
+if runs specs; then
+  echo "== specs: the LangGraph saver, the OpenAI Agents session and the Google ADK session service (Vitest: the official validator and their specs) on SQLite and on a throwaway Postgres"
+  # ../../scripts/with-postgres starts the cluster (or uses STEPWELL_TEST_POSTGRES_URL);
+  # every spec runs on both stores and fails, never skips, without one.
+  # The cross-language specs drive the Python saver, session and ADK session
+  # service through the Python client's test venv, with LangGraph,
+  # openai-agents and google-adk. ../python/venv makes it, or waits under its
+  # lock while the Python lane makes it, so these specs never run on a
+  # half-made venv.
+  if [ -z "${STEPWELL_TEST_PYTHON:-}" ]; then
+    STEPWELL_TEST_PYTHON="$(../python/venv)"
 fi
 export STEPWELL_TEST_PYTHON
 (cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run --reporter=dot)
+fi
 
-../../scripts/make-test-pki "$security_dir" spiffe://stepwell.test/typescript-client
-echo "== pass 2: TLS with client certificates and token auth"
-STEPWELL_TEST_SECURITY_DIR="$security_dir" node --test dist/test/scenarios.test.js dist/test/secure-checks.js dist/test/connection-lost.test.js
-
+runs install || exit 0
 echo "== pass 3: the README's install in a fresh project outside the repository"
 # The command between the sh fence of README.md's "## Install" section.
 install_cmds="$(awk '/^## Install/{s=1; next} s && /^## /{exit} s && /^```sh/{f=1; next} f && /^```/{exit} f' README.md)"

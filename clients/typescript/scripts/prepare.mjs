@@ -5,10 +5,18 @@
 // `npm ci` here (lifecycle scripts off, so it does not come back here), with
 // the settings of the outer install that would aim it elsewhere removed. Then
 // it compiles the ES module build (dist/src) and the CommonJS build
-// (dist/cjs), each with its type declarations.
+// (dist/cjs), each with its type declarations, and notes in
+// dist/.built-from a digest of what they were made from (src/, the
+// tsconfig files, package.json and the lock file): preparing the folder
+// again with nothing changed compiles nothing.
+//
+// `node scripts/prepare.mjs --with-tests` (the client's ./build, for its
+// own suites) compiles test/ into dist/test as well, and notes the digest
+// of src/ and test/ in dist/.tests-built-from.
+import { createHash } from "node:crypto";
 import { spawnSync } from "node:child_process";
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -68,10 +76,43 @@ if (!installed()) {
   else run(process.platform === "win32" ? "npm.cmd" : "npm", args, nestedEnv());
 }
 
-rmSync(join(root, "dist", "src"), { recursive: true, force: true });
-rmSync(join(root, "dist", "cjs"), { recursive: true, force: true });
-log("compiling dist/src (ES modules) and dist/cjs (CommonJS)");
-run(process.execPath, [tsc, "-p", "tsconfig.build.json"]);
+/** The files under `dir` (relative to the folder), recursively. */
+function filesUnder(dir) {
+  const at = join(root, dir);
+  if (!existsSync(at)) return [];
+  return readdirSync(at, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(root, join(entry.parentPath ?? entry.path, entry.name)));
+}
+
+/** A digest of the sources under `dirs` and of the files that decide how they compile. */
+function digestOf(dirs) {
+  const files = ["package.json", "package-lock.json", "tsconfig.json", "tsconfig.build.json", "tsconfig.cjs.json"]
+    .concat(...dirs.map(filesUnder))
+    .filter((file) => existsSync(join(root, file)))
+    .sort();
+  const hash = createHash("sha256");
+  for (const file of files) hash.update(`${file}\0`).update(readFileSync(join(root, file))).update("\0");
+  return hash.digest("hex");
+}
+
+const withTests = process.argv.includes("--with-tests");
+const stampFile = join(root, "dist", withTests ? ".tests-built-from" : ".built-from");
+const digest = digestOf(withTests ? ["src", "test"] : ["src"]);
+const built = existsSync(stampFile) && readFileSync(stampFile, "utf8") === digest;
+if (built && existsSync(join(root, "dist", "src", "index.js")) && existsSync(join(root, "dist", "cjs", "index.js"))) {
+  log("dist/ is up to date with its sources");
+  process.exit(0);
+}
+for (const dir of ["src", "cjs", "test", ".built-from", ".tests-built-from"]) {
+  rmSync(join(root, "dist", dir), { recursive: true, force: true });
+}
+log(`compiling dist/src (ES modules)${withTests ? ", dist/test" : ""} and dist/cjs (CommonJS)`);
+// tsconfig.json compiles src/ and test/ into dist/src and dist/test;
+// tsconfig.build.json, src/ alone.
+run(process.execPath, [tsc, "-p", withTests ? "tsconfig.json" : "tsconfig.build.json"]);
 run(process.execPath, [tsc, "-p", "tsconfig.cjs.json"]);
 // Node reads dist/cjs/*.js as CommonJS because of this file (the package itself is "type": "module").
 writeFileSync(join(root, "dist", "cjs", "package.json"), '{ "type": "commonjs" }\n');
+writeFileSync(join(root, "dist", ".built-from"), digestOf(["src"]));
+if (withTests) writeFileSync(stampFile, digest);

@@ -31,7 +31,7 @@ The database service's SQLite file is on a memory file system when there is
 one (/dev/shm), and one database serves many sequences, each with app names
 of its own: with its file on disk the test took about twice as long.
 1,000 sequences by default, as clients/python/test runs it alone;
-STEPWELL_ADK_SEQUENCES changes it, and the test command (scripts/test) sets
+STEPWELL_DIFF_SEQUENCES changes it, and the test command (scripts/test) sets
 300 per store, its short version. The test prints how many ran.
 """
 
@@ -59,7 +59,7 @@ from conftest import fresh_namespace
 from stepwell import AsyncClient
 from stepwell.adk import StepwellSessionService
 
-SEQUENCES = int(os.environ.get("STEPWELL_ADK_SEQUENCES", "1000"))
+SEQUENCES = int(os.environ.get("STEPWELL_DIFF_SEQUENCES", "1000"))
 PARALLEL = 8
 # How many sequences share one database file (each with app names of its own).
 PER_DATABASE = 100

@@ -46,7 +46,9 @@ import type { StepwellClient } from "../../src/index.js";
 import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { BACKENDS, client, plain, rng, startBackend } from "./harness.js";
 
-const SEQUENCES = Number(process.env.ADK_DIFF_SEQUENCES || 1000);
+// 1,000 by default, as test.sh runs it alone; the test command
+// (scripts/test) sets STEPWELL_DIFF_SEQUENCES to 300 per store, its short version.
+const SEQUENCES = Number(process.env.STEPWELL_DIFF_SEQUENCES || 1000);
 /** Sequences in flight at once. */
 const POOL = 32;
 const APPS = ["app", "app/2"];
