@@ -112,4 +112,4 @@ def test_differential_against_sqlite_session(ag_target: str, ag_namespace: str, 
 
     sequences, calls = asyncio.run(main())
     print(f"differential ({backend()}): {sequences} sequences, {calls} calls, every answer equal")
-    assert sequences >= 1000
+    assert sequences == SEQUENCES, f"ran {sequences} of {SEQUENCES} sequences"
