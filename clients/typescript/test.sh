@@ -35,15 +35,17 @@
 # loads the guide's imports of the client; no line in the guides or the
 # README may name @stepwell/ as a registry package (it is not published).
 #
-# Usage: clients/typescript/test.sh [--only PART[,PART...]]
+# Usage: clients/typescript/test.sh [--only PART[,PART...] [SPEC FILTER...]]
 # The parts: unit (passes 1 and 2 under node's runner), specs (the Vitest
 # specs), install (passes 3 and 4); all three by default. The test command
 # runs them as lanes of their own, side by side (scripts/test); ./build
-# makes dist/ once for all of them.
+# makes dist/ once for all of them. SPEC FILTERs, after the parts, choose
+# which spec files Vitest runs (by path: langgraph, agents, adk...).
 set -euo pipefail
 parts=unit,specs,install
 if [ "${1:-}" = --only ]; then
   parts="${2:?--only needs a part: unit, specs or install}"
+  shift 2
 fi
 for part in ${parts//,/ }; do
   case "$part" in
@@ -89,7 +91,7 @@ if runs specs; then
     STEPWELL_TEST_PYTHON="$(../python/venv)"
 fi
 export STEPWELL_TEST_PYTHON
-(cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run --reporter=dot)
+(cd ../.. && scripts/with-postgres env -C "$OLDPWD" node node_modules/vitest/vitest.mjs run "$@")
 fi
 
 runs install || exit 0

@@ -96,7 +96,13 @@ async fn a_write_whose_caller_gave_up_while_queued_is_never_stored() {
             // One request per batch and one waiting in the queue.
             config.writes.queue_max = 1;
             config.writes.batch_max = 1;
+            // The batches wait on the held lock for as long as the test
+            // takes: a batch that timed out on it would be tried again
+            // without the callers that have gone, which is not what this
+            // test is about.
             config.store.sqlite_busy_timeout = WAIT_LIMIT * 2;
+            config.store.postgres_lock_timeout = WAIT_LIMIT * 2;
+            config.store.postgres_statement_timeout = WAIT_LIMIT * 2;
             config.store.acquire_timeout = WAIT_LIMIT * 2;
         })
         .start()
