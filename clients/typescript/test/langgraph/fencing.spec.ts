@@ -20,10 +20,21 @@ import { startWorker, type Worker } from "./workers.js";
 
 const config = { configurable: { thread_id: "t" } };
 
-/** Waits until worker A is inside blocker and the checkpoint before it is stored, as B's graph reads it. */
-async function untilBlocked(a: Worker, graphB: ReturnType<typeof chainGraph>): Promise<void> {
+/**
+ * Waits until worker A is inside blocker and what it put before is stored:
+ * the checkpoint before blocker, as B's graph reads it, and the writes of
+ * every step before, which LangGraph's default durability ("async") puts
+ * while the graph runs on, so they may land after a later checkpoint.
+ */
+async function untilBlocked(a: Worker, graphB: ReturnType<typeof chainGraph>, saverB: StepwellSaver, namespace: string): Promise<void> {
   await a.waitLine("blocked");
   await waitFor(async () => (await graphB.getState(config)).next.includes("blocker"), "A's checkpoint before blocker to be stored");
+  await waitFor(async () => {
+    const lines = await storeSnapshot(saverB.client, namespace, "t");
+    const checkpoints = lines.filter((l) => l.startsWith("checkpoint |")).map((l) => l.split(" | ")[2]).sort();
+    const written = new Set(lines.filter((l) => l.startsWith("write |")).map((l) => l.split(" | ")[3]));
+    return checkpoints.length > 1 && checkpoints.slice(0, -1).every((id) => written.has(id));
+  }, "the writes of A's steps before blocker to be stored");
 }
 
 /**
@@ -72,7 +83,7 @@ for (const backend of BACKENDS) {
       const { namespace, logFile, gateFile, saverB, graphB, a } = setup("busy");
       const workerA = startWorker({ ...a, holdLease: true });
       try {
-        await untilBlocked(workerA, graphB);
+        await untilBlocked(workerA, graphB, saverB, namespace);
         const before = await storeSnapshot(saverB.client, namespace, "t");
         // Under threadLease, B is refused before its run starts: none of B's nodes runs.
         const leased = await saverB.threadLease("t", () => graphB.invoke({ topic: "b" }, config)).catch((e: unknown) => e);
@@ -108,7 +119,7 @@ for (const backend of BACKENDS) {
       // A leases the thread at its first put, for 3 s, and extends it only when it puts again.
       const workerA = startWorker({ ...a, leaseMs: 3000 });
       try {
-        await untilBlocked(workerA, graphB);
+        await untilBlocked(workerA, graphB, saverB, namespace);
         const before = await storeSnapshot(saverB.client, namespace, "t");
         const out = await takeOver(saverB, async () => {
           // B holds the thread: A, let go on, finds its lease lost at its next put.
