@@ -16,6 +16,7 @@ mod cause;
 pub mod console;
 mod handle;
 pub mod hub;
+pub(crate) mod migrations;
 pub mod postgres;
 mod rows;
 mod sql;

@@ -1,5 +1,5 @@
 //! The rows both backends read, and how each becomes a model value. The row
-//! types derive `sqlx::FromRow` for Postgres's rows and are read from
+//! types are `sqlx::FromRow` (through `sql_row!`) for Postgres's rows and are read from
 //! SQLite's (rusqlite's) by column name (`from_sqlite`), so both backends
 //! decode a table the same way; whatever a row holds that the model cannot
 //! (a negative count, an unknown state, an error that is not UTF-8) is a
@@ -12,24 +12,51 @@ use super::batch::{CheckpointKey, checkpoint_key};
 use crate::domain::keys::{Held, KeyRecord};
 use crate::domain::model::{NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
 
+/// A struct whose fields are a query's columns, and its `sqlx::FromRow`:
+/// each field read by its name, on either backend's rows. It is what
+/// `#[derive(sqlx::FromRow)]` writes; that derive's proc-macro would build
+/// both database drivers a second time, for the compiler.
+macro_rules! sql_row {
+    ($(#[$attr:meta])* $vis:vis struct $name:ident {
+        $($(#[$field_attr:meta])* $field_vis:vis $field:ident : $ty:ty),* $(,)?
+    }) => {
+        $(#[$attr])*
+        $vis struct $name {
+            $($(#[$field_attr])* $field_vis $field: $ty),*
+        }
+
+        impl<'r, R: ::sqlx::Row> ::sqlx::FromRow<'r, R> for $name
+        where
+            &'r str: ::sqlx::ColumnIndex<R>,
+            $($ty: ::sqlx::Decode<'r, R::Database> + ::sqlx::Type<R::Database>,)*
+        {
+            fn from_row(row: &'r R) -> Result<Self, ::sqlx::Error> {
+                Ok($name { $($field: row.try_get(stringify!($field))?),* })
+            }
+        }
+    };
+}
+pub(crate) use sql_row;
+
 /// A row the model cannot represent: the database holds what stepwell never writes.
 pub fn decode_error(what: String) -> DbError {
     DbError::decode(what)
 }
 
-/// A whole row of `checkpoints`.
-#[derive(sqlx::FromRow)]
-pub struct CheckpointRow {
-    namespace: String,
-    turn_id: String,
-    session_id: String,
-    phase: String,
-    state: Vec<u8>,
-    ts_ns: i64,
-    terminal: bool,
-    workflow_version: String,
-    recorded_at_ns: i64,
-    seq: i64,
+sql_row! {
+    /// A whole row of `checkpoints`.
+    pub struct CheckpointRow {
+        namespace: String,
+        turn_id: String,
+        session_id: String,
+        phase: String,
+        state: Vec<u8>,
+        ts_ns: i64,
+        terminal: bool,
+        workflow_version: String,
+        recorded_at_ns: i64,
+        seq: i64,
+    }
 }
 
 impl From<CheckpointRow> for StoredCheckpoint {
@@ -51,21 +78,22 @@ impl From<CheckpointRow> for StoredCheckpoint {
     }
 }
 
-/// A restored checkpoint: the restore query's columns, without the namespace
-/// and turn, which are the query's.
-#[derive(sqlx::FromRow)]
-pub struct PageRow {
-    seq: i64,
-    session_id: String,
-    phase: String,
-    ts_ns: i64,
-    state: Vec<u8>,
-    terminal: bool,
-    workflow_version: String,
-    recorded_at_ns: i64,
-    /// How many rows the page's query read: more than it returned when
-    /// the page ended before the turn did.
-    pub rows_read: i64,
+sql_row! {
+    /// A restored checkpoint: the restore query's columns, without the namespace
+    /// and turn, which are the query's.
+    pub struct PageRow {
+        seq: i64,
+        session_id: String,
+        phase: String,
+        ts_ns: i64,
+        state: Vec<u8>,
+        terminal: bool,
+        workflow_version: String,
+        recorded_at_ns: i64,
+        /// How many rows the page's query read: more than it returned when
+        /// the page ended before the turn did.
+        pub rows_read: i64,
+    }
 }
 
 impl PageRow {
@@ -87,17 +115,18 @@ impl PageRow {
     }
 }
 
-/// A row of `turns`.
-#[derive(sqlx::FromRow)]
-pub struct TurnDbRow {
-    turn_id: String,
-    session_id: String,
-    first_ts_ns: i64,
-    last_ts_ns: i64,
-    last_phase: String,
-    checkpoint_count: i64,
-    terminal: bool,
-    workflow_version: String,
+sql_row! {
+    /// A row of `turns`.
+    pub struct TurnDbRow {
+        turn_id: String,
+        session_id: String,
+        first_ts_ns: i64,
+        last_ts_ns: i64,
+        last_phase: String,
+        checkpoint_count: i64,
+        terminal: bool,
+        workflow_version: String,
+    }
 }
 
 impl TryFrom<TurnDbRow> for TurnSummary {
@@ -120,23 +149,24 @@ impl TryFrom<TurnDbRow> for TurnSummary {
     }
 }
 
-/// A row of `idempotency`. Its `error` is read as bytes because Postgres
-/// keeps it as bytes (it may hold NUL); SQLite's text reads as bytes too.
-#[derive(sqlx::FromRow)]
-pub struct KeyDbRow {
-    namespace: String,
-    key: String,
-    held: i64,
-    fingerprint: Vec<u8>,
-    attempt: i64,
-    lease_token: i64,
-    lease_expires_at_ns: i64,
-    result: Vec<u8>,
-    error: Vec<u8>,
-    retention_ns: i64,
-    created_at_ns: i64,
-    updated_at_ns: i64,
-    purge_after_ns: i64,
+sql_row! {
+    /// A row of `idempotency`. Its `error` is read as bytes because Postgres
+    /// keeps it as bytes (it may hold NUL); SQLite's text reads as bytes too.
+    pub struct KeyDbRow {
+        namespace: String,
+        key: String,
+        held: i64,
+        fingerprint: Vec<u8>,
+        attempt: i64,
+        lease_token: i64,
+        lease_expires_at_ns: i64,
+        result: Vec<u8>,
+        error: Vec<u8>,
+        retention_ns: i64,
+        created_at_ns: i64,
+        updated_at_ns: i64,
+        purge_after_ns: i64,
+    }
 }
 
 impl TryFrom<KeyDbRow> for KeyRecord {
@@ -260,14 +290,15 @@ pub fn stored_tokens(records: &[KeyRecord]) -> Result<Vec<i64>, DbError> {
         .collect()
 }
 
-/// What an insert's `RETURNING namespace, turn_id, phase, ts_ns, seq` names.
-#[derive(sqlx::FromRow)]
-pub struct InsertedRow {
-    namespace: String,
-    turn_id: String,
-    phase: String,
-    ts_ns: i64,
-    seq: i64,
+sql_row! {
+    /// What an insert's `RETURNING namespace, turn_id, phase, ts_ns, seq` names.
+    pub struct InsertedRow {
+        namespace: String,
+        turn_id: String,
+        phase: String,
+        ts_ns: i64,
+        seq: i64,
+    }
 }
 
 /// The `seq` of each key the batch inserted, keyed by the batch's own

@@ -7,6 +7,7 @@
 //! through `create` and `settle_one`, one after another in the batch's
 //! transaction, after its other writes, and checks a Signal's fence first.
 
+use crate::store::rows::sql_row;
 use async_trait::async_trait;
 
 use super::DbError;
@@ -103,22 +104,24 @@ pub(super) const LIST_WAITS: &str = concat!(
 /// Deletes a turn's waits, with the turn.
 pub(super) const DELETE_TURN_WAITS: &str = "DELETE FROM waits WHERE namespace = $1 AND turn_id = $2";
 
-/// A wait's row as both backends read it, in `wait_columns!` order.
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct WaitDbRow {
-    pub namespace: String,
-    pub turn_id: String,
-    pub name: String,
-    pub status: i64,
-    pub metadata: Option<String>,
-    pub created_at_ns: i64,
-    pub expire_at_ns: Option<i64>,
-    pub resolve_at_ns: Option<i64>,
-    pub settled_at_ns: Option<i64>,
-    pub payload: Vec<u8>,
-    pub content_type: String,
-    pub settled_by: String,
-    pub settled_span: Option<String>,
+sql_row! {
+    /// A wait's row as both backends read it, in `wait_columns!` order.
+    #[derive(Debug)]
+    pub(super) struct WaitDbRow {
+        pub namespace: String,
+        pub turn_id: String,
+        pub name: String,
+        pub status: i64,
+        pub metadata: Option<String>,
+        pub created_at_ns: i64,
+        pub expire_at_ns: Option<i64>,
+        pub resolve_at_ns: Option<i64>,
+        pub settled_at_ns: Option<i64>,
+        pub payload: Vec<u8>,
+        pub content_type: String,
+        pub settled_by: String,
+        pub settled_span: Option<String>,
+    }
 }
 
 impl WaitDbRow {

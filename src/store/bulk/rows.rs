@@ -3,82 +3,90 @@
 //! serde form is the export's lines, bytes as base64), with what each row
 //! counts against a chunk's byte budget.
 
+use crate::store::rows::sql_row;
 use serde::{Deserialize, Serialize};
-use sqlx::FromRow;
 
-/// A row of `checkpoints`; `seq` is the source's insertion order.
-#[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct CheckpointRow {
-    pub seq: i64,
-    pub namespace: String,
-    pub turn_id: String,
-    pub phase: String,
-    pub ts_ns: i64,
-    pub session_id: String,
-    #[serde(with = "base64_bytes")]
-    pub state: Vec<u8>,
-    pub terminal: bool,
-    pub workflow_version: String,
-    pub recorded_at_ns: i64,
+sql_row! {
+    /// A row of `checkpoints`; `seq` is the source's insertion order.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct CheckpointRow {
+        pub seq: i64,
+        pub namespace: String,
+        pub turn_id: String,
+        pub phase: String,
+        pub ts_ns: i64,
+        pub session_id: String,
+        #[serde(with = "base64_bytes")]
+        pub state: Vec<u8>,
+        pub terminal: bool,
+        pub workflow_version: String,
+        pub recorded_at_ns: i64,
+    }
 }
 
-/// A row of `turns`, without `last_seq` (a position in one store's log).
-#[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct BulkTurnRow {
-    pub namespace: String,
-    pub turn_id: String,
-    pub session_id: String,
-    pub first_ts_ns: i64,
-    pub last_ts_ns: i64,
-    pub last_phase: String,
-    pub checkpoint_count: i64,
-    pub terminal: bool,
-    pub workflow_version: String,
-    pub session_ts_ns: i64,
-    pub version_ts_ns: i64,
+sql_row! {
+    /// A row of `turns`, without `last_seq` (a position in one store's log).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct BulkTurnRow {
+        pub namespace: String,
+        pub turn_id: String,
+        pub session_id: String,
+        pub first_ts_ns: i64,
+        pub last_ts_ns: i64,
+        pub last_phase: String,
+        pub checkpoint_count: i64,
+        pub terminal: bool,
+        pub workflow_version: String,
+        pub session_ts_ns: i64,
+        pub version_ts_ns: i64,
+    }
 }
 
-/// A row of `idempotency`, every column. `error` is UTF-8 text (bytes on
-/// Postgres, which keeps NUL).
-#[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct BulkKeyRow {
-    pub namespace: String,
-    pub key: String,
-    pub held: i64,
-    #[serde(with = "base64_bytes")]
-    pub fingerprint: Vec<u8>,
-    pub attempt: i64,
-    pub lease_token: i64,
-    pub lease_expires_at_ns: i64,
-    #[serde(with = "base64_bytes")]
-    pub result: Vec<u8>,
-    #[serde(with = "utf8_bytes")]
-    pub error: Vec<u8>,
-    pub retention_ns: i64,
-    pub created_at_ns: i64,
-    pub updated_at_ns: i64,
-    pub purge_after_ns: i64,
+sql_row! {
+    /// A row of `idempotency`, every column. `error` is UTF-8 text (bytes on
+    /// Postgres, which keeps NUL).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct BulkKeyRow {
+        pub namespace: String,
+        pub key: String,
+        pub held: i64,
+        #[serde(with = "base64_bytes")]
+        pub fingerprint: Vec<u8>,
+        pub attempt: i64,
+        pub lease_token: i64,
+        pub lease_expires_at_ns: i64,
+        #[serde(with = "base64_bytes")]
+        pub result: Vec<u8>,
+        #[serde(with = "utf8_bytes")]
+        pub error: Vec<u8>,
+        pub retention_ns: i64,
+        pub created_at_ns: i64,
+        pub updated_at_ns: i64,
+        pub purge_after_ns: i64,
+    }
 }
 
-/// A row of `records` (RecordService), every column. `metadata` (a JSON
-/// object, `None` for none) and `refs` (a JSON array) are JSON text: as
-/// stored on SQLite, as Postgres prints its jsonb. In an export, `kind` is
-/// `record_kind`, since `kind` names the line's kind.
-#[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct StoredRecordRow {
-    pub namespace: String,
-    pub turn_id: String,
-    #[serde(rename = "record_kind")]
-    pub kind: String,
-    pub scope: String,
-    pub id: String,
-    pub parent_id: String,
-    pub content_type: String,
-    #[serde(with = "base64_bytes")]
-    pub payload: Vec<u8>,
-    pub metadata: Option<String>,
-    pub refs: String,
-    pub recorded_at_ns: i64,
+sql_row! {
+    /// A row of `records` (RecordService), every column. `metadata` (a JSON
+    /// object, `None` for none) and `refs` (a JSON array) are JSON text: as
+    /// stored on SQLite, as Postgres prints its jsonb. In an export, `kind` is
+    /// `record_kind`, since `kind` names the line's kind.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct StoredRecordRow {
+        pub namespace: String,
+        pub turn_id: String,
+        #[serde(rename = "record_kind")]
+        pub kind: String,
+        pub scope: String,
+        pub id: String,
+        pub parent_id: String,
+        pub content_type: String,
+        #[serde(with = "base64_bytes")]
+        pub payload: Vec<u8>,
+        pub metadata: Option<String>,
+        pub refs: String,
+        pub recorded_at_ns: i64,
+    }
 }
 
 impl StoredRecordRow {
@@ -91,27 +99,29 @@ impl StoredRecordRow {
 /// (namespace, turn_id, kind, scope, id): a record's key; compared bytewise.
 pub type RecordKey = (String, String, String, String, String);
 
-/// A row of `waits` (WaitService), every column: `status` is the
-/// contract's WaitStatus number, `due_at_ns` the earlier of the timer and
-/// the expiry (kept as stored, so the target's timer finds what is due), and
-/// `metadata` the JSON text as given (a text column on both backends).
-#[derive(Debug, Clone, PartialEq, Eq, FromRow, Serialize, Deserialize)]
-pub struct BulkWaitRow {
-    pub namespace: String,
-    pub turn_id: String,
-    pub name: String,
-    pub status: i64,
-    pub metadata: Option<String>,
-    pub created_at_ns: i64,
-    pub expire_at_ns: Option<i64>,
-    pub resolve_at_ns: Option<i64>,
-    pub due_at_ns: Option<i64>,
-    pub settled_at_ns: Option<i64>,
-    #[serde(with = "base64_bytes")]
-    pub payload: Vec<u8>,
-    pub content_type: String,
-    pub settled_by: String,
-    pub settled_span: Option<String>,
+sql_row! {
+    /// A row of `waits` (WaitService), every column: `status` is the
+    /// contract's WaitStatus number, `due_at_ns` the earlier of the timer and
+    /// the expiry (kept as stored, so the target's timer finds what is due), and
+    /// `metadata` the JSON text as given (a text column on both backends).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct BulkWaitRow {
+        pub namespace: String,
+        pub turn_id: String,
+        pub name: String,
+        pub status: i64,
+        pub metadata: Option<String>,
+        pub created_at_ns: i64,
+        pub expire_at_ns: Option<i64>,
+        pub resolve_at_ns: Option<i64>,
+        pub due_at_ns: Option<i64>,
+        pub settled_at_ns: Option<i64>,
+        #[serde(with = "base64_bytes")]
+        pub payload: Vec<u8>,
+        pub content_type: String,
+        pub settled_by: String,
+        pub settled_span: Option<String>,
+    }
 }
 
 impl BulkWaitRow {

@@ -13,7 +13,7 @@
 //! checks every answer against a model of the contract written apart from
 //! these rules; the contention tests run it beside the general path.
 
-use sqlx::FromRow;
+use crate::store::rows::sql_row;
 use sqlx::postgres::PgConnection;
 
 use crate::domain::clock::Clock;
@@ -33,17 +33,19 @@ pub(super) fn applies(batch: &[Write]) -> bool {
         && idempotency_keys(batch).len() == batch.len()
 }
 
-/// One answer row of `stepwell_keys_batch`.
-#[derive(Debug, FromRow)]
-struct AnswerRow {
-    kind: i32,
-    idx: i64,
-    code: i32,
-    attempt: i64,
-    lease_token: i64,
-    at_ns: i64,
-    previous_lease_expired: bool,
-    payload: Option<Vec<u8>>,
+sql_row! {
+    /// One answer row of `stepwell_keys_batch`.
+    #[derive(Debug)]
+    struct AnswerRow {
+        kind: i32,
+        idx: i64,
+        code: i32,
+        attempt: i64,
+        lease_token: i64,
+        at_ns: i64,
+        previous_lease_expired: bool,
+        payload: Option<Vec<u8>>,
+    }
 }
 
 /// The Begins' and the Completes' arguments as the function's arrays.

@@ -22,8 +22,7 @@ use sqlx::{AssertSqlSafe, Connection, SqlSafeStr};
 use super::session::Session;
 use crate::store::Error;
 use crate::store::cause::migration_failed;
-
-static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
+use crate::store::migrations::POSTGRES_MIGRATOR as MIGRATOR;
 
 /// SQLSTATE of a lock wait past `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";

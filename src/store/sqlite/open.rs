@@ -13,9 +13,8 @@ use tokio::sync::{Mutex, Semaphore};
 
 use super::*;
 use crate::store::cause::migration_failed;
+use crate::store::migrations::SQLITE_MIGRATOR;
 use crate::store::{DbError, Error, Options};
-
-pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// SQLite's default page size, which stepwell keeps.
 pub(super) const PAGE_BYTES: u64 = 4096;
@@ -64,7 +63,7 @@ impl SqliteStore {
             .connect_with(options.create_if_missing(true))
             .await
             .map_err(DbError::sqlx)?;
-        let migrated = MIGRATOR.run(&migrating).await;
+        let migrated = SQLITE_MIGRATOR.run(&migrating).await;
         migrating.close().await;
         migrated.map_err(migration_failed)?;
         drop(lock);
