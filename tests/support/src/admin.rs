@@ -5,15 +5,47 @@
 
 use std::collections::HashMap;
 use std::net::TcpListener;
+use std::sync::{Mutex, OnceLock};
 
 use prometheus_parse::{Sample, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A loopback address no one listens on now, for `--admin-listen`.
+///
+/// The port lies below the kernel's ephemeral range, where no outgoing
+/// connection and no bind to port 0 lands: between this check and the
+/// sidecar's own bind, the test's many client connections cannot take it.
+/// Ports are handed out in turn from a point that differs per process, so
+/// two test binaries running side by side seldom try the same one, and one
+/// process never hands out the same port twice.
 pub fn free_local_address() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("a bound port").to_string()
+    static NEXT: OnceLock<Mutex<u16>> = OnceLock::new();
+    let (low, high) = (10_000u16, ephemeral_start().saturating_sub(1).max(10_001));
+    let span = high - low;
+    let next = NEXT.get_or_init(|| {
+        let start = crate::rng::Rng::new(stepwell::domain::clock::system_now() as u64 ^ u64::from(std::process::id()))
+            .below(usize::from(span));
+        Mutex::new(start as u16)
+    });
+    let mut next = next.lock().expect("the port counter");
+    for _ in 0..span {
+        let port = low + *next;
+        *next = (*next + 1) % span;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return format!("127.0.0.1:{port}");
+        }
+    }
+    panic!("no free loopback port in {low}..{high}");
+}
+
+/// Where the kernel's ephemeral ports begin (Linux's
+/// `ip_local_port_range`; 32768, its default, elsewhere).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// GETs `path` from the admin listener at `address`: its status code,

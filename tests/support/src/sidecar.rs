@@ -204,10 +204,15 @@ impl<'a> SidecarBuilder<'a> {
         let (shutdown, signal) = oneshot::channel::<()>();
         // A dropped sender also shuts the server down, so a panicking test
         // does not leave it running.
-        let task = tokio::spawn(stepwell::serve(listener, config, async move {
+        let mut task = tokio::spawn(stepwell::serve(listener, config, async move {
             let _ = signal.await;
         }));
-        let channel = connect_with(&target, self.tls.as_ref()).await;
+        // A sidecar that cannot start (an admin port taken, a store it cannot
+        // open) ends its task: say why, rather than time out connecting.
+        let channel = tokio::select! {
+            channel = connect_with(&target, self.tls.as_ref()) => channel,
+            ended = &mut task => panic!("the in-process sidecar stopped before it served: {ended:?}"),
+        };
         wait_for_serving(&channel).await;
         Running { channel, target, kind: InProcess { shutdown: Some(shutdown), task, store } }
     }
