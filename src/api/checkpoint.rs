@@ -26,9 +26,9 @@ impl CheckpointApi {
         CheckpointApi { shared }
     }
 
-    async fn checkpoint(&self, req: CheckpointRequest) -> Result<CheckpointResponse> {
+    async fn checkpoint(&self, namespace: String, req: CheckpointRequest) -> Result<CheckpointResponse> {
         let checkpoint = NewCheckpoint {
-            namespace: validate::namespace(req.namespace)?,
+            namespace,
             turn_id: validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?,
             session_id: validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, Optional)?,
             phase: validate::phase("phase", req.phase, Required)?,
@@ -60,9 +60,8 @@ impl CheckpointApi {
         Ok(CheckpointResponse { inserted, checkpoint: Some(to_pb(stored)) })
     }
 
-    async fn restore(&self, req: RestoreRequest) -> Result<RestoreResponse> {
+    async fn restore(&self, namespace: String, req: RestoreRequest) -> Result<RestoreResponse> {
         let limits = self.shared.limits();
-        let namespace = validate::namespace(req.namespace)?;
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         let limit = validate::page_size(req.page_size, limits.page_size_default, limits.page_size_max)?;
         let after = validate::restore_cursor(&req.page_token, req.newest_first)?;
@@ -99,7 +98,7 @@ impl CheckpointApi {
         Ok(RestoreResponse { checkpoints: checkpoints.into_iter().map(to_pb).collect(), next_page_token })
     }
 
-    async fn list_turns(&self, req: ListTurnsRequest) -> Result<ListTurnsResponse> {
+    async fn list_turns(&self, namespace: String, req: ListTurnsRequest) -> Result<ListTurnsResponse> {
         let limits = self.shared.limits();
         let status = match pb::TurnStatus::try_from(req.status) {
             Ok(pb::TurnStatus::Open) => model::TurnStatus::Open,
@@ -111,7 +110,7 @@ impl CheckpointApi {
         };
         let session_id = validate::id("session_id", req.session_id, limits::SESSION_ID_BYTES_MAX, Optional)?;
         let query = ListTurnsQuery {
-            namespace: validate::namespace(req.namespace)?,
+            namespace,
             status,
             session_id: (!session_id.is_empty()).then_some(session_id),
             updated_before: validate::optional_timestamp("updated_before", req.updated_before)?,
@@ -150,8 +149,7 @@ impl CheckpointApi {
         Ok(ListTurnsResponse { turns, next_page_token })
     }
 
-    async fn delete_turn(&self, req: DeleteTurnRequest) -> Result<DeleteTurnResponse> {
-        let namespace = validate::namespace(req.namespace)?;
+    async fn delete_turn(&self, namespace: String, req: DeleteTurnRequest) -> Result<DeleteTurnResponse> {
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         let deleted = self.shared.delete_turn(namespace, turn_id, req.include_records).await?;
         Ok(DeleteTurnResponse {
@@ -186,23 +184,23 @@ impl CheckpointService for CheckpointApi {
     async fn checkpoint(&self, request: Request<CheckpointRequest>) -> Result<Response<CheckpointResponse>, Status> {
         let call =
             Call::new(Rpc::Checkpoint, &request, &request.get_ref().namespace).turn_id(&request.get_ref().turn_id);
-        self.shared.answer(call, CheckpointApi::checkpoint(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| CheckpointApi::checkpoint(self, namespace, request.into_inner())).await
     }
 
     async fn restore(&self, request: Request<RestoreRequest>) -> Result<Response<RestoreResponse>, Status> {
         let call = Call::new(Rpc::Restore, &request, &request.get_ref().namespace).turn_id(&request.get_ref().turn_id);
-        self.shared.answer(call, CheckpointApi::restore(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| CheckpointApi::restore(self, namespace, request.into_inner())).await
     }
 
     async fn list_turns(&self, request: Request<ListTurnsRequest>) -> Result<Response<ListTurnsResponse>, Status> {
         let call = Call::new(Rpc::ListTurns, &request, &request.get_ref().namespace);
-        self.shared.answer(call, CheckpointApi::list_turns(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| CheckpointApi::list_turns(self, namespace, request.into_inner())).await
     }
 
     async fn delete_turn(&self, request: Request<DeleteTurnRequest>) -> Result<Response<DeleteTurnResponse>, Status> {
         let call = Call::new(Rpc::DeleteTurn, &request, &request.get_ref().namespace)
             .turn_id(&request.get_ref().turn_id)
             .audited(true);
-        self.shared.answer(call, CheckpointApi::delete_turn(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| CheckpointApi::delete_turn(self, namespace, request.into_inner())).await
     }
 }

@@ -30,17 +30,17 @@ impl IdempotencyApi {
 
     fn fence(namespace: String, key: String, lease_token: u64) -> Result<Fence> {
         Ok(Fence {
-            namespace: validate::namespace(namespace)?,
+            namespace,
             key: validate::id("key", key, limits::KEY_BYTES_MAX, Required)?,
             lease_token: validate::lease_token(lease_token)?,
         })
     }
 
-    async fn begin(&self, req: BeginRequest) -> Result<BeginResponse> {
+    async fn begin(&self, namespace: String, req: BeginRequest) -> Result<BeginResponse> {
         let limits = self.shared.limits();
         validate::bytes("fingerprint", &req.fingerprint, limits::FINGERPRINT_BYTES_MAX)?;
         let args = BeginArgs {
-            namespace: validate::namespace(req.namespace)?,
+            namespace,
             key: validate::id("key", req.key, limits::KEY_BYTES_MAX, Required)?,
             fingerprint: req.fingerprint,
             lease: validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?,
@@ -103,30 +103,29 @@ impl IdempotencyApi {
         })
     }
 
-    async fn complete(&self, req: CompleteRequest) -> Result<CompleteResponse> {
-        let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
+    async fn complete(&self, namespace: String, req: CompleteRequest) -> Result<CompleteResponse> {
+        let fence = Self::fence(namespace, req.key, req.lease_token)?;
         validate::bytes("result", &req.result, self.shared.limits().result_bytes_max)?;
         let completed_at = self.shared.writer()?.complete(fence, req.result).await??;
         Ok(CompleteResponse { completed_at: Some(timestamp(completed_at)) })
     }
 
-    async fn release(&self, req: ReleaseRequest) -> Result<ReleaseResponse> {
-        let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
+    async fn release(&self, namespace: String, req: ReleaseRequest) -> Result<ReleaseResponse> {
+        let fence = Self::fence(namespace, req.key, req.lease_token)?;
         validate::bytes("error", req.error.as_bytes(), limits::ERROR_BYTES_MAX)?;
         let state = self.shared.writer()?.release(fence, req.error, req.permanent).await??;
         Ok(ReleaseResponse { state: record_state(state).into() })
     }
 
-    async fn extend(&self, req: ExtendRequest) -> Result<ExtendResponse> {
+    async fn extend(&self, namespace: String, req: ExtendRequest) -> Result<ExtendResponse> {
         let limits = self.shared.limits();
-        let fence = Self::fence(req.namespace, req.key, req.lease_token)?;
+        let fence = Self::fence(namespace, req.key, req.lease_token)?;
         let lease = validate::duration("lease", req.lease, limits.lease_default, limits.lease_max)?;
         let lease_expires_at = self.shared.writer()?.extend(fence, lease).await??;
         Ok(ExtendResponse { lease_expires_at: Some(timestamp(lease_expires_at)) })
     }
 
-    async fn get(&self, req: GetRequest) -> Result<GetResponse> {
-        let namespace = validate::namespace(req.namespace)?;
+    async fn get(&self, namespace: String, req: GetRequest) -> Result<GetResponse> {
         let key = validate::id("key", req.key, limits::KEY_BYTES_MAX, Required)?;
         let (record, now) = self.shared.store()?.get(&namespace, &key).await?.ok_or(Error::KeyNotFound)?;
         let state = record.state(now);
@@ -160,28 +159,28 @@ fn record_state(state: KeyState) -> pb::RecordState {
 impl IdempotencyService for IdempotencyApi {
     async fn begin(&self, request: Request<BeginRequest>) -> Result<Response<BeginResponse>, Status> {
         let call = Call::new(Rpc::Begin, &request, &request.get_ref().namespace).key(&request.get_ref().key);
-        self.shared.answer(call, IdempotencyApi::begin(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| IdempotencyApi::begin(self, namespace, request.into_inner())).await
     }
 
     async fn complete(&self, request: Request<CompleteRequest>) -> Result<Response<CompleteResponse>, Status> {
         let call = Call::new(Rpc::Complete, &request, &request.get_ref().namespace).key(&request.get_ref().key);
-        self.shared.answer(call, IdempotencyApi::complete(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| IdempotencyApi::complete(self, namespace, request.into_inner())).await
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<ReleaseResponse>, Status> {
         let call = Call::new(Rpc::Release, &request, &request.get_ref().namespace)
             .key(&request.get_ref().key)
             .audited(request.get_ref().permanent);
-        self.shared.answer(call, IdempotencyApi::release(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| IdempotencyApi::release(self, namespace, request.into_inner())).await
     }
 
     async fn extend(&self, request: Request<ExtendRequest>) -> Result<Response<ExtendResponse>, Status> {
         let call = Call::new(Rpc::Extend, &request, &request.get_ref().namespace).key(&request.get_ref().key);
-        self.shared.answer(call, IdempotencyApi::extend(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| IdempotencyApi::extend(self, namespace, request.into_inner())).await
     }
 
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         let call = Call::new(Rpc::Get, &request, &request.get_ref().namespace).key(&request.get_ref().key);
-        self.shared.answer(call, IdempotencyApi::get(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| IdempotencyApi::get(self, namespace, request.into_inner())).await
     }
 }

@@ -90,8 +90,19 @@ pub struct Call {
     namespace: String,
     /// `namespace` as validated, once per call: `None` when it is not valid.
     valid_namespace: Option<String>,
+    /// The field a namespace that is not valid came from.
+    namespace_from: NamespaceFrom,
     subject: Subject,
     audited: bool,
+}
+
+/// Where a call's namespace came from: the request's `namespace` field, or
+/// the wait handle a request names its wait by (whose namespace part is
+/// checked as the handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NamespaceFrom {
+    Field,
+    Handle,
 }
 
 impl Call {
@@ -103,8 +114,28 @@ impl Call {
             principal: request.extensions().get::<Authenticated>().map(|found| found.0.clone()),
             namespace: namespace.to_owned(),
             valid_namespace: validate::namespace(namespace.to_owned()).ok(),
+            namespace_from: NamespaceFrom::Field,
             subject: Subject::None,
             audited: false,
+        }
+    }
+
+    /// The same call, its namespace read from the wait handle the request
+    /// names its wait by.
+    fn namespace_from_handle(mut self) -> Call {
+        self.namespace_from = NamespaceFrom::Handle;
+        self
+    }
+
+    /// The call's namespace as validated when the call was made, or what is
+    /// wrong with it (worked out again only then, to name it).
+    fn checked_namespace(&self) -> Result<String> {
+        if let Some(namespace) = &self.valid_namespace {
+            return Ok(namespace.clone());
+        }
+        match self.namespace_from {
+            NamespaceFrom::Field => validate::namespace(self.namespace.clone()),
+            NamespaceFrom::Handle => Err(validate::malformed_handle()),
         }
     }
 
@@ -148,15 +179,20 @@ impl Shared {
         self.store_trouble.notified().await
     }
 
-    /// Every call passes here: it is admitted first, and `handler` (not
-    /// yet started) runs only if it is; errors become statuses through the
-    /// one table, a store failure wakes the health monitor at once, and
-    /// denials and audited calls are written to the audit log.
-    pub async fn answer<T>(&self, call: Call, handler: impl Future<Output = Result<T>>) -> Result<Response<T>, Status> {
+    /// Every call passes here: it is admitted first, and `handler` runs
+    /// only if it is and its namespace is valid, given that namespace as
+    /// the call validated it (once: handlers do not check it again); errors
+    /// become statuses through the one table, a store failure wakes the
+    /// health monitor at once, and denials and audited calls are written to
+    /// the audit log.
+    pub async fn answer<T, F>(&self, call: Call, handler: impl FnOnce(String) -> F) -> Result<Response<T>, Status>
+    where
+        F: Future<Output = Result<T>>,
+    {
         let (principal, admitted) = self.admit(&call);
         let labelled = admitted.is_ok();
-        let result = match admitted {
-            Ok(()) => handler.await,
+        let result = match admitted.and_then(|()| call.checked_namespace()) {
+            Ok(namespace) => handler(namespace).await,
             Err(error) => Err(error),
         };
         // A request the open breaker refused tells the monitor nothing new.
@@ -229,8 +265,7 @@ impl Shared {
         };
         let verdict = match &call.valid_namespace {
             Some(namespace) => auth::authorize(&principal, call.rpc, namespace).map_err(permission_denied),
-            // Validated again only to name what is wrong with it.
-            None => validate::namespace(call.namespace.clone()).map(drop),
+            None => call.checked_namespace().map(drop),
         };
         (Some(principal), verdict)
     }

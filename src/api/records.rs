@@ -30,9 +30,8 @@ impl RecordApi {
         RecordApi { shared }
     }
 
-    async fn put_records(&self, req: PutRecordsRequest) -> Result<PutRecordsResponse> {
+    async fn put_records(&self, namespace: String, req: PutRecordsRequest) -> Result<PutRecordsResponse> {
         let limits = self.shared.limits();
-        let namespace = validate::namespace(req.namespace)?;
         if req.records.is_empty() {
             return Err(Error::invalid("records", InvalidReason::Required, "is required"));
         }
@@ -63,7 +62,7 @@ impl RecordApi {
         Ok(PutRecordsResponse { recorded_at: Some(timestamp(recorded_at)) })
     }
 
-    async fn list_records(&self, req: ListRecordsRequest) -> Result<ListRecordsResponse> {
+    async fn list_records(&self, namespace: String, req: ListRecordsRequest) -> Result<ListRecordsResponse> {
         let limits = self.shared.limits();
         let optional = |field: &str, value: String| -> Result<Option<String>> {
             let value = validate::record_text(field, value, limits::RECORD_ID_BYTES_MAX, Optional)?;
@@ -77,7 +76,7 @@ impl RecordApi {
             false => validate::RECORDS_TOKEN_BYTES_MAX,
         };
         let query = RecordQuery {
-            namespace: validate::namespace(req.namespace)?,
+            namespace,
             turn_id: (!turn_id.is_empty()).then_some(turn_id),
             scope: (req.has_scope || !scope.is_empty()).then_some(scope),
             kind: validate::kind("kind", req.kind, Required)?,
@@ -116,9 +115,8 @@ impl RecordApi {
         Ok(ListRecordsResponse { entries, next_page_token })
     }
 
-    async fn delete_records(&self, mut req: DeleteRecordsRequest) -> Result<DeleteRecordsResponse> {
+    async fn delete_records(&self, namespace: String, mut req: DeleteRecordsRequest) -> Result<DeleteRecordsResponse> {
         let limits = self.shared.limits();
-        let namespace = validate::namespace(std::mem::take(&mut req.namespace))?;
         if req.turn_ids.len() > limits::DELETE_SELECTORS_MAX {
             let max = limits::DELETE_SELECTORS_MAX;
             return Err(Error::invalid("turn_ids", InvalidReason::TooLong, format!("must hold at most {max} turns")));
@@ -138,8 +136,7 @@ impl RecordApi {
         Ok(DeleteRecordsResponse { deleted: i64::try_from(deleted).unwrap_or(i64::MAX) })
     }
 
-    async fn copy_turn(&self, req: CopyTurnRequest) -> Result<CopyTurnResponse> {
-        let namespace = validate::namespace(req.namespace)?;
+    async fn copy_turn(&self, namespace: String, req: CopyTurnRequest) -> Result<CopyTurnResponse> {
         let source = validate::id("source_turn_id", req.source_turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         let target = validate::id("target_turn_id", req.target_turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         if source == target {
@@ -300,7 +297,7 @@ fn to_pb(stored: StoredRecord) -> pb::Record {
 impl RecordService for RecordApi {
     async fn put_records(&self, request: Request<PutRecordsRequest>) -> Result<Response<PutRecordsResponse>, Status> {
         let call = Call::new(Rpc::PutRecords, &request, &request.get_ref().namespace);
-        self.shared.answer(call, RecordApi::put_records(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| RecordApi::put_records(self, namespace, request.into_inner())).await
     }
 
     async fn list_records(
@@ -309,7 +306,7 @@ impl RecordService for RecordApi {
     ) -> Result<Response<ListRecordsResponse>, Status> {
         let call =
             Call::new(Rpc::ListRecords, &request, &request.get_ref().namespace).turn_id(&request.get_ref().turn_id);
-        self.shared.answer(call, RecordApi::list_records(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| RecordApi::list_records(self, namespace, request.into_inner())).await
     }
 
     async fn delete_records(
@@ -317,12 +314,12 @@ impl RecordService for RecordApi {
         request: Request<DeleteRecordsRequest>,
     ) -> Result<Response<DeleteRecordsResponse>, Status> {
         let call = Call::new(Rpc::DeleteRecords, &request, &request.get_ref().namespace).audited(true);
-        self.shared.answer(call, RecordApi::delete_records(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| RecordApi::delete_records(self, namespace, request.into_inner())).await
     }
 
     async fn copy_turn(&self, request: Request<CopyTurnRequest>) -> Result<Response<CopyTurnResponse>, Status> {
         let call =
             Call::new(Rpc::CopyTurn, &request, &request.get_ref().namespace).turn_id(&request.get_ref().target_turn_id);
-        self.shared.answer(call, RecordApi::copy_turn(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| RecordApi::copy_turn(self, namespace, request.into_inner())).await
     }
 }

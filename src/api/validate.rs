@@ -506,6 +506,12 @@ fn bad_token() -> Error {
     Error::invalid("page_token", InvalidReason::BadPageToken, "is not a page token this request can continue from")
 }
 
+/// A wait handle that is not one stepwell made, or names what no request
+/// could (its parts are checked as the fields they stand for).
+pub fn malformed_handle() -> Error {
+    Error::invalid("handle", InvalidReason::Malformed, "is not a wait handle")
+}
+
 fn required_field(field: &str) -> Error {
     Error::invalid(field, InvalidReason::Required, "is required")
 }

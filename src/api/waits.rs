@@ -47,9 +47,8 @@ impl WaitApi {
         WaitApi { shared }
     }
 
-    async fn create_wait(&self, req: CreateWaitRequest) -> Result<CreateWaitResponse> {
+    async fn create_wait(&self, namespace: String, req: CreateWaitRequest) -> Result<CreateWaitResponse> {
         let limits = self.shared.limits();
-        let namespace = validate::namespace(req.namespace)?;
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Required)?;
         let mut name = validate::id("name", req.name, limits::WAIT_NAME_BYTES_MAX, Optional)?;
         if name.is_empty() {
@@ -73,9 +72,9 @@ impl WaitApi {
         Ok(CreateWaitResponse { wait: Some(to_pb(wait)), created })
     }
 
-    async fn signal(&self, req: SignalRequest, principal: String) -> Result<SignalResponse> {
+    async fn signal(&self, namespace: String, req: SignalRequest, principal: String) -> Result<SignalResponse> {
         let limits = self.shared.limits();
-        let naming = Naming { namespace: req.namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
+        let naming = Naming { namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
         let key = wait_key(naming)?;
         validate::bytes("payload", &req.payload, limits.wait_payload_bytes_max)?;
         let fence = match req.fence {
@@ -106,8 +105,13 @@ impl WaitApi {
         Ok(SignalResponse { wait: Some(to_pb(wait)), settled })
     }
 
-    async fn cancel_wait(&self, req: CancelWaitRequest, principal: String) -> Result<CancelWaitResponse> {
-        let naming = Naming { namespace: req.namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
+    async fn cancel_wait(
+        &self,
+        namespace: String,
+        req: CancelWaitRequest,
+        principal: String,
+    ) -> Result<CancelWaitResponse> {
+        let naming = Naming { namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
         let settle = Settle {
             key: wait_key(naming)?,
             status: WaitStatus::Cancelled,
@@ -135,16 +139,16 @@ impl WaitApi {
         }
     }
 
-    async fn get_wait(&self, req: GetWaitRequest) -> Result<GetWaitResponse> {
-        let naming = Naming { namespace: req.namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
+    async fn get_wait(&self, namespace: String, req: GetWaitRequest) -> Result<GetWaitResponse> {
+        let naming = Naming { namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
         let key = wait_key(naming)?;
         let wait = self.shared.store()?.get_wait(&key).await?.ok_or(Error::WaitNotFound)?;
         Ok(GetWaitResponse { wait: Some(to_pb(wait)) })
     }
 
-    async fn await_wait(&self, req: AwaitRequest) -> Result<AwaitResponse> {
+    async fn await_wait(&self, namespace: String, req: AwaitRequest) -> Result<AwaitResponse> {
         let limits = self.shared.limits();
-        let naming = Naming { namespace: req.namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
+        let naming = Naming { namespace, turn_id: req.turn_id, name: req.name, handle: req.handle };
         let key = wait_key(naming)?;
         let default = limits::AWAIT_TIMEOUT_DEFAULT.min(limits.await_timeout_max);
         let timeout = validate::duration("timeout", req.timeout, default, limits.await_timeout_max)?;
@@ -175,7 +179,7 @@ impl WaitApi {
         Ok(AwaitResponse { wait: Some(to_pb(wait)) })
     }
 
-    async fn list_waits(&self, req: ListWaitsRequest) -> Result<ListWaitsResponse> {
+    async fn list_waits(&self, namespace: String, req: ListWaitsRequest) -> Result<ListWaitsResponse> {
         let limits = self.shared.limits();
         let turn_id = validate::id("turn_id", req.turn_id, limits::TURN_ID_BYTES_MAX, Optional)?;
         let status = match pb::WaitStatus::try_from(req.status) {
@@ -184,7 +188,7 @@ impl WaitApi {
             Err(_) => return Err(Error::invalid("status", InvalidReason::OutOfRange, "is not a WaitStatus value")),
         };
         let query = WaitQuery {
-            namespace: validate::namespace(req.namespace)?,
+            namespace,
             turn_id: (!turn_id.is_empty()).then_some(turn_id),
             status,
             resolve_before: validate::optional_timestamp("resolve_before", req.resolve_before)?,
@@ -201,11 +205,13 @@ impl WaitApi {
 }
 
 /// The wait a request names, by (turn_id, name) or by handle, never both;
-/// with a handle, the namespace is empty or the handle's.
+/// with a handle, the namespace is empty or the handle's. `naming.namespace`
+/// is the call's, as `Shared::answer` validated it: the request's, or the
+/// handle's when the request names none (see `call`).
 fn wait_key(naming: Naming) -> Result<WaitKey> {
     if naming.handle.is_empty() {
         return Ok(WaitKey {
-            namespace: validate::namespace(naming.namespace)?,
+            namespace: naming.namespace,
             turn_id: validate::id("turn_id", naming.turn_id, limits::TURN_ID_BYTES_MAX, Required)?,
             name: validate::id("name", naming.name, limits::WAIT_NAME_BYTES_MAX, Required)?,
         });
@@ -217,25 +223,15 @@ fn wait_key(naming: Naming) -> Result<WaitKey> {
     if !naming.name.is_empty() {
         return Err(not_with_handle("name"));
     }
-    let malformed = || Error::invalid("handle", InvalidReason::Malformed, "is not a wait handle");
-    let key = WaitKey::from_handle(&naming.handle).ok_or_else(malformed)?;
-    if !naming.namespace.is_empty() && naming.namespace != key.namespace {
+    let key = WaitKey::from_handle(&naming.handle).ok_or_else(validate::malformed_handle)?;
+    if naming.namespace != key.namespace {
         return Err(Error::invalid("namespace", InvalidReason::Malformed, "must be empty or the handle's namespace"));
     }
-    // A handle is checked as the fields it stands for, under its own name.
-    let checked = validate::namespace(key.namespace.clone()).is_ok()
-        && validate::id("handle", key.turn_id.clone(), limits::TURN_ID_BYTES_MAX, Required).is_ok()
+    // A handle is checked as the fields it stands for, under its own name
+    // (its namespace, as the call's, already was).
+    let checked = validate::id("handle", key.turn_id.clone(), limits::TURN_ID_BYTES_MAX, Required).is_ok()
         && validate::id("handle", key.name.clone(), limits::WAIT_NAME_BYTES_MAX, Required).is_ok();
-    if checked { Ok(key) } else { Err(malformed()) }
-}
-
-/// The namespace a call acts in, for authorization: the request's, or,
-/// when it names its wait by handle alone, the handle's.
-fn call_namespace<'a>(namespace: &'a str, handle: &str) -> std::borrow::Cow<'a, str> {
-    match WaitKey::from_handle(handle) {
-        Some(key) if namespace.is_empty() => std::borrow::Cow::Owned(key.namespace),
-        _ => std::borrow::Cow::Borrowed(namespace),
-    }
+    if checked { Ok(key) } else { Err(validate::malformed_handle()) }
 }
 
 /// The principal that admission authenticated, as `settled_by` names it
@@ -281,9 +277,17 @@ pub fn to_pb(wait: Wait) -> pb::Wait {
     }
 }
 
-/// A call of `rpc` on the wait a request names, for admission and the audit log.
+/// A call of `rpc` on the wait a request names, for admission and the audit
+/// log: in the request's namespace, or, when it names its wait by handle
+/// alone, in the handle's (a handle whose namespace is not valid is refused
+/// as a malformed handle).
 fn call<T>(rpc: Rpc, request: &Request<T>, namespace: &str, turn_id: &str, handle: &str) -> Call {
-    Call::new(rpc, request, &call_namespace(namespace, handle)).turn_id(turn_id)
+    match WaitKey::from_handle(handle) {
+        Some(key) if namespace.is_empty() => {
+            Call::new(rpc, request, &key.namespace).namespace_from_handle().turn_id(turn_id)
+        }
+        _ => Call::new(rpc, request, namespace).turn_id(turn_id),
+    }
 }
 
 #[tonic::async_trait]
@@ -291,38 +295,40 @@ impl WaitService for WaitApi {
     async fn create_wait(&self, request: Request<CreateWaitRequest>) -> Result<Response<CreateWaitResponse>, Status> {
         let r = request.get_ref();
         let call = call(Rpc::CreateWait, &request, &r.namespace, &r.turn_id, "");
-        self.shared.answer(call, WaitApi::create_wait(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| WaitApi::create_wait(self, namespace, request.into_inner())).await
     }
 
     async fn signal(&self, request: Request<SignalRequest>) -> Result<Response<SignalResponse>, Status> {
         let r = request.get_ref();
         let call = call(Rpc::Signal, &request, &r.namespace, &r.turn_id, &r.handle);
         let principal = principal(&request);
-        self.shared.answer(call, WaitApi::signal(self, request.into_inner(), principal)).await
+        self.shared.answer(call, |namespace| WaitApi::signal(self, namespace, request.into_inner(), principal)).await
     }
 
     async fn r#await(&self, request: Request<AwaitRequest>) -> Result<Response<AwaitResponse>, Status> {
         let r = request.get_ref();
         let call = call(Rpc::Await, &request, &r.namespace, &r.turn_id, &r.handle);
-        self.shared.answer(call, WaitApi::await_wait(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| WaitApi::await_wait(self, namespace, request.into_inner())).await
     }
 
     async fn get_wait(&self, request: Request<GetWaitRequest>) -> Result<Response<GetWaitResponse>, Status> {
         let r = request.get_ref();
         let call = call(Rpc::GetWait, &request, &r.namespace, &r.turn_id, &r.handle);
-        self.shared.answer(call, WaitApi::get_wait(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| WaitApi::get_wait(self, namespace, request.into_inner())).await
     }
 
     async fn list_waits(&self, request: Request<ListWaitsRequest>) -> Result<Response<ListWaitsResponse>, Status> {
         let r = request.get_ref();
         let call = call(Rpc::ListWaits, &request, &r.namespace, &r.turn_id, "");
-        self.shared.answer(call, WaitApi::list_waits(self, request.into_inner())).await
+        self.shared.answer(call, |namespace| WaitApi::list_waits(self, namespace, request.into_inner())).await
     }
 
     async fn cancel_wait(&self, request: Request<CancelWaitRequest>) -> Result<Response<CancelWaitResponse>, Status> {
         let r = request.get_ref();
         let call = call(Rpc::CancelWait, &request, &r.namespace, &r.turn_id, &r.handle);
         let principal = principal(&request);
-        self.shared.answer(call, WaitApi::cancel_wait(self, request.into_inner(), principal)).await
+        self.shared
+            .answer(call, |namespace| WaitApi::cancel_wait(self, namespace, request.into_inner(), principal))
+            .await
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use stepwell::api::pb::{CancelWaitRequest, GetWaitRequest, ListWaitsRequest, SignalRequest, WaitStatus};
+use stepwell::domain::waits::WaitKey;
 use stepwell_test_support::errors::assert_invalid;
 use stepwell_test_support::sidecar::Sidecar;
 use tonic::Code;
@@ -144,6 +145,11 @@ async fn a_handle_with_a_turn_or_a_name_is_invalid_and_so_is_a_made_up_handle() 
     assert_invalid(&client.get_wait(other_namespace).await.expect_err("refused"), "namespace", "FIELD_MALFORMED");
     let made_up = GetWaitRequest { handle: "wt1_nonsense!".into(), ..Default::default() };
     assert_invalid(&client.get_wait(made_up).await.expect_err("refused"), "handle", "FIELD_MALFORMED");
+    // A well-formed handle that names a namespace no request could is a
+    // malformed handle too, not a malformed namespace.
+    let key = WaitKey { namespace: "Not Valid".into(), turn_id: "t1".into(), name: "w".into() };
+    let bad_namespace = GetWaitRequest { handle: key.handle(), ..Default::default() };
+    assert_invalid(&client.get_wait(bad_namespace).await.expect_err("refused"), "handle", "FIELD_MALFORMED");
     let neither = GetWaitRequest::default();
     assert_invalid(&client.get_wait(neither).await.expect_err("refused"), "turn_id", "FIELD_REQUIRED");
 }
