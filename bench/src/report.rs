@@ -712,18 +712,8 @@ pub fn markdown(results: &Results) -> String {
 
 /// An RFC 3339 UTC time from Unix seconds.
 pub fn utc(unix_seconds: u64) -> String {
-    let days = (unix_seconds / 86_400) as i64;
+    let (year, month, day) = stepwell::domain::clock::civil_from_days((unix_seconds / 86_400) as i64);
     let seconds_of_day = unix_seconds % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         seconds_of_day / 3600,
