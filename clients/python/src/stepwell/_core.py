@@ -65,8 +65,35 @@ from .v1 import checkpoint_pb2 as cp
 from .v1 import idempotency_pb2 as ip
 from .v1 import records_pb2 as rp
 from .v1 import waits_pb2 as wp
+from .v1 import checkpoint_pb2_grpc as cp_grpc
+from .v1 import idempotency_pb2_grpc as ip_grpc
+from .v1 import records_pb2_grpc as rec_grpc
+from .v1 import waits_pb2_grpc as wp_grpc
 
 T = TypeVar("T")
+
+
+def attach(
+    client: Any,
+    channel: Any,
+    target: str,
+    namespace: str,
+    timeout: float,
+    retry: Optional[RetryPolicy],
+    metadata: Optional[Sequence[Tuple[str, str]]],
+) -> None:
+    """Gives a client (either one) its channel, its settings and the raw
+    one-to-one stubs of the four services."""
+    client._channel = channel
+    client.target = target
+    client.namespace = namespace
+    client.timeout = timeout
+    client.retry = retry or RetryPolicy()
+    client.metadata = list(metadata or [])
+    client.checkpoint_stub = cp_grpc.CheckpointServiceStub(channel)
+    client.idempotency_stub = ip_grpc.IdempotencyServiceStub(channel)
+    client.record_stub = rec_grpc.RecordServiceStub(channel)
+    client.wait_stub = wp_grpc.WaitServiceStub(channel)
 
 # once() tells here (WARNING) when a call waits for another holder's lease.
 log = logging.getLogger("stepwell")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import ipaddress
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import grpc
 import grpc.aio
+
+from ._common import channel_target
 
 PemSource = Union[None, str, bytes, "os.PathLike[str]"]
 
@@ -220,3 +222,34 @@ def resolve_credentials(
     if tls is not None and tls is not False:
         raise TypeError("tls must be a stepwell.TLS, True or None")
     return credentials, []
+
+
+class ChannelPlan(NamedTuple):
+    """What a client's channel is made of, as both clients make it."""
+
+    address: str
+    credentials: Optional[grpc.ChannelCredentials]
+    options: List[Tuple[str, Any]]
+    token: Optional[_Secret]
+
+
+def plan_channel(
+    target: str,
+    token: Optional[str],
+    tls: Union[None, bool, TLS],
+    credentials: Optional[grpc.ChannelCredentials],
+    metadata: Optional[Sequence[Tuple[str, str]]],
+    options: Optional[Sequence[Tuple[str, Any]]],
+) -> ChannelPlan:
+    """Checks a client's channel arguments (a token only with one source of
+    authorization, and never in plaintext beyond this host) and returns
+    the address, credentials (None: plaintext), options and token."""
+    address, extra = channel_target(target)
+    secret = None
+    if token is not None:
+        secret = check_token(token)
+        refuse_duplicate_authorization(metadata)
+    credentials, tls_options = resolve_credentials(tls, credentials)
+    if secret is not None and credentials is None:
+        refuse_plaintext_token(address)
+    return ChannelPlan(address, credentials, list(extra) + tls_options + list(options or []), secret)

@@ -18,23 +18,12 @@ import grpc.aio
 from . import _common as c
 from . import _core
 from ._common import DurationLike, RetryPolicy, TimestampLike
-from ._security import (
-    TLS,
-    AsyncBearerTokenInterceptor,
-    check_token,
-    refuse_duplicate_authorization,
-    refuse_plaintext_token,
-    resolve_credentials,
-)
+from ._security import TLS, AsyncBearerTokenInterceptor, plan_channel
 from ._tracing import async_interceptors
 from .v1 import checkpoint_pb2 as cp
-from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2 as ip
-from .v1 import idempotency_pb2_grpc as ip_grpc
 from .v1 import records_pb2 as rp
-from .v1 import records_pb2_grpc as rec_grpc
 from .v1 import waits_pb2 as wp
-from .v1 import waits_pb2_grpc as wp_grpc
 
 T = TypeVar("T")
 
@@ -59,29 +48,15 @@ class AsyncClient:
         metadata: Optional[Sequence[Tuple[str, str]]] = None,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
     ) -> None:
-        addr, extra = c.channel_target(target)
-        secret = None
-        if token is not None:
-            secret = check_token(token)
-            refuse_duplicate_authorization(metadata)
-        credentials, tls_opts = resolve_credentials(tls, credentials)
-        if secret is not None and credentials is None:
-            refuse_plaintext_token(addr)
-        opts = list(extra) + tls_opts + list(options or [])
-        interceptors = async_interceptors() + ([AsyncBearerTokenInterceptor(secret)] if secret is not None else [])
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(addr, options=opts, interceptors=interceptors or None)
+        plan = plan_channel(target, token, tls, credentials, metadata, options)
+        interceptors = async_interceptors() + ([AsyncBearerTokenInterceptor(plan.token)] if plan.token is not None else [])
+        if plan.credentials is None:
+            channel = grpc.aio.insecure_channel(plan.address, options=plan.options, interceptors=interceptors or None)
         else:
-            self._channel = grpc.aio.secure_channel(addr, credentials, options=opts, interceptors=interceptors or None)
-        self.target = target
-        self.namespace = namespace
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        self.metadata = list(metadata or [])
-        self.checkpoint_stub = cp_grpc.CheckpointServiceStub(self._channel)
-        self.idempotency_stub = ip_grpc.IdempotencyServiceStub(self._channel)
-        self.record_stub = rec_grpc.RecordServiceStub(self._channel)
-        self.wait_stub = wp_grpc.WaitServiceStub(self._channel)
+            channel = grpc.aio.secure_channel(
+                plan.address, plan.credentials, options=plan.options, interceptors=interceptors or None
+            )
+        _core.attach(self, channel, target, namespace, timeout, retry, metadata)
 
     async def close(self) -> None:
         await self._channel.close()

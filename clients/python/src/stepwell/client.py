@@ -19,23 +19,12 @@ from . import _core
 from ._common import DurationLike, OnceContext, RetryPolicy, TimestampLike  # noqa: F401
 from ._core import takes_once_context as _takes_once_context  # noqa: F401  (kept importable)
 from ._core import turn_status  # noqa: F401  (kept importable)
-from ._security import (
-    TLS,
-    BearerTokenInterceptor,
-    check_token,
-    refuse_duplicate_authorization,
-    refuse_plaintext_token,
-    resolve_credentials,
-)
+from ._security import TLS, BearerTokenInterceptor, plan_channel
 from ._tracing import sync_interceptors
 from .v1 import checkpoint_pb2 as cp
-from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2 as ip
-from .v1 import idempotency_pb2_grpc as ip_grpc
 from .v1 import records_pb2 as rp
-from .v1 import records_pb2_grpc as rec_grpc
 from .v1 import waits_pb2 as wp
-from .v1 import waits_pb2_grpc as wp_grpc
 
 T = TypeVar("T")
 
@@ -79,32 +68,16 @@ class Client:
         metadata: Optional[Sequence[Tuple[str, str]]] = None,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
     ) -> None:
-        addr, extra = c.channel_target(target)
-        secret = None
-        if token is not None:
-            secret = check_token(token)
-            refuse_duplicate_authorization(metadata)
-        credentials, tls_opts = resolve_credentials(tls, credentials)
-        if secret is not None and credentials is None:
-            refuse_plaintext_token(addr)
-        opts = list(extra) + tls_opts + list(options or [])
-        if credentials is None:
-            channel = grpc.insecure_channel(addr, options=opts)
+        plan = plan_channel(target, token, tls, credentials, metadata, options)
+        if plan.credentials is None:
+            channel = grpc.insecure_channel(plan.address, options=plan.options)
         else:
-            channel = grpc.secure_channel(addr, credentials, options=opts)
+            channel = grpc.secure_channel(plan.address, plan.credentials, options=plan.options)
         # The interceptors wrap the channel itself, so the raw stubs send the token
         # and the trace context too.
-        interceptors = sync_interceptors() + ([BearerTokenInterceptor(secret)] if secret is not None else [])
-        self._channel = grpc.intercept_channel(channel, *interceptors) if interceptors else channel
-        self.target = target
-        self.namespace = namespace
-        self.timeout = timeout
-        self.retry = retry or RetryPolicy()
-        self.metadata = list(metadata or [])
-        self.checkpoint_stub = cp_grpc.CheckpointServiceStub(self._channel)
-        self.idempotency_stub = ip_grpc.IdempotencyServiceStub(self._channel)
-        self.record_stub = rec_grpc.RecordServiceStub(self._channel)
-        self.wait_stub = wp_grpc.WaitServiceStub(self._channel)
+        interceptors = sync_interceptors() + ([BearerTokenInterceptor(plan.token)] if plan.token is not None else [])
+        channel = grpc.intercept_channel(channel, *interceptors) if interceptors else channel
+        _core.attach(self, channel, target, namespace, timeout, retry, metadata)
 
     # -- plumbing ---------------------------------------------------------
 
