@@ -39,12 +39,15 @@ const SID = "both/ß 1!";
 /** The Python side: STEPWELL_TEST_XLANG_ADK_PY, or the Python client's tests/adk/xlang_adk_py.py. */
 const XLANG_PY = process.env.STEPWELL_TEST_XLANG_ADK_PY || resolve(PKG_ROOT, "../python/tests/adk/xlang_adk_py.py");
 
-/** The Python with stepwell.adk and google-adk: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. */
+let probedPython: string | undefined;
+/** The Python with stepwell.adk and google-adk: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. Probed once (the probe imports the SDK, seconds of CPU), then reused. */
 function python(): string {
+  if (probedPython) return probedPython;
   const py = process.env.STEPWELL_TEST_PYTHON || join(process.env.STEPWELL_CACHE_DIR || join(homedir(), ".cache", "stepwell"), "py-test", "bin", "python");
   const probe = existsSync(py) ? spawnSync(py, ["-c", "import stepwell.adk, google.adk"], { encoding: "utf8" }) : undefined;
   if (probe?.status !== 0) throw new Error(`no Python with stepwell.adk and google-adk at ${py} (set STEPWELL_TEST_PYTHON): ${probe?.stderr || "missing"}`);
   if (!existsSync(XLANG_PY)) throw new Error(`the Python side ${XLANG_PY} is missing`);
+  probedPython = py;
   return py;
 }
 

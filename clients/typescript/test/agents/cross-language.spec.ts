@@ -25,12 +25,15 @@ import { BACKENDS, client, shape, startBackend } from "./harness.js";
 /** The Python side: STEPWELL_TEST_XLANG_PY, or the Python client's tests/agents/xlang_py.py. */
 const XLANG_PY = process.env.STEPWELL_TEST_XLANG_PY || resolve(PKG_ROOT, "../python/tests/agents/xlang_py.py");
 
-/** The Python with stepwell.agents and openai-agents: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. */
+let probedPython: string | undefined;
+/** The Python with stepwell.agents and openai-agents: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. Probed once (the probe imports the SDK, seconds of CPU), then reused. */
 function python(): string {
+  if (probedPython) return probedPython;
   const py = process.env.STEPWELL_TEST_PYTHON || join(process.env.STEPWELL_CACHE_DIR || join(homedir(), ".cache", "stepwell"), "py-test", "bin", "python");
   const probe = existsSync(py) ? spawnSync(py, ["-c", "import stepwell.agents, agents"], { encoding: "utf8" }) : undefined;
   if (probe?.status !== 0) throw new Error(`no Python with stepwell.agents and openai-agents at ${py} (set STEPWELL_TEST_PYTHON): ${probe?.stderr || "missing"}`);
   if (!existsSync(XLANG_PY)) throw new Error(`the Python side ${XLANG_PY} is missing`);
+  probedPython = py;
   return py;
 }
 

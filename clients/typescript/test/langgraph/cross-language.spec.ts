@@ -34,13 +34,16 @@ const PEER_WAIT_MS = 60_000;
 /** A metadata filter both languages' checkpoints match: LangGraph's own keys, which both write alike. */
 const LOOP = { source: "loop" };
 
-/** The Python with stepwell.langgraph: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. */
+let probedPython: string | undefined;
+/** The Python with stepwell.langgraph: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. Probed once (the probe imports the SDK, seconds of CPU), then reused. */
 function python(): string {
+  if (probedPython) return probedPython;
   const py = process.env.STEPWELL_TEST_PYTHON || join(process.env.STEPWELL_CACHE_DIR || join(homedir(), ".cache", "stepwell"), "py-test", "bin", "python");
   const probe = existsSync(py) ? spawnSync(py, ["-c", "import stepwell.langgraph, langgraph.graph"], { encoding: "utf8" }) : undefined;
   if (probe?.status !== 0) {
     throw new Error(`no Python with stepwell.langgraph at ${py} (run clients/python/test first, or set STEPWELL_TEST_PYTHON): ${probe?.stderr || "missing"}`);
   }
+  probedPython = py;
   return py;
 }
 
