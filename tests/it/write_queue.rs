@@ -119,7 +119,9 @@ async fn a_write_whose_caller_gave_up_while_queued_is_never_stored() {
         for i in 0.. {
             let turn = format!("gave-up-{i}");
             let mut request = Request::new(checkpoint(&turn, "started", T0, "{}"));
-            request.set_timeout(Duration::from_millis(500));
+            // Long enough that an idle writer task takes the write into a
+            // batch before its caller gives up, even on a loaded machine.
+            request.set_timeout(Duration::from_secs(2));
             let status = client.checkpoint(request).await.expect_err("no write is answered OK while locked");
             match status.code() {
                 Code::ResourceExhausted if accepted.len() >= 2 => return,
@@ -153,11 +155,13 @@ async fn a_write_whose_caller_gave_up_while_queued_is_never_stored() {
         }
     }
     // Every writer task (one on SQLite, several on Postgres) took one write
-    // into a batch that started before its caller gave up: those are stored.
-    // The last one accepted waited in the queue, and is not.
+    // into a batch, which, once started, commits though its caller has
+    // gone: those are stored (all of them, unless a writer task was so
+    // slow to run that a caller gave up before its batch began, when that
+    // write too was dropped unstored). The last one accepted waited in the
+    // queue while its caller gave up, and is never stored.
     let (abandoned, batched) = accepted.split_last().expect("two were accepted");
-    assert_eq!(
-        stored, batched,
-        "only the writes whose batches had started are stored, not {abandoned}, abandoned in the queue"
-    );
+    assert!(!stored.contains(abandoned), "{abandoned}, abandoned in the queue, is not stored: {stored:?}");
+    assert!(stored.iter().all(|turn| batched.contains(turn)), "{stored:?} were batched: {batched:?}");
+    assert!(!stored.is_empty(), "a batch that started commits after its caller gave up: {batched:?}");
 }
