@@ -20,6 +20,7 @@ pub(crate) mod migrations;
 pub mod postgres;
 mod rows;
 mod sql;
+pub(crate) mod sql_row;
 pub mod sqlite;
 pub mod waits;
 pub mod writer;

@@ -1,5 +1,5 @@
 //! The rows both backends read, and how each becomes a model value. The row
-//! types are `sqlx::FromRow` (through `sql_row!`) for Postgres's rows and are read from
+//! types are `sqlx::FromRow` (through `sql_row!`, `store/sql_row.rs`) for Postgres's rows and are read from
 //! SQLite's (rusqlite's) by column name (`from_sqlite`), so both backends
 //! decode a table the same way; whatever a row holds that the model cannot
 //! (a negative count, an unknown state, an error that is not UTF-8) is a
@@ -9,34 +9,9 @@ use std::collections::HashMap;
 
 use super::DbError;
 use super::batch::{CheckpointKey, checkpoint_key};
+use super::sql_row::sql_row;
 use crate::domain::keys::{Held, KeyRecord};
 use crate::domain::model::{NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary};
-
-/// A struct whose fields are a query's columns, and its `sqlx::FromRow`:
-/// each field read by its name, on either backend's rows. It is what
-/// `#[derive(sqlx::FromRow)]` writes; that derive's proc-macro would build
-/// both database drivers a second time, for the compiler.
-macro_rules! sql_row {
-    ($(#[$attr:meta])* $vis:vis struct $name:ident {
-        $($(#[$field_attr:meta])* $field_vis:vis $field:ident : $ty:ty),* $(,)?
-    }) => {
-        $(#[$attr])*
-        $vis struct $name {
-            $($(#[$field_attr])* $field_vis $field: $ty),*
-        }
-
-        impl<'r, R: ::sqlx::Row> ::sqlx::FromRow<'r, R> for $name
-        where
-            &'r str: ::sqlx::ColumnIndex<R>,
-            $($ty: ::sqlx::Decode<'r, R::Database> + ::sqlx::Type<R::Database>,)*
-        {
-            fn from_row(row: &'r R) -> Result<Self, ::sqlx::Error> {
-                Ok($name { $($field: row.try_get(stringify!($field))?),* })
-            }
-        }
-    };
-}
-pub(crate) use sql_row;
 
 /// A row the model cannot represent: the database holds what stepwell never writes.
 pub fn decode_error(what: String) -> DbError {

@@ -7,7 +7,7 @@
 //! through `create` and `settle_one`, one after another in the batch's
 //! transaction, after its other writes, and checks a Signal's fence first.
 
-use crate::store::rows::sql_row;
+use crate::store::sql_row::sql_row;
 use async_trait::async_trait;
 
 use super::DbError;

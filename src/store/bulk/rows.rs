@@ -3,7 +3,7 @@
 //! serde form is the export's lines, bytes as base64), with what each row
 //! counts against a chunk's byte budget.
 
-use crate::store::rows::sql_row;
+use crate::store::sql_row::sql_row;
 use serde::{Deserialize, Serialize};
 
 sql_row! {

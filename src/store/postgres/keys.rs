@@ -13,7 +13,7 @@
 //! checks every answer against a model of the contract written apart from
 //! these rules; the contention tests run it beside the general path.
 
-use crate::store::rows::sql_row;
+use crate::store::sql_row::sql_row;
 use sqlx::postgres::PgConnection;
 
 use crate::domain::clock::Clock;
