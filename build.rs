@@ -15,8 +15,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
-    // The migrations are embedded by `sqlx::migrate!`, which a new file alone
-    // would not make cargo compile again.
+    // The migrations are embedded by `store/migrations.rs`, whose test holds
+    // its list to the folders: a new file alone compiles the crate again, so
+    // that the test sees it.
     println!("cargo:rerun-if-changed=migrations");
     let fds = protox::compile(protos, ["proto"])?;
     // Cargo hands a build script its output directory in the environment.
