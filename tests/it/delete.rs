@@ -29,23 +29,24 @@ type Counts = BTreeMap<String, (i64, Option<i64>)>;
 
 /// Every turn of the log or of the summaries, with both counts.
 async fn counts(inspector: &Inspector) -> Counts {
-    const LOG: &str = "SELECT turn_id, count(*) FROM checkpoints GROUP BY turn_id";
-    const SUMMARIES: &str = "SELECT turn_id, checkpoint_count FROM turns";
-    type Rows = Result<Vec<(String, i64)>, sqlx::Error>;
-    let (log, summaries): (Rows, Rows) = match inspector {
-        Inspector::Sqlite(pool) => {
-            (sqlx::query_as(LOG).fetch_all(pool).await, sqlx::query_as(SUMMARIES).fetch_all(pool).await)
-        }
-        Inspector::Postgres(pool) => {
-            (sqlx::query_as(LOG).fetch_all(pool).await, sqlx::query_as(SUMMARIES).fetch_all(pool).await)
-        }
+    // One statement, so one snapshot: a chunk whose commit lands while this
+    // reads (a killed sidecar's last COMMIT may still be under way on the
+    // server) is seen in both the log and the summaries, or in neither.
+    const BOTH: &str = "SELECT 'log', turn_id, count(*) FROM checkpoints GROUP BY turn_id \
+        UNION ALL SELECT 'summary', turn_id, CAST(checkpoint_count AS BIGINT) FROM turns";
+    type Rows = Result<Vec<(String, String, i64)>, sqlx::Error>;
+    let rows: Rows = match inspector {
+        Inspector::Sqlite(pool) => sqlx::query_as(BOTH).fetch_all(pool).await,
+        Inspector::Postgres(pool) => sqlx::query_as(BOTH).fetch_all(pool).await,
     };
     let mut counts = Counts::new();
-    for (turn, n) in log.expect("count the log") {
-        counts.entry(turn).or_insert((0, None)).0 = n;
-    }
-    for (turn, n) in summaries.expect("read the summaries") {
-        counts.entry(turn).or_insert((0, None)).1 = Some(n);
+    for (source, turn, n) in rows.expect("count the log and read the summaries") {
+        let entry = counts.entry(turn).or_insert((0, None));
+        if source == "log" {
+            entry.0 = n;
+        } else {
+            entry.1 = Some(n);
+        }
     }
     counts
 }
