@@ -13,6 +13,9 @@ TypeScript agent started on stepwell, and to read the session back.
         prints the session as JSON: {"events": [each event's
         model_dump(mode="json", exclude_none=True, by_alias=True)], "state",
         "lastUpdateTime"} (times in seconds, as ADK's Python keeps them)
+    python xlang_adk_py.py serve
+        runs those commands, each a line of stdin, in this one process
+        (../xlang_serve.py), as the TypeScript client's specs do
 
 The agent is the TypeScript tests' agent in Python: named "assistant", its
 model answers the newest user text "call NAME ARG" with a call of tool NAME
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import sys
 from typing import Any, AsyncGenerator, Dict
 
@@ -42,6 +46,9 @@ from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from stepwell.adk import StepwellSessionService
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from xlang_serve import serve  # noqa: E402
 
 
 def _last_turn(request: LlmRequest) -> tuple:
@@ -118,4 +125,7 @@ async def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    if sys.argv[1:] == ["serve"]:
+        serve(main)
+    else:
+        asyncio.run(main(sys.argv[1:]))

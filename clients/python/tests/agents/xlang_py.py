@@ -10,6 +10,9 @@ way round.
     python xlang_py.py <address> <namespace> <session_id> run <prompt>
         runs one agent turn on the session with a fake model that answers
         "py:" + the last user message's text, and prints the final output
+    python xlang_py.py serve
+        runs those commands, each a line of stdin, in this one process
+        (xlang_serve.py), as the TypeScript client's specs do
 
 Run it with a Python that has the client and openai-agents==0.24.0 (the
 test virtualenv of clients/python/test). It exits non-zero, with the error
@@ -24,11 +27,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agents import Agent, Runner, set_tracing_disabled  # noqa: E402
 
 from ag_model import echo_model  # noqa: E402
 from stepwell.agents import StepwellSession  # noqa: E402
+from xlang_serve import serve  # noqa: E402
 
 
 async def main(argv: list) -> None:
@@ -52,4 +57,7 @@ async def main(argv: list) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    if sys.argv[1:] == ["serve"]:
+        serve(main)
+    else:
+        asyncio.run(main(sys.argv[1:]))

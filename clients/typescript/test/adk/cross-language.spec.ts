@@ -19,14 +19,12 @@
 // What does not carry, shown at the end: a workflow event's route, which
 // TypeScript keeps at the event's top level and Python in its actions:
 // Python reads TypeScript's, TypeScript does not follow Python's.
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
-import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { LogLevel, createEvent, setLogLevel, type Event } from "@google/adk";
 import type { StepwellSessionService } from "../../src/adk/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { msOf } from "../../src/adk/layout.js";
+import { PythonSide } from "../python-side.js";
 import { PKG_ROOT, freshNamespace, type Sidecar } from "../sidecar.js";
 import { runner, shape, turn } from "./agent.js";
 import { BACKENDS, plain, service, startBackend } from "./harness.js";
@@ -39,29 +37,13 @@ const SID = "both/ß 1!";
 /** The Python side: STEPWELL_TEST_XLANG_ADK_PY, or the Python client's tests/adk/xlang_adk_py.py. */
 const XLANG_PY = process.env.STEPWELL_TEST_XLANG_ADK_PY || resolve(PKG_ROOT, "../python/tests/adk/xlang_adk_py.py");
 
-let probedPython: string | undefined;
-/** The Python with stepwell.adk and google-adk: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. Probed once (the probe imports the SDK, seconds of CPU), then reused. */
-function python(): string {
-  if (probedPython) return probedPython;
-  const py = process.env.STEPWELL_TEST_PYTHON || join(process.env.STEPWELL_CACHE_DIR || join(homedir(), ".cache", "stepwell"), "py-test", "bin", "python");
-  const probe = existsSync(py) ? spawnSync(py, ["-c", "import stepwell.adk, google.adk"], { encoding: "utf8" }) : undefined;
-  if (probe?.status !== 0) throw new Error(`no Python with stepwell.adk and google-adk at ${py} (set STEPWELL_TEST_PYTHON): ${probe?.stderr || "missing"}`);
-  if (!existsSync(XLANG_PY)) throw new Error(`the Python side ${XLANG_PY} is missing`);
-  probedPython = py;
-  return py;
-}
+/** The Python side, one process for this file's commands. */
+const pythonSide = new PythonSide(XLANG_PY, "import stepwell.adk, google.adk");
+afterAll(() => pythonSide.close());
 
-/** Runs xlang_adk_py.py on session shop/ann/<sessionId> and resolves to its stdout; rejects when it fails. */
+/** Runs xlang_adk_py.py's command on session shop/ann/<sessionId> and resolves to what it printed; rejects when it fails. */
 function py(sidecar: Sidecar, namespace: string, sessionId: string, args: string[]): Promise<string> {
-  const child = spawn(python(), [XLANG_PY, sidecar.target, namespace, "shop", "ann", sessionId, ...args], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  let err = "";
-  child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-  child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-  return new Promise((res, rej) => {
-    child.once("error", rej);
-    child.once("exit", (code) => (code === 0 ? res(out.trim()) : rej(new Error(`xlang_adk_py.py ${args[0]} exited with ${code}: ${err}`))));
-  });
+  return pythonSide.run([sidecar.target, namespace, "shop", "ann", sessionId, ...args]);
 }
 
 /** An event of either language as the fields both carry, its time in ms. */
@@ -78,7 +60,7 @@ for (const backend of BACKENDS) {
   describe(`an ADK session shared with Python (${backend})`, () => {
     let sidecar: Sidecar;
     beforeAll(async () => {
-      python();
+      pythonSide.ready();
       sidecar = await startBackend(backend);
     });
     afterAll(async () => {

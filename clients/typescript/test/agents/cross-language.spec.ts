@@ -10,14 +10,12 @@
 // means for a real model provider: the TypeScript SDK's OpenAI Responses
 // model (with a stub client, never the network) sends a Python-written
 // message history, and refuses one holding Python's tool output.
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
-import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { Agent, run, type AgentInputItem } from "@openai/agents-core";
 import { OpenAIResponsesModel } from "@openai/agents";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StepwellSession } from "../../src/agents/index.js";
+import { PythonSide } from "../python-side.js";
 import { PKG_ROOT, freshNamespace, type Sidecar } from "../sidecar.js";
 import { FakeModel } from "./fake-model.js";
 import { BACKENDS, client, shape, startBackend } from "./harness.js";
@@ -25,30 +23,13 @@ import { BACKENDS, client, shape, startBackend } from "./harness.js";
 /** The Python side: STEPWELL_TEST_XLANG_PY, or the Python client's tests/agents/xlang_py.py. */
 const XLANG_PY = process.env.STEPWELL_TEST_XLANG_PY || resolve(PKG_ROOT, "../python/tests/agents/xlang_py.py");
 
-let probedPython: string | undefined;
-/** The Python with stepwell.agents and openai-agents: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. Probed once (the probe imports the SDK, seconds of CPU), then reused. */
-function python(): string {
-  if (probedPython) return probedPython;
-  const py = process.env.STEPWELL_TEST_PYTHON || join(process.env.STEPWELL_CACHE_DIR || join(homedir(), ".cache", "stepwell"), "py-test", "bin", "python");
-  const probe = existsSync(py) ? spawnSync(py, ["-c", "import stepwell.agents, agents"], { encoding: "utf8" }) : undefined;
-  if (probe?.status !== 0) throw new Error(`no Python with stepwell.agents and openai-agents at ${py} (set STEPWELL_TEST_PYTHON): ${probe?.stderr || "missing"}`);
-  if (!existsSync(XLANG_PY)) throw new Error(`the Python side ${XLANG_PY} is missing`);
-  probedPython = py;
-  return py;
-}
+/** The Python side, one process for this file's commands. */
+const pythonSide = new PythonSide(XLANG_PY, "import stepwell.agents, agents");
+afterAll(() => pythonSide.close());
 
-/** Runs xlang_py.py with a command and resolves to its stdout; rejects when it fails. */
+/** Runs xlang_py.py's command on the session and resolves to what it printed; rejects when it fails. */
 function py(sidecar: Sidecar, namespace: string, sessionId: string, args: string[], stdin = ""): Promise<string> {
-  const child = spawn(python(), [XLANG_PY, sidecar.target, namespace, sessionId, ...args], { stdio: ["pipe", "pipe", "pipe"] });
-  let out = "";
-  let err = "";
-  child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-  child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-  child.stdin.end(stdin);
-  return new Promise((res, rej) => {
-    child.once("error", rej);
-    child.once("exit", (code) => (code === 0 ? res(out.trim()) : rej(new Error(`xlang_py.py ${args[0]} exited with ${code}: ${err}`))));
-  });
+  return pythonSide.run([sidecar.target, namespace, sessionId, ...args], stdin);
 }
 
 /** The TypeScript side's agent: answers "ts:" + the last user message. */
@@ -73,7 +54,7 @@ for (const backend of BACKENDS) {
   describe(`a session shared with Python (${backend})`, () => {
     let sidecar: Sidecar;
     beforeAll(async () => {
-      python();
+      pythonSide.ready();
       sidecar = await startBackend(backend);
     });
     afterAll(async () => {
