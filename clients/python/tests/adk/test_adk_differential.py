@@ -32,7 +32,7 @@ one (/dev/shm), and one database serves many sequences, each with app names
 of its own: with its file on disk the test took about twice as long.
 1,000 sequences by default, as clients/python/test runs it alone;
 STEPWELL_DIFF_SEQUENCES changes it, and the test command (scripts/test) sets
-300 per store, its short version. The test prints how many ran.
+150 per store, its short version. The test prints how many ran.
 """
 
 from __future__ import annotations

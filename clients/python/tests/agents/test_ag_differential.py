@@ -3,7 +3,7 @@ random sequences of calls (add_items of varied items, get_items with every
 kind of limit, pop_item, clear_session, sessions with a default limit) on
 both, every answer compared. 1,000 sequences per backend by default, as
 clients/python/test runs it alone; STEPWELL_DIFF_SEQUENCES changes it, and
-the test command (scripts/test) sets 300 per store, its short version. The
+the test command (scripts/test) sets 150 per store, its short version. The
 suite prints how many it ran."""
 
 from __future__ import annotations

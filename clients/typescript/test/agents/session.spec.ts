@@ -13,7 +13,7 @@ import { freshNamespace, type Sidecar } from "../sidecar.js";
 import { BACKENDS, client, rng, session, startBackend } from "./harness.js";
 
 // 1,000 by default, as test.sh runs it alone; the test command
-// (scripts/test) sets STEPWELL_DIFF_SEQUENCES to 300 per store, its short version.
+// (scripts/test) sets STEPWELL_DIFF_SEQUENCES to 150 per store, its short version.
 const SEQUENCES = Number(process.env.STEPWELL_DIFF_SEQUENCES || 1000);
 const RECORD_BYTES_MAX = 256 * 1024;
 /** The differential's own limit: on a busy two-core machine 1,000 sequences take minutes. */
