@@ -1,8 +1,9 @@
 """Serves a cross-language script's commands from one Python process.
 
 The TypeScript client's cross-language specs drive the Python side of a
-shared session through a script (agents/xlang_py.py, adk/xlang_adk_py.py)
-whose ``main(argv)`` runs one command. ``<script> serve`` runs them here, one
+shared session or thread through a script (agents/xlang_py.py,
+adk/xlang_adk_py.py, the TypeScript client's test/langgraph/py_graph.py)
+whose ``main(argv)`` runs one command (a coroutine function, or a plain one). ``<script> serve`` runs them here, one
 process per spec file, instead of one process (and one import of the agent
 SDK, seconds of CPU) per command. Each command still opens its own client
 and session service and ends with them, as a process of its own would.
@@ -17,20 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import io
 import json
 import sys
 import traceback
-from typing import Any, Awaitable, Callable, Dict, List
+from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 
-def _run(loop: asyncio.AbstractEventLoop, main: Callable[[List[str]], Awaitable[None]], request: Dict[str, Any]) -> Dict[str, Any]:
+Main = Callable[[List[str]], Optional[Awaitable[None]]]
+
+
+def _run(loop: asyncio.AbstractEventLoop, main: Main, request: Dict[str, Any]) -> Dict[str, Any]:
     printed = io.StringIO()
     saved_stdin = sys.stdin
     sys.stdin = io.StringIO(request.get("stdin", ""))
     try:
         with contextlib.redirect_stdout(printed):
-            loop.run_until_complete(main(list(request["argv"])))
+            ran = main(list(request["argv"]))
+            if inspect.isawaitable(ran):
+                loop.run_until_complete(ran)
         return {"ok": True, "out": printed.getvalue()}
     except SystemExit as stop:
         if stop.code in (None, 0):
@@ -42,7 +49,7 @@ def _run(loop: asyncio.AbstractEventLoop, main: Callable[[List[str]], Awaitable[
         sys.stdin = saved_stdin
 
 
-def serve(main: Callable[[List[str]], Awaitable[None]]) -> None:
+def serve(main: Main) -> None:
     """Answers each request line of stdin with main's result, until stdin ends."""
     answers = sys.stdout
     requests = sys.stdin

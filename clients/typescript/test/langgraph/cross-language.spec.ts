@@ -15,9 +15,9 @@
 // LangGraph.js does not copy a run's config metadata into its checkpoints (as
 // Python's LangGraph does), so the filter both languages' checkpoints match
 // is one on LangGraph's own keys.
-import { execFile, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { homedir, tmpdir } from "node:os";
+import { execFile, spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { Annotation, END, START, StateGraph } from "@langchain/langgraph";
@@ -25,6 +25,7 @@ import type { CheckpointTuple } from "@langchain/langgraph-checkpoint";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StepwellClient, StepwellError } from "../../src/index.js";
 import { StepwellSaver } from "../../src/langgraph/index.js";
+import { PythonSide } from "../python-side.js";
 import { PKG_ROOT, Security, freshNamespace, startSidecar, stepwellBin, type Sidecar } from "../sidecar.js";
 import { BACKENDS, postgresUrl } from "./backends.js";
 
@@ -34,18 +35,9 @@ const PEER_WAIT_MS = 60_000;
 /** A metadata filter both languages' checkpoints match: LangGraph's own keys, which both write alike. */
 const LOOP = { source: "loop" };
 
-let probedPython: string | undefined;
-/** The Python with stepwell.langgraph: STEPWELL_TEST_PYTHON (test.sh sets it), or the Python client's test venv. Probed once (the probe imports the SDK, seconds of CPU), then reused. */
-function python(): string {
-  if (probedPython) return probedPython;
-  const py = process.env.STEPWELL_TEST_PYTHON || join(process.env.STEPWELL_CACHE_DIR || join(homedir(), ".cache", "stepwell"), "py-test", "bin", "python");
-  const probe = existsSync(py) ? spawnSync(py, ["-c", "import stepwell.langgraph, langgraph.graph"], { encoding: "utf8" }) : undefined;
-  if (probe?.status !== 0) {
-    throw new Error(`no Python with stepwell.langgraph at ${py} (run clients/python/test first, or set STEPWELL_TEST_PYTHON): ${probe?.stderr || "missing"}`);
-  }
-  probedPython = py;
-  return py;
-}
+/** The Python side, one process for this file's commands. */
+const pythonSide = new PythonSide(PY_GRAPH, "import stepwell.langgraph, langgraph.graph");
+afterAll(() => pythonSide.close());
 
 /** The store and the credentials both languages share. */
 interface Shared {
@@ -54,21 +46,11 @@ interface Shared {
   namespace: string;
 }
 
-/** Runs one command of py_graph.py and resolves to its JSON answer; rejects when it fails. */
-function py(shared: Shared, command: string, args: object): Promise<any> {
+/** Runs one command of py_graph.py and resolves to its JSON answer (its last line); rejects when it fails. */
+async function py(shared: Shared, command: string, args: object): Promise<any> {
   const { sidecar, security, namespace } = shared;
-  const child = spawn(python(), [PY_GRAPH, sidecar.target, namespace, security.dir, command, JSON.stringify(args)], { stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  let err = "";
-  child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-  child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-  return new Promise((res, rej) => {
-    child.once("error", rej);
-    child.once("exit", (code) => {
-      if (code !== 0) return rej(new Error(`py_graph.py ${command} exited with ${code}: ${err}`));
-      res(JSON.parse(out.trim().split("\n").at(-1)!));
-    });
-  });
+  const out = await pythonSide.run([sidecar.target, namespace, security.dir, command, JSON.stringify(args)]);
+  return JSON.parse(out.split("\n").at(-1)!);
 }
 
 /** `stepwell records ls --json` of the namespace's checkpoints, through the operator CLI with the shared token. */
@@ -260,7 +242,7 @@ for (const backend of BACKENDS) {
   describe(`one store, two languages (${backend})`, () => {
     const run = { tag: `run-${backend}-${process.pid}` } as Run;
     beforeAll(async () => {
-      python(); // fails the whole describe, clearly, without a Python to drive
+      pythonSide.ready(); // fails the whole describe, clearly, without a Python to drive
       run.shared = await startShared(backend);
       const { shared, tag } = run;
       run.saver = StepwellSaver.fromAddress(shared.sidecar.target, { namespace: shared.namespace, token: shared.security.token, tls: shared.security.tls() });

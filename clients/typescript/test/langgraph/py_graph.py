@@ -7,6 +7,10 @@ the other's threads. It calls
 
     python py_graph.py TARGET NAMESPACE SECURITY_DIR COMMAND JSON_ARGS
 
+or, as the spec does, ``python py_graph.py serve``, which runs those
+commands, each a JSON line of stdin, in one process (the Python client's
+tests/xlang_serve.py)
+
 where SECURITY_DIR holds what scripts/make-test-pki writes (the CA, the client
 certificate and key, and the token this side authenticates with, the same one
 the JavaScript side uses). The command's answer is one JSON line on stdout;
@@ -26,7 +30,7 @@ import operator
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Callable, Dict, Optional, TypedDict
+from typing import Annotated, Any, Callable, Dict, List, Optional, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
@@ -122,11 +126,18 @@ def cmd_delete(saver: StepwellSaver, a: Dict[str, Any]) -> Any:
 COMMANDS = {"run": cmd_run, "list": cmd_list, "get": cmd_get, "delete": cmd_delete}
 
 
-def main() -> None:
-    target, namespace, security_dir, command, args = sys.argv[1:6]
+def main(argv: List[str]) -> None:
+    target, namespace, security_dir, command, args = argv[:5]
     with connect(target, namespace, security_dir) as saver:
         print(json.dumps(COMMANDS[command](saver, json.loads(args)), default=repr), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["serve"]:
+        # The Python client's tests hold the serving loop (xlang_serve.py).
+        sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python" / "tests"))
+        from xlang_serve import serve
+
+        serve(main)
+    else:
+        main(sys.argv[1:])
