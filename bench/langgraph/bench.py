@@ -93,7 +93,7 @@ POOL_MIN, POOL_MAX = 16, 64
 
 MODES = {
     # warm-up and measured window per point, in seconds; rounds
-    "smoke": {"warm": 0.5, "window": 1.5, "rounds": 1},
+    "smoke": {"warm": 0.2, "window": 0.8, "rounds": 1},
     "full": {"warm": 1.5, "window": 7.0, "rounds": 3},
 }
 
