@@ -317,6 +317,7 @@ async fn a_delete_killed_midway_leaves_true_summaries_and_a_retry_finishes_it() 
     assert!(delete.await.expect("the delete's task").is_err(), "the killed sidecar never answered the delete");
 
     // Whatever chunk the kill fell in, it committed whole or not at all.
+    inspector.until_other_transactions_end().await;
     let after_kill = counts(&inspector).await;
     assert_eq!(untrue(&after_kill), Vec::new(), "every summary counts its checkpoints after the kill");
     let left = after_kill.get("big").map_or(0, |(log, _)| *log);

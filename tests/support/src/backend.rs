@@ -227,6 +227,28 @@ impl Inspector {
         .expect("read the store")
     }
 
+    /// Waits until no other connection to the store is inside a transaction
+    /// or running a statement. A killed sidecar's Postgres backend may still
+    /// be finishing what it was sent before the kill (a COMMIT, say): a test
+    /// that reads what the kill left reads it after that. On SQLite the
+    /// killed process's transaction ended with it, so there is nothing to
+    /// wait for.
+    pub async fn until_other_transactions_end(&self) {
+        let Inspector::Postgres(pool) = self else { return };
+        let sql = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                   AND backend_type = 'client backend' AND pid <> pg_backend_pid() \
+                   AND state IS DISTINCT FROM 'idle'";
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let busy: i64 = sqlx::query_scalar(sql).fetch_one(pool).await.expect("read pg_stat_activity");
+            if busy == 0 {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{busy} other connections stayed busy for a minute");
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// How many rows `table` holds.
     pub async fn count(&self, table: &str) -> i64 {
         let sql = sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}"));
