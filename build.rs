@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
         "proto/stepwell/v1/checkpoint.proto",
         "proto/stepwell/v1/idempotency.proto",
+        "proto/stepwell/v1/memory.proto",
         "proto/stepwell/v1/records.proto",
         "proto/stepwell/v1/waits.proto",
     ];

@@ -14,6 +14,7 @@ pub mod admission;
 pub mod checkpoint;
 pub mod codec;
 pub mod idempotency;
+pub mod memory;
 pub mod records;
 pub mod services;
 pub mod status;

@@ -44,10 +44,24 @@ pub struct Limits {
     pub wait_payload_bytes_max: usize,
     pub wait_metadata_bytes_max: usize,
     pub waits_per_turn_max: u32,
+    /// Memory (`--memory-*`): a value's bytes, a vector's numbers, an
+    /// item's vectors, a request's items, a search's results, a path's labels.
+    pub memory: MemoryLimits,
     /// Longest an Await waits for its wait before answering it pending.
     pub await_timeout_max: Duration,
     /// Awaits waiting at once; more are refused.
     pub awaits_max: usize,
+}
+
+/// What memory requests may carry (`--memory-*`).
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryLimits {
+    pub value_bytes_max: usize,
+    pub dims_max: usize,
+    pub vectors_per_item_max: usize,
+    pub items_per_request_max: usize,
+    pub search_results_max: u32,
+    pub path_depth_max: usize,
 }
 
 /// What one connection may hold, and how long its requests and its peer are
@@ -484,6 +498,14 @@ fn limits(args: &ServeArgs, errors: &mut Errors) -> Limits {
         wait_payload_bytes_max: args.wait_payload_bytes_max,
         wait_metadata_bytes_max: args.wait_metadata_bytes_max,
         waits_per_turn_max: args.waits_per_turn_max,
+        memory: MemoryLimits {
+            value_bytes_max: args.memory_value_bytes_max,
+            dims_max: args.memory_dims_max as usize,
+            vectors_per_item_max: args.memory_vectors_per_item_max as usize,
+            items_per_request_max: args.memory_items_per_request_max as usize,
+            search_results_max: args.memory_search_results_max,
+            path_depth_max: args.memory_path_depth_max as usize,
+        },
         await_timeout_max: args.await_timeout_max,
         awaits_max: args.awaits_max,
     }

@@ -79,6 +79,32 @@ pub struct ServeArgs {
     #[arg(long, env = "STEPWELL_WAITS_PER_TURN_MAX", default_value = "1000", value_parser = count(1, 1_000_000))]
     pub waits_per_turn_max: u32,
 
+    /// Largest value (a JSON object) of a memory item, and of a search's
+    /// filter, in bytes. A PutItems must also fit --message-bytes-max.
+    #[arg(long, env = "STEPWELL_MEMORY_VALUE_BYTES_MAX", default_value = "1048576", value_parser = size(2, 64 << 20))]
+    pub memory_value_bytes_max: usize,
+
+    /// Most numbers in one memory vector (an embedding's dimensions), and in
+    /// a search's query vector.
+    #[arg(long, env = "STEPWELL_MEMORY_DIMS_MAX", default_value = "4096", value_parser = count(1, 65_536))]
+    pub memory_dims_max: u32,
+
+    /// Most vectors (embedded fields) one memory item may carry in a put.
+    #[arg(long, env = "STEPWELL_MEMORY_VECTORS_PER_ITEM_MAX", default_value = "64", value_parser = count(1, 4096))]
+    pub memory_vectors_per_item_max: u32,
+
+    /// Most writes one PutItems, and most addresses one GetItems, may carry.
+    #[arg(long, env = "STEPWELL_MEMORY_ITEMS_PER_REQUEST_MAX", default_value = "1000", value_parser = count(1, 100_000))]
+    pub memory_items_per_request_max: u32,
+
+    /// Most results one SearchItems or ListPaths may ask for (its limit).
+    #[arg(long, env = "STEPWELL_MEMORY_SEARCH_RESULTS_MAX", default_value = "1000", value_parser = count(1, 100_000))]
+    pub memory_search_results_max: u32,
+
+    /// Most labels in a memory item's path.
+    #[arg(long, env = "STEPWELL_MEMORY_PATH_DEPTH_MAX", default_value = "16", value_parser = count(1, 256))]
+    pub memory_path_depth_max: u32,
+
     /// Longest an Await may ask to wait before it answers with the wait
     /// still pending, in milliseconds; it waits 60 s (or this, if shorter)
     /// when it asks for no timeout.

@@ -6,6 +6,7 @@ pub mod console;
 pub mod error;
 pub mod keys;
 pub mod limits;
+pub mod memory;
 pub mod model;
 pub mod percent;
 pub mod records;

@@ -56,11 +56,16 @@ pub enum Rpc {
     GetWait,
     ListWaits,
     CancelWait,
+    PutItems,
+    GetItems,
+    SearchItems,
+    ListPaths,
+    DeleteItems,
 }
 
 impl Rpc {
     /// Every RPC of the services, in the order of the contract.
-    pub const ALL: [Rpc; 19] = [
+    pub const ALL: [Rpc; 24] = [
         Rpc::Checkpoint,
         Rpc::Restore,
         Rpc::ListTurns,
@@ -80,6 +85,11 @@ impl Rpc {
         Rpc::GetWait,
         Rpc::ListWaits,
         Rpc::CancelWait,
+        Rpc::PutItems,
+        Rpc::GetItems,
+        Rpc::SearchItems,
+        Rpc::ListPaths,
+        Rpc::DeleteItems,
     ];
 
     /// The RPC a request path names (`/stepwell.v1.CheckpointService/Checkpoint`).
@@ -96,6 +106,9 @@ impl Rpc {
             Rpc::PutRecords | Rpc::ListRecords | Rpc::DeleteRecords | Rpc::CopyTurn => "stepwell.v1.RecordService",
             Rpc::CreateWait | Rpc::Signal | Rpc::Await | Rpc::GetWait | Rpc::ListWaits | Rpc::CancelWait => {
                 "stepwell.v1.WaitService"
+            }
+            Rpc::PutItems | Rpc::GetItems | Rpc::SearchItems | Rpc::ListPaths | Rpc::DeleteItems => {
+                "stepwell.v1.MemoryService"
             }
         }
     }
@@ -122,6 +135,11 @@ impl Rpc {
             Rpc::GetWait => "stepwell.v1.WaitService/GetWait",
             Rpc::ListWaits => "stepwell.v1.WaitService/ListWaits",
             Rpc::CancelWait => "stepwell.v1.WaitService/CancelWait",
+            Rpc::PutItems => "stepwell.v1.MemoryService/PutItems",
+            Rpc::GetItems => "stepwell.v1.MemoryService/GetItems",
+            Rpc::SearchItems => "stepwell.v1.MemoryService/SearchItems",
+            Rpc::ListPaths => "stepwell.v1.MemoryService/ListPaths",
+            Rpc::DeleteItems => "stepwell.v1.MemoryService/DeleteItems",
         }
     }
 
@@ -130,6 +148,9 @@ impl Rpc {
         match self {
             Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords => Role::Read,
             Rpc::Await | Rpc::GetWait | Rpc::ListWaits => Role::Read,
+            Rpc::GetItems | Rpc::SearchItems | Rpc::ListPaths => Role::Read,
+            // An agent's memory is its own work, as its records are.
+            Rpc::PutItems | Rpc::DeleteItems => Role::Write,
             Rpc::CreateWait | Rpc::Signal | Rpc::CancelWait => Role::Write,
             Rpc::Checkpoint | Rpc::Begin | Rpc::Complete | Rpc::Release | Rpc::Extend => Role::Write,
             // Deleting and copying records is part of an application's own
@@ -161,6 +182,11 @@ impl Rpc {
             Rpc::GetWait => "GetWait",
             Rpc::ListWaits => "ListWaits",
             Rpc::CancelWait => "CancelWait",
+            Rpc::PutItems => "PutItems",
+            Rpc::GetItems => "GetItems",
+            Rpc::SearchItems => "SearchItems",
+            Rpc::ListPaths => "ListPaths",
+            Rpc::DeleteItems => "DeleteItems",
         }
     }
 }

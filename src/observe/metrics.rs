@@ -146,6 +146,7 @@ pub struct Metrics {
     pub turns_deleted: Counter,
     pub checkpoints_deleted: Counter,
     pub records_written: Counter,
+    pub memory_items_written: Counter,
     pub records_removed: Counter,
     pub record_turns_expired: Counter,
     turns_expired: [Counter; 2],
@@ -226,6 +227,7 @@ impl Metrics {
             turns_deleted: r.counter("stepwell_turns_deleted_total", &[]),
             checkpoints_deleted: r.counter("stepwell_checkpoints_deleted_total", &[]),
             records_written: r.counter("stepwell_records_written_total", &[]),
+            memory_items_written: r.counter("stepwell_memory_items_written_total", &[]),
             records_removed: r.counter("stepwell_records_deleted_total", &[]),
             record_turns_expired: r.counter("stepwell_record_turns_expired_total", &[]),
             turns_expired: ["terminal", "open"]
@@ -514,6 +516,7 @@ const COUNTERS: &[(&str, &str)] = &[
     ("stepwell_turns_deleted_total", "DeleteTurn requests that deleted a turn."),
     ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
     ("stepwell_records_written_total", "Records written by PutRecords (upserted or inserted if absent)."),
+    ("stepwell_memory_items_written_total", "Memory items put or deleted by PutItems."),
     ("stepwell_records_deleted_total", "Records deleted by DeleteRecords and by record retention."),
     ("stepwell_record_turns_expired_total", "Turns whose records record retention deleted."),
     ("stepwell_turns_expired_total", "Turns deleted by turn retention, by status (terminal, open)."),

@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use super::waits::{self, WaitStatements};
 use super::{DbError, Deleted, Error, Expired, Fenced, Write, Written};
 use crate::domain::keys::{self, BeginPlan, Fence, KeyRecord, Plan};
+use crate::domain::memory::{self, Final, ItemsTouch, Path};
 use crate::domain::model::{Appended, Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{self, Address, NewRecord, PutRefusal, RecordDelete, RecordPut};
 use crate::domain::waits::{WaitDone, WaitRefusal, WaitWrite};
@@ -167,7 +168,10 @@ pub fn plan_idempotency(
             | Write::DeleteTurn { .. }
             | Write::DeleteRecords(_)
             | Write::CopyTurn { .. }
-            | Write::Wait(_) => None,
+            | Write::Wait(_)
+            | Write::PutItems(_)
+            | Write::TouchItems(_)
+            | Write::DeleteItems { .. } => None,
         };
         if let Some(record) = record {
             records.insert(id.clone(), record);
@@ -194,7 +198,10 @@ fn idempotency_key(write: &Write) -> Option<(&str, &str)> {
         | Write::DeleteTurn { .. }
         | Write::DeleteRecords(_)
         | Write::CopyTurn { .. }
-        | Write::Wait(_) => None,
+        | Write::Wait(_)
+        | Write::PutItems(_)
+        | Write::TouchItems(_)
+        | Write::DeleteItems { .. } => None,
     }
 }
 
@@ -389,6 +396,16 @@ pub trait Statements: TurnChunks + WaitStatements {
         target: &str,
         recorded_at: UnixNanos,
     ) -> Result<u64, DbError>;
+    /// Writes the batch's memory writes (`memory::final_writes`: one per
+    /// address, at its place), dated `recorded_at`, their expiry from the
+    /// store's clock; an expired item is replaced as if absent.
+    async fn write_items(&mut self, finals: &[Final<'_>], recorded_at: UnixNanos) -> Result<(), DbError>;
+    /// Moves the expiry of the live items named that have a time to live
+    /// to their time to live from the store's clock.
+    async fn touch_items(&mut self, touch: &ItemsTouch) -> Result<(), DbError>;
+    /// Deletes every memory item under `prefix`, with their vectors and
+    /// paths; answers how many items went.
+    async fn delete_items(&mut self, namespace: &str, prefix: &Path) -> Result<u64, DbError>;
 }
 
 /// Whether a batch must be a transaction: a batch of appends alone is one
@@ -446,6 +463,7 @@ pub async fn run(statements: &mut impl Statements, batch: &[Write], recorded_at:
     }
     put_records(statements, batch, recorded_at, &mut written).await?;
     run_waits(statements, batch, recorded_at, now, &mut written).await?;
+    run_items(statements, batch, recorded_at, &mut written).await?;
     for write in batch {
         match write {
             Write::DeleteTurn { namespace, turn_id, rows, after, only_if } => {
@@ -455,10 +473,41 @@ pub async fn run(statements: &mut impl Statements, batch: &[Write], recorded_at:
             Write::CopyTurn { namespace, source, target } => {
                 written.copied.push(statements.copy_turn(namespace, source, target, recorded_at).await?);
             }
+            Write::DeleteItems { namespace, prefix } => {
+                written.items_deleted.push(statements.delete_items(namespace, prefix).await?);
+            }
             _ => {}
         }
     }
     Ok(Ran { written, sources })
+}
+
+/// Writes the batch's memory puts and deletes (the last write of an
+/// address wins), then its refreshes, answering each in `written.items`.
+async fn run_items(
+    statements: &mut impl Statements,
+    batch: &[Write],
+    recorded_at: UnixNanos,
+    written: &mut Written,
+) -> Result<(), DbError> {
+    let finals = memory::final_writes(batch.iter().filter_map(|write| match write {
+        Write::PutItems(put) => Some(put),
+        _ => None,
+    }));
+    if !finals.is_empty() {
+        statements.write_items(&finals, recorded_at).await?;
+    }
+    for write in batch {
+        match write {
+            Write::PutItems(_) => written.items.push(recorded_at),
+            Write::TouchItems(touch) => {
+                statements.touch_items(touch).await?;
+                written.items.push(recorded_at);
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Runs the batch's wait writes in order, answering each in `written.waits`.

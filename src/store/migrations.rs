@@ -32,6 +32,7 @@ const SQLITE: &[File] = files!("sqlite":
     (6, "0006_waits", "waits"),
     (7, "0007_waits_settled_span", "waits settled span"),
     (8, "0008_console_indexes", "console indexes"),
+    (9, "0009_memory", "memory"),
 );
 
 const POSTGRES: &[File] = files!("postgres":
@@ -46,6 +47,7 @@ const POSTGRES: &[File] = files!("postgres":
     (9, "0009_console_indexes", "console indexes"),
     (10, "0010_keys_batch", "keys batch"),
     (11, "0011_token_counter", "token counter"),
+    (12, "0012_memory", "memory"),
 );
 
 /// The SQLite store's migrations.

@@ -38,6 +38,8 @@ pub use sql::Dialect;
 
 use crate::domain::clock::Clock;
 use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyRecord, KeyState, Refusal};
+use crate::domain::memory::search::Hit;
+use crate::domain::memory::{ItemsPut, ItemsQuery, ItemsTouch, Path, StoredItem};
 use crate::domain::model::{
     Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos,
 };
@@ -212,13 +214,22 @@ pub enum Write {
     CopyTurn { namespace: String, source: String, target: String },
     /// Create, settle, or fire the timers of waits.
     Wait(WaitWrite),
+    /// Put and delete memory items, all or none.
+    PutItems(ItemsPut),
+    /// Move the expiry of memory items a read returned.
+    TouchItems(ItemsTouch),
+    /// Delete every memory item under a path prefix. Always committed alone.
+    DeleteItems { namespace: String, prefix: Path },
 }
 
 impl Write {
     /// Whether the writer commits this write in a transaction of its own,
     /// never in a batch with others: it may touch many rows of one turn.
     pub fn alone(&self) -> bool {
-        matches!(self, Write::DeleteTurn { .. } | Write::DeleteRecords(_) | Write::CopyTurn { .. })
+        matches!(
+            self,
+            Write::DeleteTurn { .. } | Write::DeleteRecords(_) | Write::CopyTurn { .. } | Write::DeleteItems { .. }
+        )
     }
 }
 
@@ -244,6 +255,10 @@ pub struct Written {
     pub copied: Vec<u64>,
     /// What each wait write did, or why it changed nothing.
     pub waits: Vec<WaitAnswer>,
+    /// When each PutItems and TouchItems was recorded, in batch order.
+    pub items: Vec<UnixNanos>,
+    /// How many memory items each DeleteItems deleted.
+    pub items_deleted: Vec<u64>,
 }
 
 /// A batch the store did not commit, nothing of it: why, and the batch
@@ -367,7 +382,17 @@ pub trait Store: Send + Sync + 'static {
     /// The key's record, unless absent or past its retention, with the store's time.
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<(KeyRecord, UnixNanos)>, Error>;
 
-    /// Deletes up to `limit` records past their retention; returns how many went.
+    /// The live memory items at `addresses`, each once, in the order first named.
+    async fn get_items(&self, namespace: &str, addresses: &[(Path, String)]) -> Result<Vec<StoredItem>, Error>;
+
+    /// One page of a memory search (`memory::search` orders and pages it).
+    async fn search_items(&self, query: &ItemsQuery) -> Result<Vec<Hit>, Error>;
+
+    /// The distinct paths under `prefix` that hold live memory items.
+    async fn item_paths(&self, namespace: &str, prefix: &Path) -> Result<Vec<Path>, Error>;
+
+    /// Deletes up to `limit` idempotency records past their retention, and
+    /// as many expired memory items; returns how many went.
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error>;
 
     /// Refreshes the query planner's statistics where the database does not

@@ -63,6 +63,7 @@ use tokio::task::JoinHandle;
 
 use super::{Deleted, Error, Expired, Fenced, Handle, NotCommitted, TurnDeleted, Write, Written};
 use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyState};
+use crate::domain::memory::{ItemsPut, ItemsTouch, Path};
 use crate::domain::model::{Appended, NewCheckpoint, UnixNanos};
 use crate::domain::records::{PutRefusal, RecordDelete, RecordPut};
 use crate::domain::waits::{WaitAnswer, WaitWrite};
@@ -100,6 +101,8 @@ enum Pending {
     RecordsDeleted(Reply<u64>),
     Copied(Reply<u64>),
     Waited(Reply<WaitAnswer>),
+    Items(Reply<UnixNanos>),
+    ItemsDeleted(Reply<u64>),
 }
 
 impl Pending {
@@ -116,6 +119,8 @@ impl Pending {
             Pending::RecordsDeleted(reply) => reply.is_closed(),
             Pending::Copied(reply) => reply.is_closed(),
             Pending::Waited(reply) => reply.is_closed(),
+            Pending::Items(reply) => reply.is_closed(),
+            Pending::ItemsDeleted(reply) => reply.is_closed(),
         }
     }
 }
@@ -163,6 +168,11 @@ impl Write {
             }
             Write::CopyTurn { namespace, source, target } => namespace.len() + source.len() + target.len(),
             Write::Wait(write) => write.bytes(),
+            Write::PutItems(put) => put.bytes(),
+            Write::TouchItems(touch) => {
+                touch.namespace.len() + touch.items.iter().map(|(p, k)| p.as_str().len() + k.len()).sum::<usize>()
+            }
+            Write::DeleteItems { namespace, prefix } => namespace.len() + prefix.as_str().len(),
         };
         variable + WRITE_OVERHEAD_BYTES
     }
@@ -352,6 +362,22 @@ impl Writer {
     pub async fn copy_turn(&self, namespace: String, source: String, target: String) -> Result<u64, Error> {
         self.submit(Write::CopyTurn { namespace, source, target }, Pending::Copied).await
     }
+
+    /// Puts and deletes memory items, all or none; answers when.
+    pub async fn put_items(&self, put: ItemsPut) -> Result<UnixNanos, Error> {
+        self.submit(Write::PutItems(put), Pending::Items).await
+    }
+
+    /// Refreshes the expiry of memory items a read returned; answers when.
+    pub async fn touch_items(&self, touch: ItemsTouch) -> Result<UnixNanos, Error> {
+        self.submit(Write::TouchItems(touch), Pending::Items).await
+    }
+
+    /// Deletes every memory item under `prefix`, in one transaction of its
+    /// own; answers how many items went.
+    pub async fn delete_items(&self, namespace: String, prefix: Path) -> Result<u64, Error> {
+        self.submit(Write::DeleteItems { namespace, prefix }, Pending::ItemsDeleted).await
+    }
 }
 
 /// One writer task: take what is waiting, commit it, answer, repeat.
@@ -415,7 +441,7 @@ impl Committer {
         match outcome {
             Outcome::Committed(written) => {
                 self.wake(&written);
-                replies.answer(written);
+                replies.answer(*written);
             }
             Outcome::Failed { error, retries } => {
                 tracing::warn!(
@@ -456,7 +482,7 @@ impl Committer {
                 self.store.backend().attempt(writes).await
             };
             let NotCommitted { error, batch } = match attempted {
-                Ok(written) => return (Outcome::Committed(written), waiters),
+                Ok(written) => return (Outcome::Committed(Box::new(written)), waiters),
                 Err(not_committed) => not_committed,
             };
             if !error.cause().is_contention() || retries >= RETRIES_MAX {
@@ -522,7 +548,7 @@ pub fn backoff(retry: u32) -> Duration {
 
 /// How a batch ended.
 enum Outcome {
-    Committed(Written),
+    Committed(Box<Written>),
     /// Not committed, after `retries` retries.
     Failed {
         error: Error,
@@ -573,6 +599,8 @@ struct Replies {
     records_deleted: Vec<Reply<u64>>,
     copied: Vec<Reply<u64>>,
     waits: Vec<Reply<WaitAnswer>>,
+    items: Vec<Reply<UnixNanos>>,
+    items_deleted: Vec<Reply<u64>>,
 }
 
 impl Replies {
@@ -588,12 +616,26 @@ impl Replies {
             Pending::RecordsDeleted(reply) => self.records_deleted.push(reply),
             Pending::Copied(reply) => self.copied.push(reply),
             Pending::Waited(reply) => self.waits.push(reply),
+            Pending::Items(reply) => self.items.push(reply),
+            Pending::ItemsDeleted(reply) => self.items_deleted.push(reply),
         }
     }
 
     fn len(&self) -> usize {
-        let Replies { appended, deleted, begun, completed, released, extended, put, records_deleted, copied, waits } =
-            self;
+        let Replies {
+            appended,
+            deleted,
+            begun,
+            completed,
+            released,
+            extended,
+            put,
+            records_deleted,
+            copied,
+            waits,
+            items,
+            items_deleted,
+        } = self;
         appended.len()
             + deleted.len()
             + begun.len()
@@ -604,6 +646,8 @@ impl Replies {
             + records_deleted.len()
             + copied.len()
             + waits.len()
+            + items.len()
+            + items_deleted.len()
     }
 
     /// Hands every caller its answer once the batch committed.
@@ -618,6 +662,8 @@ impl Replies {
         send(self.records_deleted, written.records_deleted);
         send(self.copied, written.copied);
         send(self.waits, written.waits);
+        send(self.items, written.items);
+        send(self.items_deleted, written.items_deleted);
     }
 
     /// Tells every caller the batch failed; nothing of it was committed.
@@ -632,6 +678,8 @@ impl Replies {
         fail(self.records_deleted, &error);
         fail(self.copied, &error);
         fail(self.waits, &error);
+        fail(self.items, &error);
+        fail(self.items_deleted, &error);
     }
 }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use stepwell::api::pb as memory;
 use stepwell::api::pb as waits;
 use stepwell::api::pb::{
     BeginRequest, CheckpointRequest, CompleteRequest, CopyTurnRequest, DeleteRecordsRequest, DeleteTurnRequest,
@@ -23,7 +24,7 @@ use stepwell_test_support::backend::TestStore;
 use stepwell_test_support::errors::assert_error;
 use stepwell_test_support::requests::{T0, duration, nanos, ts};
 use stepwell_test_support::sidecar::{Sidecar, SidecarProcess};
-use stepwell_test_support::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT, WaitClient};
+use stepwell_test_support::{Client, IdempotencyClient, MemoryClient, RecordClient, WAIT_LIMIT, WaitClient};
 use tonic::{Code, Request, Status};
 
 use crate::STEPWELL;
@@ -106,7 +107,7 @@ fn write_auth_file(dir: &Path, text: &str) -> PathBuf {
 /// What each caller gets from each RPC, callers in the order of `CALLERS`:
 /// `+` allowed, `U` UNAUTHENTICATED, `D` PERMISSION_DENIED. The same in the
 /// explicit namespace and the empty one (`default`).
-const MATRIX: [(Rpc, &str); 19] = [
+const MATRIX: [(Rpc, &str); 24] = [
     //                 none malformed unknown read write admin other wildcard(write)
     (Rpc::Checkpoint, "U U U D + + D +"),
     (Rpc::Restore, "U U U + + + D +"),
@@ -127,7 +128,68 @@ const MATRIX: [(Rpc, &str); 19] = [
     (Rpc::GetWait, "U U U + + + D +"),
     (Rpc::ListWaits, "U U U + + + D +"),
     (Rpc::CancelWait, "U U U D + + D +"),
+    (Rpc::PutItems, "U U U D + + D +"),
+    (Rpc::GetItems, "U U U + + + D +"),
+    (Rpc::SearchItems, "U U U + + + D +"),
+    (Rpc::ListPaths, "U U U + + + D +"),
+    (Rpc::DeleteItems, "U U U D + + D +"),
 ];
+
+/// A put of the memory item at path [`name`], key "a".
+fn item_in(name: &str) -> memory::MemoryWrite {
+    memory::MemoryWrite {
+        path: vec![name.to_owned()],
+        key: "a".to_owned(),
+        value: b"{}".to_vec(),
+        ..Default::default()
+    }
+}
+
+/// How many memory items path [`name`] holds, read as the admin.
+async fn items_of(clients: &mut Clients, namespace: &str, name: &str) -> usize {
+    let request = memory::SearchItemsRequest {
+        namespace: namespace.to_owned(),
+        path_prefix: vec![name.to_owned()],
+        ..Default::default()
+    };
+    let admin = Caller::Admin.header();
+    let found = clients.memory.search_items(with_header(request, admin.as_deref())).await.expect("the admin searches");
+    found.into_inner().hits.len()
+}
+
+/// Makes a MemoryService cell's call on path [`name`].
+async fn call_memory(
+    memory: &mut MemoryClient,
+    rpc: Rpc,
+    namespace: String,
+    name: String,
+    header: Option<&str>,
+) -> Result<(), Status> {
+    use memory::*;
+    match rpc {
+        Rpc::PutItems => {
+            let request = PutItemsRequest { namespace, writes: vec![item_in(&name)] };
+            memory.put_items(with_header(request, header)).await.map(drop)
+        }
+        Rpc::GetItems => {
+            let items = vec![ItemAddress { path: vec![name], key: "a".to_owned() }];
+            let request = GetItemsRequest { namespace, items, refresh_ttl: true };
+            memory.get_items(with_header(request, header)).await.map(drop)
+        }
+        Rpc::SearchItems => {
+            let request = SearchItemsRequest { namespace, path_prefix: vec![name], ..Default::default() };
+            memory.search_items(with_header(request, header)).await.map(drop)
+        }
+        Rpc::ListPaths => {
+            let request = ListPathsRequest { namespace, ..Default::default() };
+            memory.list_paths(with_header(request, header)).await.map(drop)
+        }
+        _ => {
+            let request = DeleteItemsRequest { namespace, path_prefix: vec![name] };
+            memory.delete_items(with_header(request, header)).await.map(drop)
+        }
+    }
+}
 
 /// A record in turn `name`, for the RecordService cells.
 fn record_in(name: &str) -> Record {
@@ -162,6 +224,7 @@ struct Clients {
     keys: IdempotencyClient,
     records: RecordClient,
     waits: WaitClient,
+    memory: MemoryClient,
 }
 
 /// What a cell was seeded with, to tell afterwards whether its call stored anything.
@@ -221,13 +284,19 @@ async fn seed(clients: &mut Clients, rpc: Rpc, namespace: &str, name: &str) -> S
             }
             Seed::default()
         }
+        Rpc::GetItems | Rpc::SearchItems | Rpc::ListPaths | Rpc::DeleteItems => {
+            let request = memory::PutItemsRequest { namespace: namespace.to_owned(), writes: vec![item_in(name)] };
+            clients.memory.put_items(with_header(request, admin)).await.expect("the admin seeds an item");
+            Seed::default()
+        }
         Rpc::Checkpoint
         | Rpc::ListTurns
         | Rpc::Begin
         | Rpc::PutRecords
         | Rpc::ListRecords
         | Rpc::CreateWait
-        | Rpc::ListWaits => Seed::default(),
+        | Rpc::ListWaits
+        | Rpc::PutItems => Seed::default(),
     }
 }
 
@@ -361,6 +430,9 @@ async fn call(
         Rpc::CreateWait | Rpc::Signal | Rpc::Await | Rpc::GetWait | Rpc::ListWaits | Rpc::CancelWait => {
             call_wait(&mut clients.waits, rpc, namespace, name, header).await
         }
+        Rpc::PutItems | Rpc::GetItems | Rpc::SearchItems | Rpc::ListPaths | Rpc::DeleteItems => {
+            call_memory(&mut clients.memory, rpc, namespace, name, header).await
+        }
     }
 }
 
@@ -388,6 +460,7 @@ async fn changed(clients: &mut Clients, rpc: Rpc, namespace: &str, name: &str, s
     let records = match rpc {
         Rpc::PutRecords | Rpc::DeleteRecords => records_of(clients, namespace, name).await,
         Rpc::CopyTurn => records_of(clients, namespace, &format!("{name}-copy")).await,
+        Rpc::PutItems | Rpc::DeleteItems => items_of(clients, namespace, name).await,
         _ => 0,
     };
     match rpc {
@@ -401,9 +474,18 @@ async fn changed(clients: &mut Clients, rpc: Rpc, namespace: &str, name: &str, s
         Rpc::CreateWait => Some(wait_status(clients, namespace, name).await.is_some()),
         Rpc::Signal => Some(wait_status(clients, namespace, name).await == Some(WaitStatus::Resolved)),
         Rpc::CancelWait => Some(wait_status(clients, namespace, name).await == Some(WaitStatus::Cancelled)),
-        Rpc::Restore | Rpc::ListTurns | Rpc::Get | Rpc::ListRecords | Rpc::Await | Rpc::GetWait | Rpc::ListWaits => {
-            None
-        }
+        Rpc::PutItems => Some(records == 1),
+        Rpc::DeleteItems => Some(records == 0),
+        Rpc::Restore
+        | Rpc::ListTurns
+        | Rpc::Get
+        | Rpc::ListRecords
+        | Rpc::Await
+        | Rpc::GetWait
+        | Rpc::ListWaits
+        | Rpc::GetItems
+        | Rpc::SearchItems
+        | Rpc::ListPaths => None,
     }
 }
 
@@ -417,6 +499,7 @@ async fn every_rpc_answers_every_caller_as_the_matrix_says_and_refusals_store_no
         keys: server.idempotency(),
         records: server.records(),
         waits: server.waits(),
+        memory: server.memory(),
     };
 
     let mut cells = Vec::new();

@@ -22,6 +22,7 @@ mod group_commit;
 mod idempotency;
 mod idempotency_model;
 mod lifecycle;
+mod memory;
 mod metrics;
 mod moving;
 mod namespace;

@@ -8,9 +8,10 @@ use std::collections::{HashMap, HashSet};
 use async_trait::async_trait;
 use sqlx::postgres::PgConnection;
 
-use super::{DB_NOW_NS, records};
+use super::{DB_NOW_NS, memory, records};
 use crate::domain::clock::Clock;
 use crate::domain::keys::KeyRecord;
+use crate::domain::memory::{Final, ItemsTouch, Path};
 use crate::domain::model::{Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{Address, NewRecord, RecordDelete};
 use crate::store::DbError;
@@ -269,6 +270,18 @@ impl Statements for Conn<'_> {
         recorded_at: UnixNanos,
     ) -> Result<u64, DbError> {
         records::copy(self.conn, namespace, source, target, recorded_at).await.map_err(DbError::sqlx)
+    }
+
+    async fn write_items(&mut self, finals: &[Final<'_>], recorded_at: UnixNanos) -> Result<(), DbError> {
+        memory::write(self.conn, finals, recorded_at, self.clock.offset()).await.map_err(DbError::sqlx)
+    }
+
+    async fn touch_items(&mut self, touch: &ItemsTouch) -> Result<(), DbError> {
+        memory::touch(self.conn, touch, self.clock.offset()).await.map_err(DbError::sqlx)
+    }
+
+    async fn delete_items(&mut self, namespace: &str, prefix: &Path) -> Result<u64, DbError> {
+        memory::delete_under(self.conn, namespace, prefix).await.map_err(DbError::sqlx)
     }
 }
 

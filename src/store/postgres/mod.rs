@@ -31,6 +31,7 @@ use sqlx::{Connection, FromRow, Postgres, Row};
 mod batch;
 mod console;
 mod keys;
+mod memory;
 mod migrate;
 mod open;
 mod records;
@@ -45,6 +46,8 @@ use super::sql::{self, DB_NOW_NS, Dialect, TURN};
 use super::{DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
+use crate::domain::memory::search::Hit;
+use crate::domain::memory::{ItemsQuery, Path, StoredItem};
 use crate::domain::model::{ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
 use crate::domain::records::{RecordEntry, RecordQuery};
 use crate::domain::waits::{Wait, WaitKey, WaitQuery};
@@ -384,6 +387,27 @@ impl Store for PostgresStore {
         Ok((!record.is_purgeable(now)).then_some((record, now)))
     }
 
+    async fn get_items(&self, namespace: &str, addresses: &[(Path, String)]) -> Result<Vec<StoredItem>, Error> {
+        let mut unit = self.unit().await?;
+        let items = memory::get(&mut unit, namespace, addresses, self.clock.offset()).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(items)
+    }
+
+    async fn search_items(&self, q: &ItemsQuery) -> Result<Vec<Hit>, Error> {
+        let mut unit = self.unit().await?;
+        let hits = memory::search(&mut unit, q, self.clock.offset()).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(hits)
+    }
+
+    async fn item_paths(&self, namespace: &str, prefix: &Path) -> Result<Vec<Path>, Error> {
+        let mut unit = self.unit().await?;
+        let paths = memory::paths(&mut unit, namespace, prefix, self.clock.offset()).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(paths)
+    }
+
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
         // The outer condition is checked again on a row updated meanwhile, so
         // a key begun again after its retention ran out is not deleted. Rows
@@ -398,7 +422,10 @@ impl Store for PostgresStore {
         let mut unit = self.unit().await?;
         let purged = query.execute(&mut *unit).await.map_err(DbError::sqlx)?;
         unit.done().await?;
-        Ok(purged.rows_affected())
+        let mut unit = self.unit().await?;
+        let items = memory::purge_expired(&mut unit, limit, self.clock.offset()).await.map_err(DbError::sqlx)?;
+        unit.done().await?;
+        Ok(purged.rows_affected() + items)
     }
 
     /// Postgres's autovacuum keeps the planner's statistics: nothing to do.

@@ -12,6 +12,7 @@ use rusqlite::types::ToSql;
 use super::*;
 use crate::domain::clock::Clock;
 use crate::domain::keys::KeyRecord;
+use crate::domain::memory::{Final, ItemsTouch, Path};
 use crate::domain::model::{Cursor, NewCheckpoint, StoredCheckpoint, UnixNanos};
 use crate::domain::records::{Address, NewRecord, RecordDelete};
 use crate::store::batch::{self, CheckpointKey, Statements, TurnChunks};
@@ -168,6 +169,18 @@ impl Statements for Batch<'_> {
         recorded_at: UnixNanos,
     ) -> Result<u64, DbError> {
         records::copy(self.conn, namespace, source, target, recorded_at).map_err(sqlite)
+    }
+
+    async fn write_items(&mut self, finals: &[Final<'_>], recorded_at: UnixNanos) -> Result<(), DbError> {
+        memory::write(self.conn, finals, recorded_at, self.clock.now()).map_err(sqlite)
+    }
+
+    async fn touch_items(&mut self, touch: &ItemsTouch) -> Result<(), DbError> {
+        memory::touch(self.conn, touch, self.clock.now()).map_err(sqlite)
+    }
+
+    async fn delete_items(&mut self, namespace: &str, prefix: &Path) -> Result<u64, DbError> {
+        memory::delete_under(self.conn, namespace, prefix).map_err(sqlite)
     }
 }
 

@@ -30,6 +30,8 @@ use super::sql::{self, Dialect, TURN};
 use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
+use crate::domain::memory::search::Hit;
+use crate::domain::memory::{ItemsQuery, Path, StoredItem};
 use crate::domain::model::{ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
 use crate::domain::records::{RecordEntry, RecordQuery};
 use crate::domain::waits::{Wait, WaitKey, WaitQuery};
@@ -39,6 +41,7 @@ mod batch;
 mod connections;
 mod console;
 mod exec;
+mod memory;
 mod open;
 mod records;
 mod waits;
@@ -210,9 +213,25 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn get_items(&self, namespace: &str, addresses: &[(Path, String)]) -> Result<Vec<StoredItem>, Error> {
+        let (namespace, addresses, now) = (namespace.to_owned(), addresses.to_vec(), self.clock.now());
+        self.read(move |conn| memory::get(conn, &namespace, &addresses, now).map_err(sqlite)).await
+    }
+
+    async fn search_items(&self, q: &ItemsQuery) -> Result<Vec<Hit>, Error> {
+        let (q, now) = (q.clone(), self.clock.now());
+        self.read(move |conn| memory::search(conn, &q, now).map_err(sqlite)).await
+    }
+
+    async fn item_paths(&self, namespace: &str, prefix: &Path) -> Result<Vec<Path>, Error> {
+        let (namespace, prefix, now) = (namespace.to_owned(), prefix.clone(), self.clock.now());
+        self.read(move |conn| memory::paths(conn, &namespace, &prefix, now).map_err(sqlite)).await
+    }
+
+    /// Each a short transaction of its own on the writer's connection.
     async fn purge_expired(&self, limit: u32) -> Result<u64, Error> {
         let now = self.clock.now();
-        let purged = self
+        let keys = self
             .on_writer(move |conn| {
                 conn.prepare_cached(
                     "DELETE FROM idempotency WHERE rowid IN \
@@ -221,7 +240,15 @@ impl Store for SqliteStore {
                 .execute(rusqlite::params![now, i64::from(limit)])
             })
             .await?;
-        Ok(purged as u64)
+        let items = self
+            .on_writer(move |conn| {
+                let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+                let gone = memory::purge_expired(&tx, now, limit)?;
+                tx.commit()?;
+                Ok(gone)
+            })
+            .await?;
+        Ok(keys as u64 + items)
     }
 
     /// Gathers the planner's statistics again for the tables that grew or

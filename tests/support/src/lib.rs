@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use stepwell::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use stepwell::api::pb::idempotency_service_client::IdempotencyServiceClient;
+use stepwell::api::pb::memory_service_client::MemoryServiceClient;
 use stepwell::api::pb::record_service_client::RecordServiceClient;
 use stepwell::api::pb::wait_service_client::WaitServiceClient;
 use tonic::transport::Channel;
@@ -40,6 +41,9 @@ pub type IdempotencyClient = IdempotencyServiceClient<Channel>;
 
 /// The generated RecordService client.
 pub type RecordClient = RecordServiceClient<Channel>;
+
+/// The generated MemoryService client.
+pub type MemoryClient = MemoryServiceClient<Channel>;
 
 /// The generated WaitService client.
 pub type WaitClient = WaitServiceClient<Channel>;

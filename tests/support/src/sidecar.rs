@@ -51,7 +51,7 @@ use crate::backend::TestStore;
 use crate::channel::{Target, connect_with};
 use crate::health::wait_for_serving;
 use crate::tls::ClientTls;
-use crate::{Client, IdempotencyClient, RecordClient, WAIT_LIMIT, WaitClient};
+use crate::{Client, IdempotencyClient, MemoryClient, RecordClient, WAIT_LIMIT, WaitClient};
 
 /// A running sidecar, connected: `Sidecar` in-process, or `SidecarProcess`,
 /// the real binary. Either hands out clients on its channel.
@@ -93,6 +93,10 @@ impl<Kind> Running<Kind> {
 
     pub fn records(&self) -> RecordClient {
         RecordServiceClient::new(self.channel.clone())
+    }
+
+    pub fn memory(&self) -> MemoryClient {
+        stepwell::api::pb::memory_service_client::MemoryServiceClient::new(self.channel.clone())
     }
 
     pub fn waits(&self) -> WaitClient {
