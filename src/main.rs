@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         Command::Turns(turns) => cli::turns(&turns),
         Command::Keys(keys) => cli::keys(&keys),
         Command::Records(records) => cli::records(&records),
+        Command::Memory(memory) => cli::memory(&memory),
         Command::Sessions(sessions) => cli::sessions(&sessions),
         Command::Adk(adk) => cli::adk(&adk),
         Command::Waits(waits) => cli::waits(&waits),

@@ -1,4 +1,4 @@
-//! The arguments of the operator commands: `turns`, `keys`, `records` and `waits`,
+//! The arguments of the operator commands: `turns`, `keys`, `records`, `memory` and `waits`,
 //! which reach a running sidecar (`Remote`: where, as whom, over what TLS),
 //! `healthcheck`, which asks one whether it serves, and `auth` and `proto`,
 //! which run alone. The client side's TLS flags are checked together here,
@@ -177,6 +177,84 @@ pub struct RecordsRm {
     /// The turns whose records to delete.
     #[arg(required = true, value_name = "TURN")]
     pub turns: Vec<String>,
+}
+
+/// What `stepwell memory` does. A path is its labels joined by `/`
+/// (`users/alice/prefs`); the empty path (`/` or "") is every path.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum MemoryCommand {
+    /// List the paths that hold memory items under a path, in label order.
+    Ls(MemoryLs),
+    /// Show one item: its value, times and time to live.
+    Show(MemoryItemArgs),
+    /// List the items under a path that match a filter, in the order they
+    /// were first put.
+    Search(MemorySearch),
+    /// Delete one item, or with --recursive every item under the path
+    /// (needs the write role).
+    Rm(MemoryRm),
+}
+
+/// Flags of `stepwell memory ls`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct MemoryLs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The path whose paths to list [default: every path].
+    #[arg(default_value = "")]
+    pub path: String,
+    /// Cut the paths to their first N labels, each listed once.
+    #[arg(long, value_parser = count(1, 256))]
+    pub depth: Option<u32>,
+    /// Most paths to list.
+    #[arg(long, default_value = "100", value_parser = count(1, 100_000))]
+    pub limit: u32,
+}
+
+/// One memory item: PATH KEY.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct MemoryItemArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The item's path, labels joined by `/`.
+    pub path: String,
+    /// The item's key within its path.
+    pub key: String,
+}
+
+/// Flags of `stepwell memory search`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct MemorySearch {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The path to search under [default: every path].
+    #[arg(default_value = "")]
+    pub path: String,
+    /// Only items whose value matches this filter: '{"kind": "fact"}',
+    /// '{"score": {"$gte": 4}}' (docs/guides/memory.md).
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    pub filter: Option<String>,
+    /// Most items to list (at most the sidecar's --memory-search-results-max).
+    #[arg(long, default_value = "10", value_parser = count(1, 100_000))]
+    pub limit: u32,
+    /// Items to skip first.
+    #[arg(long, default_value = "0", value_parser = count(0, 1_000_000))]
+    pub offset: u32,
+}
+
+/// Flags of `stepwell memory rm`.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct MemoryRm {
+    #[command(flatten)]
+    pub remote: Remote,
+    /// The item's path, or with --recursive the path to delete under.
+    pub path: String,
+    /// The item's key; not with --recursive.
+    #[arg(required_unless_present = "recursive", conflicts_with = "recursive")]
+    pub key: Option<String>,
+    /// Delete every item under PATH ("" or / for the whole namespace).
+    #[arg(long)]
+    pub recursive: bool,
 }
 
 /// What `stepwell sessions` does.

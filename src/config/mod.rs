@@ -33,8 +33,8 @@ pub mod serve;
 pub mod values;
 
 use commands::{
-    AdkCommand, AuthCommand, Healthcheck, KeysCommand, ProtoArgs, RecordsCommand, SessionsCommand, TurnsCommand,
-    WaitsCommand,
+    AdkCommand, AuthCommand, Healthcheck, KeysCommand, MemoryCommand, ProtoArgs, RecordsCommand, SessionsCommand,
+    TurnsCommand, WaitsCommand,
 };
 use env::{Env, with_env};
 use moving::{ExportArgs, ImportArgs, MigrateArgs};
@@ -76,6 +76,10 @@ pub enum Command {
     /// List and delete the records (RecordService) of a running sidecar.
     #[command(subcommand)]
     Records(RecordsCommand),
+    /// List, show, search and delete the memory items (MemoryService) of a
+    /// running sidecar.
+    #[command(subcommand)]
+    Memory(MemoryCommand),
     /// List, show and clear the agent sessions a running sidecar keeps for
     /// the clients' session adapters.
     #[command(subcommand)]

@@ -1078,3 +1078,63 @@ async fn adk_ls_show_and_rm_see_the_adk_sessions() {
     let again = cli(socket, &["adk", "rm", "shop", "u 1", "s1"]);
     assert_eq!((again.code, again.stdout.as_str()), (0, "sessions: s1\ndeleted:  0 records\n"), "{again:?}");
 }
+
+/// Memory items under two users' paths, one with a time to live.
+async fn seed_memory(server: &SidecarProcess) {
+    use stepwell::api::pb::{MemoryWrite, PutItemsRequest};
+    let item = |path: &[&str], key: &str, value: Value| MemoryWrite {
+        path: path.iter().map(|l| (*l).to_owned()).collect(),
+        key: key.to_owned(),
+        value: value.to_string().into_bytes(),
+        ..Default::default()
+    };
+    let mut expiring = item(&["users", "bob"], "note", json!({"kind": "episode", "text": "asked about tea"}));
+    expiring.ttl = Some(stepwell_test_support::requests::duration(std::time::Duration::from_secs(3600)));
+    let writes = vec![
+        item(&["users", "alice", "prefs"], "drink", json!({"kind": "fact", "text": "likes tea", "score": 5})),
+        item(&["users", "alice", "prefs"], "food", json!({"kind": "fact", "text": "no nuts", "score": 3})),
+        expiring,
+    ];
+    let mut memory = stepwell::api::pb::memory_service_client::MemoryServiceClient::new(server.channel());
+    memory.put_items(PutItemsRequest { namespace: String::new(), writes }).await.expect("seeded");
+}
+
+#[tokio::test]
+async fn memory_ls_show_search_and_rm_act_on_a_sidecars_memory() {
+    let store = TestStore::new().await;
+    let server = SidecarProcess::builder(STEPWELL, &store).spawn().await;
+    seed_memory(&server).await;
+    let socket = server.socket_path();
+
+    let paths = rows(socket, &["memory", "ls", "--json"]);
+    assert_eq!(paths, [json!({"path": ["users", "alice", "prefs"]}), json!({"path": ["users", "bob"]})]);
+    assert_eq!(rows(socket, &["memory", "ls", "users", "--depth", "2", "--json"]).len(), 2);
+    let shown = rows(socket, &["memory", "show", "users/bob", "note", "--json"]);
+    assert_eq!(
+        normalise(
+            shown[0].clone(),
+            &["created_at", "created_at_ns", "updated_at", "updated_at_ns", "expires_at", "expires_at_ns"]
+        ),
+        json!({"path": ["users", "bob"], "key": "note", "value": {"kind": "episode", "text": "asked about tea"},
+               "created_at": "*", "created_at_ns": "*", "updated_at": "*", "updated_at_ns": "*",
+               "expires_at": "*", "expires_at_ns": "*"})
+    );
+    let found = rows(socket, &["memory", "search", "users", "--filter", r#"{"score": {"$gte": 4}}"#, "--json"]);
+    assert_eq!(found.iter().map(|r| r["key"].clone()).collect::<Vec<_>>(), [json!("drink")]);
+    let table = cli(socket, &["memory", "search", "users/alice"]);
+    assert_eq!(table.code, 0, "{table:?}");
+    assert!(
+        table.stdout.starts_with("PATH")
+            && table.stdout.contains("users/alice/prefs")
+            && table.stdout.contains("likes tea")
+    );
+
+    assert_eq!(rows(socket, &["memory", "rm", "users/bob", "note", "--json"])[0]["deleted"], Value::Null);
+    let gone = cli(socket, &["memory", "show", "users/bob", "note"]);
+    assert_eq!(gone.code, 2, "an absent item is not found: {gone:?}");
+    assert!(gone.stderr.starts_with("stepwell memory show: no memory item note at users/bob"), "{}", gone.stderr);
+    assert_eq!(rows(socket, &["memory", "rm", "users", "--recursive", "--json"])[0]["deleted"], json!(2));
+    assert!(rows(socket, &["memory", "search", "--json"]).is_empty());
+    let neither = cli(socket, &["memory", "rm", "users"]);
+    assert_eq!(neither.code, 64, "a key or --recursive is required: {neither:?}");
+}

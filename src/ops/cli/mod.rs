@@ -24,6 +24,7 @@
 
 mod adk;
 mod keys;
+mod memory;
 mod records;
 mod sessions;
 mod turns;
@@ -41,10 +42,11 @@ use tonic_types::StatusExt;
 
 use crate::api::pb::checkpoint_service_client::CheckpointServiceClient;
 use crate::api::pb::idempotency_service_client::IdempotencyServiceClient;
+use crate::api::pb::memory_service_client::MemoryServiceClient;
 use crate::api::pb::record_service_client::RecordServiceClient;
 use crate::api::pb::wait_service_client::WaitServiceClient;
 use crate::config::commands::{
-    AdkCommand, KeysCommand, RecordsCommand, Remote, SessionsCommand, TurnsCommand, WaitsCommand,
+    AdkCommand, KeysCommand, MemoryCommand, RecordsCommand, Remote, SessionsCommand, TurnsCommand, WaitsCommand,
 };
 use crate::domain::clock::civil_from_days;
 use crate::domain::limits::MESSAGE_BYTES_LIMIT;
@@ -81,6 +83,17 @@ pub fn keys(command: &KeysCommand) -> ExitCode {
 }
 
 /// Runs `stepwell records …`.
+pub fn memory(command: &MemoryCommand) -> ExitCode {
+    match command {
+        MemoryCommand::Ls(args) => run("stepwell memory ls", &args.remote, async |s| memory::ls(s, args).await),
+        MemoryCommand::Show(args) => run("stepwell memory show", &args.remote, async |s| memory::show(s, args).await),
+        MemoryCommand::Search(args) => {
+            run("stepwell memory search", &args.remote, async |s| memory::search(s, args).await)
+        }
+        MemoryCommand::Rm(args) => run("stepwell memory rm", &args.remote, async |s| memory::rm(s, args).await),
+    }
+}
+
 pub fn records(command: &RecordsCommand) -> ExitCode {
     match command {
         RecordsCommand::Ls(args) => run("stepwell records ls", &args.remote, async |s| records::ls(s, args).await),
@@ -299,6 +312,12 @@ impl Session {
 
     fn records(&self) -> RecordServiceClient<Channel> {
         RecordServiceClient::new(self.channel.clone())
+            .max_decoding_message_size(MESSAGE_BYTES_LIMIT)
+            .max_encoding_message_size(MESSAGE_BYTES_LIMIT)
+    }
+
+    fn memory(&self) -> MemoryServiceClient<Channel> {
+        MemoryServiceClient::new(self.channel.clone())
             .max_decoding_message_size(MESSAGE_BYTES_LIMIT)
             .max_encoding_message_size(MESSAGE_BYTES_LIMIT)
     }
