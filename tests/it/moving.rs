@@ -1132,3 +1132,31 @@ mod postgres_only {
         assert!(token > max_token, "a new token {token} is above every old one ({max_token})");
     }
 }
+
+/// Memory items are not moved yet: migrate and export refuse a store that
+/// holds any, before they copy or write anything, and say why.
+#[tokio::test]
+async fn a_store_holding_memory_items_is_refused_whole_by_migrate_and_export() {
+    let source = TestStore::new().await;
+    populated(&source).await;
+    let sidecar = Sidecar::builder().store(&source).start().await;
+    let write = stepwell::api::pb::MemoryWrite {
+        path: vec!["users".to_owned()],
+        key: "k".to_owned(),
+        value: b"{}".to_vec(),
+        ..Default::default()
+    };
+    let request = stepwell::api::pb::PutItemsRequest { namespace: String::new(), writes: vec![write] };
+    sidecar.memory().put_items(request).await.expect("an item");
+    drop(sidecar);
+    let file = source.dir().join("refused.ndjson");
+    let (code, _, err) = run_apart(&["export", "--from", &source.url(), "--out", file.to_str().unwrap()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("1 memory items") && err.contains("nothing was copied"), "{err}");
+    assert!(!file.exists(), "a refused export writes no file");
+    let target = sqlite_in(source.dir(), "refused.db");
+    let (code, _, err) = run_apart(&["migrate", "--from", &source.url(), "--to", &target.url()]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("memory items"), "{err}");
+    assert!(!source.dir().join("refused.db").exists(), "a refused migration creates no target");
+}

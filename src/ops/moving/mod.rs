@@ -50,6 +50,24 @@ pub enum Error {
     Format(String),
     #[error("stopped after {0} chunks, as asked")]
     Stopped(usize),
+    /// The source holds what this version cannot move yet.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Refuses, before anything is copied or written, a source that holds
+/// memory items (MemoryService): this version of migrate and export does not
+/// move them yet, and a move that left them behind would look complete.
+pub async fn refuse_memory(source: &Tables) -> Result<(), Error> {
+    let items = source.count(Table::MemoryItems).await?;
+    if items > 0 {
+        return Err(Error::Unsupported(format!(
+            "the source store holds {items} memory items (MemoryService), which this version of stepwell does not \
+             move yet; nothing was copied. Keep the store (or back up its file or database with the database's own \
+             tools) until a version that moves memory"
+        )));
+    }
+    Ok(())
 }
 
 /// Rows per chunk unless `--chunk-rows` says otherwise.
@@ -193,6 +211,7 @@ impl Drop for Progress {
 /// and verifies both sides. Returns what was copied and the two tallies.
 pub async fn migrate_stores(from: &Database, to: &Database, plan: Plan) -> Result<(Copied, Tallies, Tallies), Error> {
     let source = Tables::open_source(from).await?;
+    refuse_memory(&source).await?;
     let target = Tables::open_target(to).await?;
     let mut progress = Progress::new(plan);
     let mut copied = Copied::default();
@@ -407,6 +426,8 @@ pub fn export(args: &ExportArgs) -> ExitCode {
     let to_stdout = args.out.as_os_str() == "-";
     let outcome = runtime().block_on(async {
         let source = Tables::open_source(&args.from).await?;
+        // Before the file is made: a refused export leaves nothing behind.
+        refuse_memory(&source).await?;
         let written = if to_stdout {
             let stdout = std::io::stdout().lock();
             ndjson::export(&source, stdout, Plan::from_args(&args.chunks)).await

@@ -94,6 +94,7 @@ fn write_line(out: &mut impl Write, line: &Out<'_>) -> Result<(), Error> {
 
 /// Writes every row of `source`, read in the plan's chunks; returns the counts.
 pub async fn export(source: &Tables, out: impl Write, plan: Plan) -> Result<Exported, Error> {
+    super::refuse_memory(source).await?;
     let mut out = std::io::BufWriter::new(out);
     let fence = source.fence().await?.max(source.max_token().await?);
     write_line(&mut out, &Out::Header { format: FORMAT, backend: source.backend(), fence })?;

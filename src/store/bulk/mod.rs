@@ -60,6 +60,8 @@ pub enum Table {
     Keys,
     Records,
     Waits,
+    /// Memory items (MemoryService), which a move does not copy yet.
+    MemoryItems,
 }
 
 impl Table {
@@ -69,6 +71,7 @@ impl Table {
             Table::Keys => "idempotency",
             Table::Records => "records",
             Table::Waits => "waits",
+            Table::MemoryItems => "memory_items",
         }
     }
 }
