@@ -94,6 +94,7 @@ pub fn routes(shared: Arc<Shared>, settings: Settings) -> Option<Router> {
         .route("/turn/state", get(pages::state))
         .route("/keys", get(pages::keys))
         .route("/waits", get(pages::waits))
+        .route("/memory", get(pages::memory))
         .route("/signin", get(pages::sign_in_page).post(pages::sign_in))
         .route("/signout", post(pages::sign_out))
         .route("/actions/release-key", post(actions::release_key))

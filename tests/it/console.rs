@@ -100,7 +100,9 @@ async fn pages_answer_with_a_strict_policy_and_show_what_callers_wrote_as_text()
     };
     server.waits().create_wait(wait).await.expect("created");
     let turn = format!("/turn?ns=default&id={}", encode(PAYLOAD));
-    for path in ["/", "/?ns=default", "/turns?ns=default", "/keys?ns=default", "/waits?ns=default", turn.as_str()] {
+    let pages =
+        ["/", "/?ns=default", "/turns?ns=default", "/keys?ns=default", "/waits?ns=default", "/memory?ns=default"];
+    for path in pages.into_iter().chain([turn.as_str()]) {
         let page = get(&admin, path, "").await;
         assert_eq!(page.status, 200, "{path}: {}", page.body);
         let policy = page.header("content-security-policy").unwrap_or_default();
@@ -377,4 +379,50 @@ async fn pages_of_turns_and_of_a_turns_checkpoints_follow_their_cursors_through_
     }
     let expected: Vec<String> = (0..450).rev().map(|i| format!("step-{i:03}")).collect();
     assert_eq!(phases, expected, "every checkpoint once, newest first, over three pages");
+}
+
+/// The memory page: the paths one label down, to walk; the items under the
+/// path shown that match the filter, in the order they were first put, with
+/// what callers wrote shown as text; a bad filter is a 400.
+#[tokio::test]
+async fn the_memory_page_walks_paths_and_lists_the_items_a_filter_matches() {
+    use stepwell::api::pb::{MemoryWrite, PutItemsRequest};
+    let store = TestStore::new().await;
+    let admin = free_local_address();
+    let server = SidecarProcess::builder(STEPWELL, &store).admin_listen(&admin).spawn().await;
+    let item = |path: &[&str], key: &str, value: String| MemoryWrite {
+        path: path.iter().map(|l| (*l).to_owned()).collect(),
+        key: key.to_owned(),
+        value: value.into_bytes(),
+        ..Default::default()
+    };
+    let writes = vec![
+        item(&["users", "alice", "prefs"], "drink", r#"{"kind": "fact", "text": "likes tea"}"#.to_owned()),
+        item(&["users", "bob"], PAYLOAD, serde_json_text(PAYLOAD)),
+        item(&["users", "alice", "prefs"], "food", r#"{"kind": "episode", "text": "no nuts"}"#.to_owned()),
+    ];
+    let mut memory = stepwell::api::pb::memory_service_client::MemoryServiceClient::new(server.channel());
+    memory.put_items(PutItemsRequest { namespace: String::new(), writes }).await.expect("stored");
+
+    let top = get(&admin, "/memory?ns=default", "").await;
+    assert_eq!(top.status, 200, "{}", top.body);
+    assert!(
+        top.body.contains("href=\"/memory?ns=default&amp;path=users\"") || top.body.contains("path=users\""),
+        "{}",
+        top.body
+    );
+    assert!(!top.body.contains("<script>alert") && !top.body.contains("<img src=x"), "markup got through");
+    // Paths by their first put, then items by theirs: alice's two, then bob's.
+    let order: Vec<usize> =
+        ["likes tea", "no nuts", "&#60;script&#62;"].iter().map(|t| top.body.find(t).expect(t)).collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "items in the order first put: {order:?}");
+
+    let users = get(&admin, "/memory?ns=default&path=users", "").await;
+    assert!(users.body.contains("users/alice") && users.body.contains("users/bob"), "one label down");
+    assert!(!users.body.contains("users/alice/prefs</a>"), "not two labels down");
+    let filtered = get(&admin, "/memory?ns=default&path=users%2Falice&filter=%7B%22kind%22%3A%22fact%22%7D", "").await;
+    assert_eq!(filtered.status, 200, "{}", filtered.body);
+    assert!(filtered.body.contains("likes tea") && !filtered.body.contains("no nuts"), "the filter narrows");
+    let bad = get(&admin, "/memory?ns=default&filter=%7B%22k%22%3A%7B%22%24in%22%3A1%7D%7D", "").await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
 }

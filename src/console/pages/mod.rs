@@ -4,6 +4,7 @@
 //! before anything of it is read.
 
 mod keys;
+mod memory;
 mod overview;
 mod signin;
 mod turn;
@@ -11,6 +12,7 @@ mod turns;
 mod waits;
 
 pub use keys::keys;
+pub use memory::memory;
 pub use overview::overview;
 pub use signin::{sign_in, sign_in_page, sign_out};
 pub use turn::{state, turn};
@@ -38,7 +40,7 @@ use crate::domain::model::{TurnStatus, TurnSummary, UnixNanos};
 use crate::domain::waits::{Wait, WaitStatus};
 use crate::store::console as reads;
 
-/// Rows on a page of turns, keys or waits.
+/// Rows on a page of turns, keys, waits or memory items.
 const PAGE_ROWS: u32 = 50;
 /// Checkpoints on a page of a turn's timeline.
 const MARKS_PER_PAGE: u32 = 200;
