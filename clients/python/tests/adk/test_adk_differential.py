@@ -258,7 +258,13 @@ async def run_all(target: str, folder: Path, seeds: List[int]) -> Tuple[int, int
     counts: List[int] = []
     async with AsyncClient(target) as client:
         for first in range(0, len(seeds), PER_DATABASE):
-            database = DatabaseSessionService(f"sqlite+aiosqlite:///{folder}/reference-{seeds[first]}.db")
+            # The reference's concurrent sequences share one SQLite file: on a
+            # busy machine a writer may wait past sqlite3's default 5 s for
+            # the file's lock (OperationalError: database is locked), which
+            # would fail the reference, not stepwell; it waits longer here.
+            database = DatabaseSessionService(
+                f"sqlite+aiosqlite:///{folder}/reference-{seeds[first]}.db", connect_args={"timeout": 120}
+            )
             try:
                 chunk = seeds[first:first + PER_DATABASE]
                 for start in range(0, len(chunk), PARALLEL):
