@@ -67,6 +67,7 @@ from .v1 import records_pb2 as rp
 from .v1 import waits_pb2 as wp
 from .v1 import checkpoint_pb2_grpc as cp_grpc
 from .v1 import idempotency_pb2_grpc as ip_grpc
+from .v1 import memory_pb2_grpc as mem_grpc
 from .v1 import records_pb2_grpc as rec_grpc
 from .v1 import waits_pb2_grpc as wp_grpc
 
@@ -83,7 +84,7 @@ def attach(
     metadata: Optional[Sequence[Tuple[str, str]]],
 ) -> None:
     """Gives a client (either one) its channel, its settings and the raw
-    one-to-one stubs of the four services."""
+    one-to-one stubs of the five services."""
     client._channel = channel
     client.target = target
     client.namespace = namespace
@@ -94,6 +95,7 @@ def attach(
     client.idempotency_stub = ip_grpc.IdempotencyServiceStub(channel)
     client.record_stub = rec_grpc.RecordServiceStub(channel)
     client.wait_stub = wp_grpc.WaitServiceStub(channel)
+    client.memory_stub = mem_grpc.MemoryServiceStub(channel)
 
 # once() tells here (WARNING) when a call waits for another holder's lease.
 log = logging.getLogger("stepwell")

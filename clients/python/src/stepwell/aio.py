@@ -33,6 +33,10 @@ class AsyncClient:
 
     Create it inside a running event loop; ``async with AsyncClient(...)``
     closes the channel.
+
+    Its raw stubs are the blocking client's (``record_stub``, ``memory_stub``,
+    ...), awaitable; ``await client._call(method, request, timeout)`` maps
+    errors and retries as :class:`stepwell.Client` does.
     """
 
     def __init__(

@@ -47,8 +47,13 @@ class Client:
         options: extra gRPC channel options.
 
     The raw one-to-one stubs are ``checkpoint_stub``, ``idempotency_stub``,
-    ``record_stub`` (RecordService, which :mod:`stepwell.langgraph` uses) and
-    ``wait_stub`` (WaitService).
+    ``record_stub`` (RecordService, which :mod:`stepwell.langgraph`'s savers
+    use), ``wait_stub`` (WaitService) and ``memory_stub`` (MemoryService,
+    which :mod:`stepwell.langgraph`'s stores use). Call them through
+    ``_call(method, request, timeout)`` for the client's error mapping and
+    retries: every MemoryService call may be retried, since PutItems and
+    DeleteItems are idempotent (the same writes give the same state) and
+    GetItems, SearchItems and ListPaths are reads.
 
     With OpenTelemetry installed (the ``otel`` extra), every call made inside
     a span carries its trace context (W3C ``traceparent``), so the sidecar's

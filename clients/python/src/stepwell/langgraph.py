@@ -1,4 +1,9 @@
-"""LangGraph checkpoint savers backed by stepwell's RecordService.
+"""LangGraph checkpoint savers backed by stepwell's RecordService, and stores on its MemoryService.
+
+The long-term memory stores, :class:`StepwellStore` and
+:class:`AsyncStepwellStore` (LangGraph's ``BaseStore``), live in
+:mod:`stepwell._store` and are re-exported here; the rest of this
+documentation is the savers'.
 
 :class:`StepwellSaver` (blocking) and :class:`AsyncStepwellSaver` (asyncio)
 implement LangGraph's ``BaseCheckpointSaver``: a graph compiled with one keeps
@@ -132,6 +137,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ._store import AsyncStepwellStore, StepwellStore
 from .aio import AsyncClient
 from .client import Client
 from .errors import LeaseLost, NotAcquired, StepwellError, ThreadBusy
@@ -140,7 +146,7 @@ from .v1 import records_pb2 as rec
 
 T = TypeVar("T")
 
-__all__ = ["AsyncStepwellSaver", "StepwellSaver", "ThreadLease", "thread_lease_key"]
+__all__ = ["AsyncStepwellSaver", "AsyncStepwellStore", "StepwellSaver", "StepwellStore", "ThreadLease", "thread_lease_key"]
 
 CHECKPOINT_KIND = "checkpoint"
 BLOB_KIND = "blob"
