@@ -49,6 +49,19 @@ import {
   type PutRecordsResponse,
 } from "./gen/stepwell/v1/records_pb.js";
 import {
+  DeleteItemsRequestSchema,
+  GetItemsRequestSchema,
+  ListPathsRequestSchema,
+  MemoryService,
+  PutItemsRequestSchema,
+  SearchItemsRequestSchema,
+  type DeleteItemsResponse,
+  type GetItemsResponse,
+  type ListPathsResponse,
+  type PutItemsResponse,
+  type SearchItemsResponse,
+} from "./gen/stepwell/v1/memory_pb.js";
+import {
   AwaitRequestSchema,
   CancelWaitRequestSchema,
   CreateWaitRequestSchema,
@@ -95,6 +108,9 @@ import { traceContextAvailable, traceContextInterceptor } from "./tracing.js";
 
 /** A RecordService request's fields, as create() takes them. */
 export type RecordsInit<S extends Parameters<typeof create>[0]> = MessageInitShape<S>;
+
+/** A MemoryService request's fields, as create() takes them. */
+export type MemoryInit<S extends Parameters<typeof create>[0]> = MessageInitShape<S>;
 
 export interface StepwellClientOptions {
   /** "host:port", "unix:/path/to.sock", or an "http://host:port" URL. Default "127.0.0.1:50051". */
@@ -422,6 +438,7 @@ export class StepwellClient {
     idempotency: Client<typeof IdempotencyService>;
     waits: Client<typeof WaitService>;
     records: Client<typeof RecordService>;
+    memory: Client<typeof MemoryService>;
   };
   readonly namespace: string;
   private readonly timeoutMs: number;
@@ -445,6 +462,7 @@ export class StepwellClient {
       idempotency: createClient(IdempotencyService, transport),
       waits: createClient(WaitService, transport),
       records: createClient(RecordService, transport),
+      memory: createClient(MemoryService, transport),
     };
     this.namespace = o.namespace ?? "";
     this.timeoutMs = o.timeoutMs ?? 10_000;
@@ -591,6 +609,43 @@ export class StepwellClient {
   copyTurn(sourceTurnId: string, targetTurnId: string, opts?: CallOptions): Promise<CopyTurnResponse> {
     const req = create(CopyTurnRequestSchema, { namespace: this.ns(opts), sourceTurnId, targetTurnId });
     return this.call(opts, (o) => this.raw.records.copyTurn(req, o));
+  }
+
+  // ---- MemoryService ----
+  // Long-term memory items at (namespace, path, key), as the LangGraph
+  // store keeps them. Each takes the request's fields; the namespace, when
+  // not given, is the call's or the client's. Every call is retried like the
+  // others: PutItems and DeleteItems are idempotent, the rest are reads (a
+  // refreshing read only moves expiries forward).
+
+  /** Puts and deletes items in one commit, all or none; the later write of an item wins. */
+  putItems(input: MemoryInit<typeof PutItemsRequestSchema>, opts?: CallOptions): Promise<PutItemsResponse> {
+    const req = create(PutItemsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.memory.putItems(req, o));
+  }
+
+  /** The items found (not expired) at the addresses, each once, in the order of its first address. */
+  getItems(input: MemoryInit<typeof GetItemsRequestSchema>, opts?: CallOptions): Promise<GetItemsResponse> {
+    const req = create(GetItemsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.memory.getItems(req, o));
+  }
+
+  /** One page of the items under a path prefix matching a filter, nearest to a query vector first when one is given. */
+  searchItems(input: MemoryInit<typeof SearchItemsRequestSchema>, opts?: CallOptions): Promise<SearchItemsResponse> {
+    const req = create(SearchItemsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.memory.searchItems(req, o));
+  }
+
+  /** One page of the distinct paths holding items, matched by prefix and suffix, in label order. */
+  listPaths(input: MemoryInit<typeof ListPathsRequestSchema>, opts?: CallOptions): Promise<ListPathsResponse> {
+    const req = create(ListPathsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.memory.listPaths(req, o));
+  }
+
+  /** Deletes every item under a path prefix (empty: the namespace's whole memory); `deleted` is how many. */
+  deleteItems(input: MemoryInit<typeof DeleteItemsRequestSchema>, opts?: CallOptions): Promise<DeleteItemsResponse> {
+    const req = create(DeleteItemsRequestSchema, { ...input, namespace: input.namespace ?? this.ns(opts) });
+    return this.call(opts, (o) => this.raw.memory.deleteItems(req, o));
   }
 
   // ---- WaitService ----

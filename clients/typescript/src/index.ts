@@ -11,6 +11,8 @@ export type { Checkpoint, TurnSummary } from "./gen/stepwell/v1/checkpoint_pb.js
 export * from "./waits.js";
 export * as recordsPb from "./gen/stepwell/v1/records_pb.js";
 export { PutMode } from "./gen/stepwell/v1/records_pb.js";
+export * as memoryPb from "./gen/stepwell/v1/memory_pb.js";
+export { PathMatch_End } from "./gen/stepwell/v1/memory_pb.js";
 export * as waitsPb from "./gen/stepwell/v1/waits_pb.js";
 export { WaitStatus } from "./gen/stepwell/v1/waits_pb.js";
 export type { Wait } from "./gen/stepwell/v1/waits_pb.js";
