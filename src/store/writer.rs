@@ -169,9 +169,7 @@ impl Write {
             Write::CopyTurn { namespace, source, target } => namespace.len() + source.len() + target.len(),
             Write::Wait(write) => write.bytes(),
             Write::PutItems(put) => put.bytes(),
-            Write::TouchItems(touch) => {
-                touch.namespace.len() + touch.items.iter().map(|(p, k)| p.as_str().len() + k.len()).sum::<usize>()
-            }
+            Write::TouchItems(touch) => touch.bytes(),
             Write::DeleteItems { namespace, prefix } => namespace.len() + prefix.as_str().len(),
         };
         variable + WRITE_OVERHEAD_BYTES

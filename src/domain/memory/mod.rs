@@ -139,6 +139,13 @@ pub struct ItemsTouch {
     pub items: Vec<(Path, String)>,
 }
 
+impl ItemsTouch {
+    /// The bytes it holds while it waits in the write queue.
+    pub fn bytes(&self) -> usize {
+        self.namespace.len() + self.items.iter().map(|(path, key)| path.as_str().len() + key.len()).sum::<usize>()
+    }
+}
+
 /// What one write of a batch does, after every write of the batch to the
 /// same address: the last one's content, at the place of the first.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -177,14 +177,15 @@ pub async fn touch(conn: &mut PgConnection, touch: &ItemsTouch, offset: i64) -> 
 }
 
 /// Deletes every item under `prefix`, with their vectors and paths, in one
-/// statement; answers how many items went.
+/// statement (a data-modifying CTE runs whether or not it is read);
+/// answers how many items went.
 pub async fn delete_under(conn: &mut PgConnection, namespace: &str, prefix: &Path) -> Result<u64, sqlx::Error> {
     let range = "namespace = $1 AND path >= $2 AND ($3::text IS NULL OR path < $3)";
     let (deleted,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "WITH items AS (DELETE FROM memory_items WHERE {range} RETURNING 1), \
               vectors AS (DELETE FROM memory_vectors WHERE {range} RETURNING 1), \
               paths AS (DELETE FROM memory_paths WHERE {range} RETURNING 1) \
-         SELECT (SELECT count(*) FROM items) + 0 * (SELECT count(*) FROM vectors) * (SELECT count(*) FROM paths)"
+         SELECT count(*) FROM items"
     )))
     .bind(namespace)
     .bind(prefix.as_str())
@@ -347,7 +348,7 @@ pub async fn purge_expired(conn: &mut PgConnection, limit: u32, offset: i64) -> 
                   RETURNING namespace, path, key), \
          vectors AS (DELETE FROM memory_vectors v USING gone \
                      WHERE v.namespace = gone.namespace AND v.path = gone.path AND v.key = gone.key RETURNING 1) \
-         SELECT (SELECT count(*) FROM gone) + 0 * (SELECT count(*) FROM vectors)"
+         SELECT count(*) FROM gone"
     )))
     .bind(offset)
     .bind(i64::from(limit))
