@@ -18,6 +18,7 @@ use super::{Call, Shared, timestamp, validate};
 use crate::config::sections::MemoryLimits;
 use crate::domain::error::{Error, InvalidReason, Result};
 use crate::domain::memory::filter::Filter;
+use crate::domain::memory::search::Searched;
 use crate::domain::memory::{
     ANY_LABEL, End, ItemPut, ItemWrite, ItemsPut, ItemsQuery, ItemsTouch, Path, PathMatch, PathsQuery, StoredItem,
     Vector,
@@ -108,7 +109,8 @@ impl MemoryApi {
             limit: limit(req.limit, SEARCH_LIMIT_DEFAULT, limits.search_results_max)?,
             offset: offset(req.offset)?,
         };
-        let hits = self.shared.store()?.search_items(&query).await?;
+        let Searched { hits, scan } = self.shared.store()?.search_items(&query).await?;
+        self.shared.metrics().memory_search(scan);
         self.refresh(&query.namespace, req.refresh_ttl, hits.iter().map(|hit| &hit.item)).await?;
         let hits = hits.into_iter().map(|hit| SearchHit { item: Some(to_pb(hit.item)), score: hit.score }).collect();
         Ok(SearchItemsResponse { hits })

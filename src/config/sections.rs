@@ -398,6 +398,9 @@ fn postgres_mode(args: &ServeArgs, errors: &mut Errors) -> PostgresMode {
     if sqlite && args.postgres_pooler != PoolerArg::None {
         errors.add("postgres-pooler", "applies only to a postgres:// store".to_owned());
     }
+    if sqlite && args.postgres_vector_index_dims.0 != super::values::DEFAULT_VECTOR_INDEX_DIMS {
+        errors.add("postgres-vector-index-dims", "applies only to a postgres:// store".to_owned());
+    }
     if let Some(url) = &args.postgres_listen_url {
         if sqlite {
             errors.add("postgres-listen-url", "applies only to a postgres:// store".to_owned());
@@ -415,6 +418,7 @@ fn postgres_mode(args: &ServeArgs, errors: &mut Errors) -> PostgresMode {
             PoolerArg::Transaction => Pooler::Transaction,
         },
         listen_url: args.postgres_listen_url.clone(),
+        vector_index_dims: args.postgres_vector_index_dims.0.clone(),
     }
 }
 

@@ -11,8 +11,8 @@ use clap::Args;
 
 use super::env::Env;
 use super::values::{
-    AdminListen, ConsoleMode, Listen, PoolerArg, PostgresProfileArg, Retention, admin_listen, count, millis,
-    octal_mode, retention, seconds, size,
+    AdminListen, ConsoleMode, DimsList, Listen, PoolerArg, PostgresProfileArg, Retention, admin_listen, count,
+    dims_list, millis, octal_mode, retention, seconds, size,
 };
 use super::{Command, parse};
 use crate::domain::limits;
@@ -255,6 +255,15 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub postgres_listen_url: Option<String>,
+
+    /// The vector lengths that memory searches on a Postgres store with
+    /// pgvector find through an approximate index (HNSW, cosine; one per
+    /// length, up to 2000), comma-separated, or none. The sidecar creates
+    /// the extension when the server has it and the role may; without it
+    /// every search is exact. See docs/guides/memory.md.
+    #[arg(long = "postgres-vector-index-dims", value_name = "DIMS", env = "STEPWELL_POSTGRES_VECTOR_INDEX_DIMS",
+          default_value = "384,512,768,1024,1536", value_parser = dims_list)]
+    pub postgres_vector_index_dims: DimsList,
 
     /// Most write requests waiting to be committed; more are refused with
     /// RESOURCE_EXHAUSTED.

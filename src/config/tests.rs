@@ -542,3 +542,22 @@ fn the_admin_listeners_help_says_what_beyond_loopback_takes() {
     let help = arg.get_long_help().or(arg.get_help()).expect("its help").to_string();
     assert!(help.contains("--admin-tls and --auth-file") && help.contains("--insecure-allow-network"), "{help}");
 }
+
+#[test]
+fn the_vector_index_lengths_default_to_the_common_embeddings_and_name_nothing_on_sqlite() {
+    let pg = ["--database-url", "postgres://app@db/stepwell"];
+    let defaults = Config::from_args(&serve(&pg, &Env::default()).unwrap()).unwrap().store.postgres;
+    assert_eq!(defaults.vector_index_dims, super::values::DEFAULT_VECTOR_INDEX_DIMS);
+    let chosen = serve(&[&pg[..], &["--postgres-vector-index-dims", "3, 768"][..]].concat(), &Env::default());
+    assert_eq!(Config::from_args(&chosen.unwrap()).unwrap().store.postgres.vector_index_dims, vec![3, 768]);
+    let none = serve(&[&pg[..], &["--postgres-vector-index-dims", "none"][..]].concat(), &Env::default());
+    assert!(Config::from_args(&none.unwrap()).unwrap().store.postgres.vector_index_dims.is_empty());
+    for bad in ["0", "2001", "768,768", "768,", "big"] {
+        let refused = serve(&[&pg[..], &["--postgres-vector-index-dims", bad][..]].concat(), &Env::default());
+        assert!(refused.is_err(), "{bad:?} is refused");
+    }
+    let on_sqlite = serve(&["--postgres-vector-index-dims", "768"], &Env::default()).unwrap();
+    let lines = Config::from_args(&on_sqlite).unwrap_err().0;
+    assert!(lines.iter().any(|l| l.contains("postgres-vector-index-dims")), "{lines:?}");
+    assert!(Config::from_args(&serve(&[], &Env::default()).unwrap()).is_ok(), "the default names nothing on SQLite");
+}

@@ -60,6 +60,37 @@ pub enum PoolerArg {
     Transaction,
 }
 
+/// Vector lengths, comma-separated, or `none` (`--postgres-vector-index-dims`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DimsList(pub Vec<u32>);
+
+/// `--postgres-vector-index-dims`'s default (its text in serve.rs): the
+/// lengths of the common embedding models.
+pub(super) const DEFAULT_VECTOR_INDEX_DIMS: [u32; 5] = [384, 512, 768, 1024, 1536];
+
+/// The most dimensions pgvector's HNSW index takes.
+const INDEXED_DIMS_MAX: u32 = 2000;
+
+/// `384,768` or `none`: each length in 1..=2000, listed once.
+pub(super) fn dims_list(text: &str) -> Result<DimsList, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(DimsList(Vec::new()));
+    }
+    let mut dims = Vec::new();
+    for part in text.split(',') {
+        let d: u32 =
+            part.trim().parse().map_err(|_| format!("{part:?} is not a vector length; give 384,768 or none"))?;
+        if !(1..=INDEXED_DIMS_MAX).contains(&d) {
+            return Err(format!("{d}: pgvector indexes vectors of 1 to {INDEXED_DIMS_MAX} dimensions"));
+        }
+        if dims.contains(&d) {
+            return Err(format!("{d} is listed twice"));
+        }
+        dims.push(d);
+    }
+    Ok(DimsList(dims))
+}
+
 /// Where the admin HTTP listener listens, if anywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminListen {

@@ -25,6 +25,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, 
 use tonic::Code;
 
 use super::activity::Activity;
+use crate::domain::memory::search::Scan;
 use crate::domain::rpc::Rpc;
 
 const METADATA: Metadata<'static> = Metadata::new("stepwell", Level::INFO, Some(module_path!()));
@@ -147,6 +148,7 @@ pub struct Metrics {
     pub checkpoints_deleted: Counter,
     pub records_written: Counter,
     pub memory_items_written: Counter,
+    memory_searches: [Counter; 3],
     pub records_removed: Counter,
     pub record_turns_expired: Counter,
     turns_expired: [Counter; 2],
@@ -228,6 +230,8 @@ impl Metrics {
             checkpoints_deleted: r.counter("stepwell_checkpoints_deleted_total", &[]),
             records_written: r.counter("stepwell_records_written_total", &[]),
             memory_items_written: r.counter("stepwell_memory_items_written_total", &[]),
+            memory_searches: [Scan::Ordered, Scan::Exact, Scan::Index]
+                .map(|scan| r.counter("stepwell_memory_searches_total", &[("scan", scan.label())])),
             records_removed: r.counter("stepwell_records_deleted_total", &[]),
             record_turns_expired: r.counter("stepwell_record_turns_expired_total", &[]),
             turns_expired: ["terminal", "open"]
@@ -285,6 +289,16 @@ impl Metrics {
                 .clone();
         }
         recorder.register_histogram(&rpc_key(rpc, code, refusal, namespace.as_deref()), &METADATA)
+    }
+
+    /// A SearchItems answered, by how the store found its page.
+    pub fn memory_search(&self, scan: Scan) {
+        let at = match scan {
+            Scan::Ordered => 0,
+            Scan::Exact => 1,
+            Scan::Index => 2,
+        };
+        self.memory_searches[at].increment(1);
     }
 
     /// Turn retention deleted a terminal (or open) turn.
@@ -517,6 +531,11 @@ const COUNTERS: &[(&str, &str)] = &[
     ("stepwell_checkpoints_deleted_total", "Checkpoints deleted by DeleteTurn."),
     ("stepwell_records_written_total", "Records written by PutRecords (upserted or inserted if absent)."),
     ("stepwell_memory_items_written_total", "Memory items put or deleted by PutItems."),
+    (
+        "stepwell_memory_searches_total",
+        "SearchItems answered, by how the store found the page: ordered (no query vector), exact (every item \
+         under the prefix scored) or index (pgvector's approximate index's candidates, scored exactly).",
+    ),
     ("stepwell_records_deleted_total", "Records deleted by DeleteRecords and by record retention."),
     ("stepwell_record_turns_expired_total", "Turns whose records record retention deleted."),
     ("stepwell_turns_expired_total", "Turns deleted by turn retention, by status (terminal, open)."),

@@ -38,7 +38,7 @@ pub use sql::Dialect;
 
 use crate::domain::clock::Clock;
 use crate::domain::keys::{BeginArgs, BeginOutcome, Fence, KeyRecord, KeyState, Refusal};
-use crate::domain::memory::search::Hit;
+use crate::domain::memory::search::Searched;
 use crate::domain::memory::{ItemsPut, ItemsQuery, ItemsTouch, Path, StoredItem};
 use crate::domain::model::{
     Appended, Cursor, ListTurnsQuery, NewCheckpoint, RestoreQuery, StoredCheckpoint, TurnSummary, UnixNanos,
@@ -386,7 +386,7 @@ pub trait Store: Send + Sync + 'static {
     async fn get_items(&self, namespace: &str, addresses: &[(Path, String)]) -> Result<Vec<StoredItem>, Error>;
 
     /// One page of a memory search (`memory::search` orders and pages it).
-    async fn search_items(&self, query: &ItemsQuery) -> Result<Vec<Hit>, Error>;
+    async fn search_items(&self, query: &ItemsQuery) -> Result<Searched, Error>;
 
     /// The distinct paths under `prefix` that hold live memory items.
     async fn item_paths(&self, namespace: &str, prefix: &Path) -> Result<Vec<Path>, Error>;
@@ -556,6 +556,9 @@ pub struct PostgresMode {
     /// A direct URL (not through the pooler) for LISTEN; without one, a
     /// sidecar behind a pooler finds other sidecars' settlements by polling.
     pub listen_url: Option<String>,
+    /// The vector lengths pgvector indexes approximately, when the database
+    /// has it (`--postgres-vector-index-dims`); none: searches stay exact.
+    pub vector_index_dims: Vec<u32>,
 }
 
 /// Which of Postgres's features a store may use.

@@ -27,6 +27,7 @@ mod metrics;
 mod moving;
 mod namespace;
 mod operator_cli;
+mod pgvector;
 mod pooler;
 mod postgres_only;
 mod postgres_tls;

@@ -123,7 +123,7 @@ pub async fn memory(
         limit: PAGE_ROWS + 1,
         offset: q.offset,
     };
-    let mut hits = console.store()?.search_items(&search).await?;
+    let mut hits = console.store()?.search_items(&search).await?.hits;
     let more = hits.len() > PAGE_ROWS as usize;
     hits.truncate(PAGE_ROWS as usize);
     let next = more.then(|| {

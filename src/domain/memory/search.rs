@@ -22,6 +22,34 @@ pub struct Hit {
     pub score: Option<f64>,
 }
 
+/// How a store found a search's page: in item order (no query), by
+/// scoring every item under the prefix, or from an approximate index's
+/// candidates (scored exactly all the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    Ordered,
+    Exact,
+    Index,
+}
+
+impl Scan {
+    /// The label of `stepwell_memory_searches_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Scan::Ordered => "ordered",
+            Scan::Exact => "exact",
+            Scan::Index => "index",
+        }
+    }
+}
+
+/// A search's page, and how the store found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Searched {
+    pub hits: Vec<Hit>,
+    pub scan: Scan,
+}
+
 /// The cosine similarity of `a` and `b`, given `b`'s norm; `None` when their
 /// lengths differ, 0 when either is all zeros.
 pub fn cosine(a: &[f32], b: &[f32], b_norm: f64) -> Option<f64> {
@@ -104,6 +132,17 @@ impl<'q> Collector<'q> {
     /// order, so once it holds `offset + limit` no later item can enter.
     pub fn is_full(&self) -> bool {
         self.query.query.is_none() && self.kept.len() >= self.room
+    }
+
+    /// How many hits a page needs kept: its offset and its limit.
+    pub fn room(&self) -> usize {
+        self.room
+    }
+
+    /// Whether as many hits are kept as the page needs (offered in any
+    /// order, a better item may still come).
+    pub fn holds_page(&self) -> bool {
+        self.kept.len() >= self.room
     }
 
     /// Offers the next item with its vectors. An item whose value is not an

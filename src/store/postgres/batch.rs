@@ -26,6 +26,8 @@ pub(super) struct Conn<'c> {
     pub clock: &'c Clock,
     /// The portable profile: fencing tokens come from the counter row.
     pub portable: bool,
+    /// pgvector's column is there: puts fill it beside the vectors' bytes.
+    pub embedding: bool,
 }
 
 /// Where a batch's fencing tokens come from: the sequence, whose values
@@ -273,7 +275,7 @@ impl Statements for Conn<'_> {
     }
 
     async fn write_items(&mut self, finals: &[Final<'_>], recorded_at: UnixNanos) -> Result<(), DbError> {
-        memory::write(self.conn, finals, recorded_at, self.clock.offset()).await.map_err(DbError::sqlx)
+        memory::write(self.conn, finals, recorded_at, self.clock.offset(), self.embedding).await.map_err(DbError::sqlx)
     }
 
     async fn touch_items(&mut self, touch: &ItemsTouch) -> Result<(), DbError> {

@@ -10,7 +10,8 @@ use sqlx::Row;
 use sqlx::postgres::{PgConnection, PgRow};
 
 use super::DB_NOW_NS;
-use crate::domain::memory::search::{Collector, Hit};
+use super::vectors::{self, VectorIndex};
+use crate::domain::memory::search::{Collector, Scan, Searched};
 use crate::domain::memory::{Final, ItemPut, ItemsQuery, ItemsTouch, Order, Path, StoredItem, Vector};
 use crate::domain::model::UnixNanos;
 
@@ -20,6 +21,10 @@ const READ_CHUNK: i64 = 512;
 /// An item's columns, as `item` reads them.
 const COLUMNS: &str = "i.path, i.key, i.value::text AS value, i.created_at_ns, i.updated_at_ns, i.expires_at_ns, \
      i.ttl_ns, i.path_ns, i.path_place, i.item_ns, i.item_place";
+
+/// An item `i`'s vectors, each its bytes.
+const VECTORS: &str = "ARRAY(SELECT v.vector FROM memory_vectors v \
+     WHERE v.namespace = i.namespace AND v.path = i.path AND v.key = i.key) AS vectors";
 
 /// A live item `i` (not expired at the store's time, `$4` its offset)
 /// under the prefix `[$2, $3)` of namespace `$1` (no upper bound when `$3`
@@ -52,11 +57,13 @@ fn item(row: &PgRow) -> Result<StoredItem, sqlx::Error> {
 /// Writes a batch's final writes (`memory::final_writes`): the deletions
 /// (and the expired items a put replaces, and the vectors a put drops),
 /// then the paths, the items and their vectors; four statements at most.
+/// With `embedding`, the vectors also fill pgvector's column.
 pub async fn write<'a>(
     conn: &mut PgConnection,
     finals: &[Final<'a>],
     recorded_at: UnixNanos,
     offset: i64,
+    embedding: bool,
 ) -> Result<(), sqlx::Error> {
     // One order of rows for every statement, so concurrent batches lock alike.
     let mut finals = finals.to_vec();
@@ -84,7 +91,8 @@ pub async fn write<'a>(
     if puts.is_empty() {
         return Ok(());
     }
-    put_items(conn, &puts, recorded_at, offset).await
+    put_items(conn, &puts, recorded_at, offset).await?;
+    put_vectors(conn, &puts, embedding).await
 }
 
 /// The paths, items and vectors of a batch's puts.
@@ -129,11 +137,12 @@ async fn put_items<'a>(
     .bind(&places)
     .execute(&mut *conn)
     .await?;
-    put_vectors(conn, puts).await
+    Ok(())
 }
 
-/// Upserts the vectors of a batch's puts, field by field.
-async fn put_vectors<'a>(conn: &mut PgConnection, puts: &[&Final<'a>]) -> Result<(), sqlx::Error> {
+/// Upserts the vectors of a batch's puts, field by field; with
+/// `embedding`, each also as pgvector's `vector`.
+async fn put_vectors<'a>(conn: &mut PgConnection, puts: &[&Final<'a>], embedding: bool) -> Result<(), sqlx::Error> {
     let vectors: Vec<(&Final<'a>, &Vector)> =
         puts.iter().flat_map(|f| f.write.put.iter().flat_map(|p| p.vectors.iter()).map(move |v| (*f, v))).collect();
     if vectors.is_empty() {
@@ -141,20 +150,34 @@ async fn put_vectors<'a>(conn: &mut PgConnection, puts: &[&Final<'a>]) -> Result
     }
     let column =
         |f: for<'x> fn(&'x (&'x Final<'a>, &'x Vector)) -> &'x str| vectors.iter().map(f).collect::<Vec<&str>>();
-    sqlx::query(
-        "INSERT INTO memory_vectors (namespace, path, key, field, vector) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[]) \
-         ON CONFLICT (namespace, path, key, field) DO UPDATE SET vector = excluded.vector",
-    )
-    .bind(column(|(f, _)| f.namespace))
-    .bind(column(|(f, _)| f.write.path.as_str()))
-    .bind(column(|(f, _)| &f.write.key))
-    .bind(column(|(_, v)| &v.field))
-    .bind(vectors.iter().map(|(_, v)| v.to_bytes()).collect::<Vec<Vec<u8>>>())
-    .execute(&mut *conn)
-    .await?;
+    let sql = if embedding { INSERT_VECTORS_EMBEDDED } else { INSERT_VECTORS };
+    let insert = sqlx::query(sql)
+        .bind(column(|(f, _)| f.namespace))
+        .bind(column(|(f, _)| f.write.path.as_str()))
+        .bind(column(|(f, _)| &f.write.key))
+        .bind(column(|(_, v)| &v.field))
+        .bind(vectors.iter().map(|(_, v)| v.to_bytes()).collect::<Vec<Vec<u8>>>());
+    let insert = match embedding {
+        true => {
+            insert.bind(vectors.iter().map(|(_, v)| vectors::embedding(&v.values)).collect::<Vec<Option<String>>>())
+        }
+        false => insert,
+    };
+    insert.execute(&mut *conn).await?;
     Ok(())
 }
+
+/// The vectors of a batch's puts.
+const INSERT_VECTORS: &str = "INSERT INTO memory_vectors (namespace, path, key, field, vector) \
+     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[]) \
+     ON CONFLICT (namespace, path, key, field) DO UPDATE SET vector = excluded.vector";
+
+/// The same, filling pgvector's column from `$6`, each vector's text (NULL
+/// for one too long for pgvector).
+const INSERT_VECTORS_EMBEDDED: &str = "INSERT INTO memory_vectors (namespace, path, key, field, vector, embedding) \
+     SELECT n, p, k, f, b, CAST(e AS vector) \
+     FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[]) AS u(n, p, k, f, b, e) \
+     ON CONFLICT (namespace, path, key, field) DO UPDATE SET vector = excluded.vector, embedding = excluded.embedding";
 
 /// Moves the expiry of the live items named that have a time to live.
 pub async fn touch(conn: &mut PgConnection, touch: &ItemsTouch, offset: i64) -> Result<(), sqlx::Error> {
@@ -225,16 +248,65 @@ pub async fn get(
 }
 
 /// A search's page: without a query, the live items under the prefix in
-/// item order, chunk by chunk until the page is full; with one, every such
-/// item with its vectors, in address order (the collector orders them).
-pub async fn search(conn: &mut PgConnection, q: &ItemsQuery, offset: i64) -> Result<Vec<Hit>, sqlx::Error> {
+/// item order, chunk by chunk until the page is full; with one, the items
+/// pgvector's index finds nearest (`index`, when it covers the query's
+/// length) if they fill the page, else every such item with its vectors,
+/// in address order (the collector orders them).
+pub async fn search(
+    conn: &mut PgConnection,
+    q: &ItemsQuery,
+    offset: i64,
+    index: Option<&VectorIndex>,
+) -> Result<Searched, sqlx::Error> {
     let mut collector = Collector::new(q);
-    if collector.wants_vectors() {
-        scored(conn, q, offset, &mut collector).await?;
-    } else {
+    if !collector.wants_vectors() {
         ordered(conn, q, offset, &mut collector).await?;
+        return Ok(Searched { hits: collector.page(), scan: Scan::Ordered });
     }
-    Ok(collector.page())
+    let len = q.query.as_ref().map_or(0, Vec::len);
+    if index.is_some_and(|index| index.covers(len))
+        && let Some(candidates) = vectors::candidates(conn, q, collector.room()).await?
+    {
+        offer_items(conn, &q.namespace, &candidates, offset, &mut collector).await?;
+        if collector.holds_page() {
+            return Ok(Searched { hits: collector.page(), scan: Scan::Index });
+        }
+        collector = Collector::new(q);
+    }
+    scored(conn, q, offset, &mut collector).await?;
+    Ok(Searched { hits: collector.page(), scan: Scan::Exact })
+}
+
+/// Offers the live items at `addresses` with their vectors.
+async fn offer_items(
+    conn: &mut PgConnection,
+    namespace: &str,
+    addresses: &[(Path, String)],
+    offset: i64,
+    collector: &mut Collector<'_>,
+) -> Result<(), sqlx::Error> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS}, {VECTORS} FROM memory_items i \
+         JOIN UNNEST($2::text[], $3::text[]) AS u(p, k) ON i.path = u.p AND i.key = u.k \
+         WHERE i.namespace = $1 AND (i.expires_at_ns IS NULL OR i.expires_at_ns > {DB_NOW_NS} + $4)"
+    )))
+    .bind(namespace)
+    .bind(addresses.iter().map(|(p, _)| p.as_str()).collect::<Vec<&str>>())
+    .bind(addresses.iter().map(|(_, k)| k.as_str()).collect::<Vec<&str>>())
+    .bind(offset)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &rows {
+        let (next, vectors) = scored_item(row)?;
+        collector.offer(next, vectors.iter().map(Vec::as_slice));
+    }
+    Ok(())
+}
+
+/// An item row with its vectors (`VECTORS`).
+fn scored_item(row: &PgRow) -> Result<(StoredItem, Vec<Vec<f32>>), sqlx::Error> {
+    let vectors = row.try_get::<Vec<Vec<u8>>, _>("vectors")?.iter().map(|b| Vector::values_of(b)).collect();
+    Ok((item(row)?, vectors))
 }
 
 /// Offers the items under the prefix in item order until the page is full.
@@ -289,9 +361,8 @@ async fn scored(
     collector: &mut Collector<'_>,
 ) -> Result<(), sqlx::Error> {
     let sql = format!(
-        "SELECT {COLUMNS}, ARRAY(SELECT v.vector FROM memory_vectors v \
-                  WHERE v.namespace = i.namespace AND v.path = i.path AND v.key = i.key) AS vectors \
-         FROM memory_items i WHERE {} AND (i.path, i.key) > ($5, $6) ORDER BY i.path, i.key LIMIT $7",
+        "SELECT {COLUMNS}, {VECTORS} FROM memory_items i WHERE {} AND (i.path, i.key) > ($5, $6) \
+         ORDER BY i.path, i.key LIMIT $7",
         under()
     );
     let mut after = (String::new(), String::new());
@@ -307,9 +378,7 @@ async fn scored(
             .fetch_all(&mut *conn)
             .await?;
         for row in &rows {
-            let next = item(row)?;
-            let vectors: Vec<Vec<f32>> =
-                row.try_get::<Vec<Vec<u8>>, _>("vectors")?.iter().map(|b| Vector::values_of(b)).collect();
+            let (next, vectors) = scored_item(row)?;
             after = (next.path.as_str().to_owned(), next.key.clone());
             collector.offer(next, vectors.iter().map(Vec::as_slice));
         }

@@ -36,6 +36,7 @@ mod migrate;
 mod open;
 mod records;
 mod session;
+mod vectors;
 pub mod waits;
 
 use self::batch::Conn;
@@ -46,7 +47,7 @@ use super::sql::{self, DB_NOW_NS, Dialect, TURN};
 use super::{DbError, Error, ExpiredQuery, IdleQuery, NotCommitted, Options, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
-use crate::domain::memory::search::Hit;
+use crate::domain::memory::search::Searched;
 use crate::domain::memory::{ItemsQuery, Path, StoredItem};
 use crate::domain::model::{ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
 use crate::domain::records::{RecordEntry, RecordQuery};
@@ -120,6 +121,8 @@ pub struct PostgresStore {
     /// Where LISTEN connects: the store's URL, another given for it, or
     /// nowhere (behind a pooler without one: the poll finds settlements).
     listen: Option<PgConnectOptions>,
+    /// pgvector: whether puts fill `embedding`, which lengths searches index.
+    vectors: vectors::Vectors,
 }
 
 impl PostgresStore {
@@ -137,6 +140,7 @@ impl PostgresStore {
         // another sidecar's migration is bounded by --migration-lock-timeout-ms,
         // and their statements (an index built over a large table) by nothing.
         migrate::migrate(&options, &session, store.migration_lock_timeout).await?;
+        let vectors = vectors::prepare(&options, &session, &store.postgres.vector_index_dims).await?;
         let listen = listen_options(&options, store, &session).await?;
         let options = session.connect_options(options);
         open::check_settings_hold(&options, &session).await?;
@@ -162,7 +166,7 @@ impl PostgresStore {
             .await
             .map_err(DbError::sqlx)?;
         let (clock, waiting) = (store.clock.clone(), Arc::default());
-        Ok(PostgresStore { pool, clock, waiting, options, failed_at, opened, session, listen })
+        Ok(PostgresStore { pool, clock, waiting, options, failed_at, opened, session, listen, vectors })
     }
 
     /// A unit of work: a pooled connection, or behind a pooler a
@@ -188,19 +192,24 @@ impl PostgresStore {
     /// tokens from a counter row, which the one-statement keys path does not.
     async fn run_batch(&self, batch: &[Write], recorded_at: UnixNanos) -> Result<crate::store::batch::Ran, Error> {
         let mut conn = self.acquire().await?;
-        let (clock, portable) = (&self.clock, self.session.portable());
+        let (clock, portable, embedding) = (&self.clock, self.session.portable(), self.vectors.embedding);
         if !self.session.pooled() {
             if !portable && keys::applies(batch) {
                 return keys::run(&mut conn, clock, batch).await;
             }
             if !crate::store::batch::needs_transaction(batch) {
                 // One statement, atomic and durable by itself, in one round trip.
-                return crate::store::batch::run(&mut Conn { conn: &mut conn, clock, portable }, batch, recorded_at)
-                    .await;
+                return crate::store::batch::run(
+                    &mut Conn { conn: &mut conn, clock, portable, embedding },
+                    batch,
+                    recorded_at,
+                )
+                .await;
             }
         }
         let mut tx = self.session.begin(&mut conn).await.map_err(DbError::sqlx)?;
-        let ran = crate::store::batch::run(&mut Conn { conn: &mut tx, clock, portable }, batch, recorded_at).await?;
+        let ran = crate::store::batch::run(&mut Conn { conn: &mut tx, clock, portable, embedding }, batch, recorded_at)
+            .await?;
         tx.commit().await.map_err(DbError::sqlx)?;
         Ok(ran)
     }
@@ -394,9 +403,11 @@ impl Store for PostgresStore {
         Ok(items)
     }
 
-    async fn search_items(&self, q: &ItemsQuery) -> Result<Vec<Hit>, Error> {
+    async fn search_items(&self, q: &ItemsQuery) -> Result<Searched, Error> {
         let mut unit = self.unit().await?;
-        let hits = memory::search(&mut unit, q, self.clock.offset()).await.map_err(DbError::sqlx)?;
+        let hits = memory::search(&mut unit, q, self.clock.offset(), self.vectors.index.as_ref())
+            .await
+            .map_err(DbError::sqlx)?;
         unit.done().await?;
         Ok(hits)
     }

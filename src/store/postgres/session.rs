@@ -102,6 +102,7 @@ impl Session {
             profile: if portable { PostgresProfile::Portable } else { PostgresProfile::Standard },
             pooler: if pooled { Pooler::Transaction } else { Pooler::None },
             listen_url: None,
+            vector_index_dims: Vec::new(),
         };
         let timeout = std::time::Duration::from_secs(5);
         Session::new(&postgres, timeout, timeout)

@@ -8,7 +8,7 @@ use rusqlite::types::ToSql;
 use rusqlite::{Connection, Row};
 
 use super::exec::{execute_numbered, query_numbered};
-use crate::domain::memory::search::{Collector, Hit};
+use crate::domain::memory::search::{Collector, Scan, Searched};
 use crate::domain::memory::{Final, ItemPut, ItemsQuery, ItemsTouch, Order, Path, StoredItem, Vector};
 use crate::domain::model::UnixNanos;
 
@@ -164,7 +164,7 @@ pub fn get(
 /// A search's page: without a query, the live items under the prefix in
 /// item order until the page is full; with one, every such item with its
 /// vectors, in address order (the collector orders them).
-pub fn search(conn: &Connection, q: &ItemsQuery, now: UnixNanos) -> rusqlite::Result<Vec<Hit>> {
+pub fn search(conn: &Connection, q: &ItemsQuery, now: UnixNanos) -> rusqlite::Result<Searched> {
     let mut collector = Collector::new(q);
     let (low, high) = (q.prefix.as_str(), q.prefix.upper());
     let values: [&dyn ToSql; 4] = [&q.namespace, &low, &high, &now];
@@ -179,7 +179,7 @@ pub fn search(conn: &Connection, q: &ItemsQuery, now: UnixNanos) -> rusqlite::Re
             let Some(row) = rows.next()? else { break };
             collector.offer(item(row)?, std::iter::empty());
         }
-        return Ok(collector.page());
+        return Ok(Searched { hits: collector.page(), scan: Scan::Ordered });
     }
     let sql = format!(
         "SELECT {COLUMNS_I}, v.vector FROM memory_items i LEFT JOIN memory_vectors v \
@@ -203,7 +203,7 @@ pub fn search(conn: &Connection, q: &ItemsQuery, now: UnixNanos) -> rusqlite::Re
     if let Some((held, vectors)) = current {
         collector.offer(held, vectors.iter().map(Vec::as_slice));
     }
-    Ok(collector.page())
+    Ok(Searched { hits: collector.page(), scan: Scan::Exact })
 }
 
 /// The distinct paths under `prefix` that hold live items.

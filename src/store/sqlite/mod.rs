@@ -30,7 +30,7 @@ use super::sql::{self, Dialect, TURN};
 use super::{Error, ExpiredQuery, IdleQuery, NotCommitted, Store, Write, Written};
 use crate::domain::clock::{Clock, system_now};
 use crate::domain::keys::KeyRecord;
-use crate::domain::memory::search::Hit;
+use crate::domain::memory::search::Searched;
 use crate::domain::memory::{ItemsQuery, Path, StoredItem};
 use crate::domain::model::{ListTurnsQuery, RestoreQuery, StoredCheckpoint, TurnStatus, TurnSummary, UnixNanos};
 use crate::domain::records::{RecordEntry, RecordQuery};
@@ -218,7 +218,7 @@ impl Store for SqliteStore {
         self.read(move |conn| memory::get(conn, &namespace, &addresses, now).map_err(sqlite)).await
     }
 
-    async fn search_items(&self, q: &ItemsQuery) -> Result<Vec<Hit>, Error> {
+    async fn search_items(&self, q: &ItemsQuery) -> Result<Searched, Error> {
         let (q, now) = (q.clone(), self.clock.now());
         self.read(move |conn| memory::search(conn, &q, now).map_err(sqlite)).await
     }

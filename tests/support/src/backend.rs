@@ -92,7 +92,7 @@ impl TestStore {
         };
         let pooler = if self.0.pooled.is_some() { Pooler::Transaction } else { Pooler::None };
         let listen_url = self.0.pooled.as_ref().map(|_| self.url());
-        PostgresMode { profile, pooler, listen_url }
+        PostgresMode { profile, pooler, listen_url, vector_index_dims: vector_index_dims() }
     }
 
     /// `postgres_mode` as the binary's flags.
@@ -110,6 +110,17 @@ impl TestStore {
             flags.extend(["--postgres-listen-url".to_owned(), direct]);
         }
         flags
+    }
+
+    /// `postgres_mode`'s vector index lengths as the binary's environment,
+    /// which a test's own `--postgres-vector-index-dims` overrides.
+    pub fn postgres_env(&self) -> Vec<(String, String)> {
+        let dims = vector_index_dims();
+        if !matches!(self.0.database, Database::Postgres { .. }) || dims.is_empty() {
+            return Vec::new();
+        }
+        let dims: Vec<String> = dims.iter().map(u32::to_string).collect();
+        vec![("STEPWELL_POSTGRES_VECTOR_INDEX_DIMS".to_owned(), dims.join(","))]
     }
 
     /// A store on a given database, e.g. on a private cluster.
@@ -301,4 +312,17 @@ pub fn with_database(url: &str, name: &str) -> String {
         Some(query) => format!("{host_part}/{name}?{query}"),
         None => format!("{host_part}/{name}"),
     }
+}
+
+/// The vector lengths a Postgres sidecar indexes with pgvector:
+/// STEPWELL_TEST_VECTOR_INDEX_DIMS (comma-separated; the pgvector lane sets
+/// it to the lengths the memory suite's vectors have, so that its searches
+/// go through the index), none by default.
+pub fn vector_index_dims() -> Vec<u32> {
+    let Some(text) = crate::setting("STEPWELL_TEST_VECTOR_INDEX_DIMS") else { return Vec::new() };
+    text.split(',')
+        .map(|d| {
+            d.trim().parse().unwrap_or_else(|_| panic!("STEPWELL_TEST_VECTOR_INDEX_DIMS={text:?}: give lengths, 3,768"))
+        })
+        .collect()
 }

@@ -386,6 +386,7 @@ impl SidecarProcessBuilder {
             .env("STEPWELL_ADMIN_LISTEN", &self.admin_listen)
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .envs(self.store.postgres_env())
             .envs(self.env.iter().map(|(key, value)| (key, value)))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
