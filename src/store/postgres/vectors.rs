@@ -85,30 +85,36 @@ pub fn text(values: &[f32]) -> String {
 /// column is there (another sidecar made it), which its puts then fill.
 pub(super) async fn prepare(base: &PgConnectOptions, session: &Session, dims: &[u32]) -> Result<Vectors, Error> {
     let mut conn = PgConnection::connect_with(&session.bare_options(base)).await.map_err(DbError::sqlx)?;
-    if dims.is_empty() || !extension(&mut conn).await.map_err(DbError::sqlx)? {
-        let embedding = has_column(&mut conn).await.map_err(DbError::sqlx)?;
-        conn.close().await.map_err(DbError::sqlx)?;
+    let vectors = prepare_on(&mut conn, session, dims).await.map_err(DbError::sqlx)?;
+    conn.close().await.map_err(DbError::sqlx)?;
+    Ok(vectors)
+}
+
+/// `prepare` on `conn`, in one transaction even when it only reads: behind
+/// a pooler in transaction mode, a statement's two round trips reach the
+/// same server session only inside one.
+async fn prepare_on(conn: &mut PgConnection, session: &Session, dims: &[u32]) -> Result<Vectors, sqlx::Error> {
+    let mut tx = session.begin(conn).await?;
+    if !dims.is_empty() {
+        sqlx::raw_sql(PREPARE_LOCK).execute(&mut *tx).await?;
+    }
+    if dims.is_empty() || !extension(&mut tx).await? {
+        let embedding = has_column(&mut tx).await?;
+        tx.commit().await?;
         return Ok(Vectors { embedding, index: None });
     }
-    let mut tx = session.begin(&mut conn).await.map_err(DbError::sqlx)?;
-    sqlx::raw_sql(PREPARE_LOCK).execute(&mut *tx).await.map_err(DbError::sqlx)?;
-    sqlx::raw_sql("SET LOCAL statement_timeout = 0").execute(&mut *tx).await.map_err(DbError::sqlx)?;
-    sqlx::raw_sql("ALTER TABLE memory_vectors ADD COLUMN IF NOT EXISTS embedding vector")
-        .execute(&mut *tx)
-        .await
-        .map_err(DbError::sqlx)?;
-    let filled = backfill(&mut tx).await.map_err(DbError::sqlx)?;
+    sqlx::raw_sql("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
+    sqlx::raw_sql("ALTER TABLE memory_vectors ADD COLUMN IF NOT EXISTS embedding vector").execute(&mut *tx).await?;
+    let filled = backfill(&mut tx).await?;
     for d in dims {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE INDEX IF NOT EXISTS memory_vectors_hnsw_{d} ON memory_vectors \
              USING hnsw ((embedding::vector({d})) vector_cosine_ops) WHERE vector_dims(embedding) = {d}"
         )))
         .execute(&mut *tx)
-        .await
-        .map_err(DbError::sqlx)?;
+        .await?;
     }
-    tx.commit().await.map_err(DbError::sqlx)?;
-    conn.close().await.map_err(DbError::sqlx)?;
+    tx.commit().await?;
     tracing::info!(dims = ?dims, backfilled = filled, "memory searches use pgvector's approximate indexes");
     Ok(Vectors { embedding: true, index: Some(VectorIndex { dims: dims.iter().copied().collect() }) })
 }
@@ -127,6 +133,7 @@ async fn has_column(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
 
 /// Whether the `vector` extension is in the database, creating it when the
 /// server has it; a role that may not create it leaves the store exact.
+/// `conn` is in a transaction.
 async fn extension(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
     let (installed, available): (bool, bool) = sqlx::query_as(
         "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'vector'), \
@@ -137,11 +144,13 @@ async fn extension(conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
     if installed || !available {
         return Ok(installed);
     }
-    match sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS vector").execute(&mut *conn).await {
-        Ok(_) => Ok(true),
+    // In a savepoint: a refusal must not abort the transaction it runs in.
+    let mut savepoint = conn.begin().await?;
+    match sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS vector").execute(&mut *savepoint).await {
+        Ok(_) => savepoint.commit().await.map(|()| true),
         Err(sqlx::Error::Database(e)) => {
             tracing::warn!(error = %e, "pgvector is available but could not be created; memory searches stay exact");
-            Ok(false)
+            savepoint.rollback().await.map(|()| false)
         }
         Err(e) => Err(e),
     }
