@@ -450,37 +450,7 @@ fn writes(args: &ServeArgs, errors: &mut Errors) -> WriterConfig {
 /// The request limits, each default within its maximum, and a message large
 /// enough for the largest state or result.
 fn limits(args: &ServeArgs, errors: &mut Errors) -> Limits {
-    let needed = args.state_bytes_max.max(args.result_bytes_max) + limits::MESSAGE_OVERHEAD_BYTES;
-    if args.message_bytes_max < needed {
-        errors.add(
-            "message-bytes-max",
-            format!("{} leaves no room for a full state or result; use at least {needed}", args.message_bytes_max),
-        );
-    }
-    if args.body_buffer_bytes_max < args.message_bytes_max {
-        errors.add(
-            "body-buffer-bytes-max",
-            format!("{} is below --message-bytes-max {}", args.body_buffer_bytes_max, args.message_bytes_max),
-        );
-    }
-    if args.lease_default > args.lease_max {
-        errors.add(
-            "lease-default-seconds",
-            format!("{:?} is above --lease-max-seconds {:?}", args.lease_default, args.lease_max),
-        );
-    }
-    if args.retention_default > args.retention_max {
-        errors.add(
-            "retention-default-seconds",
-            format!("{:?} is above --retention-max-seconds {:?}", args.retention_default, args.retention_max),
-        );
-    }
-    if args.page_size_default > args.page_size_max {
-        errors.add(
-            "page-size-default",
-            format!("{} is above --page-size-max {}", args.page_size_default, args.page_size_max),
-        );
-    }
+    check_limits(args, errors);
     Limits {
         state_bytes_max: args.state_bytes_max,
         result_bytes_max: args.result_bytes_max,
@@ -512,5 +482,41 @@ fn limits(args: &ServeArgs, errors: &mut Errors) -> Limits {
         },
         await_timeout_max: args.await_timeout_max,
         awaits_max: args.awaits_max,
+    }
+}
+
+/// Refuses limits that contradict each other: a default above its maximum,
+/// a message too small for the largest state or result.
+fn check_limits(args: &ServeArgs, errors: &mut Errors) {
+    let needed = args.state_bytes_max.max(args.result_bytes_max) + limits::MESSAGE_OVERHEAD_BYTES;
+    if args.message_bytes_max < needed {
+        errors.add(
+            "message-bytes-max",
+            format!("{} leaves no room for a full state or result; use at least {needed}", args.message_bytes_max),
+        );
+    }
+    if args.body_buffer_bytes_max < args.message_bytes_max {
+        errors.add(
+            "body-buffer-bytes-max",
+            format!("{} is below --message-bytes-max {}", args.body_buffer_bytes_max, args.message_bytes_max),
+        );
+    }
+    if args.lease_default > args.lease_max {
+        errors.add(
+            "lease-default-seconds",
+            format!("{:?} is above --lease-max-seconds {:?}", args.lease_default, args.lease_max),
+        );
+    }
+    if args.retention_default > args.retention_max {
+        errors.add(
+            "retention-default-seconds",
+            format!("{:?} is above --retention-max-seconds {:?}", args.retention_default, args.retention_max),
+        );
+    }
+    if args.page_size_default > args.page_size_max {
+        errors.add(
+            "page-size-default",
+            format!("{} is above --page-size-max {}", args.page_size_default, args.page_size_max),
+        );
     }
 }
