@@ -1,4 +1,9 @@
-"""stepwell for Google's Agent Development Kit: a durable session service.
+"""stepwell for Google's Agent Development Kit: durable session and memory services.
+
+:class:`StepwellMemoryService`, an ADK ``BaseMemoryService`` on stepwell's
+MemoryService, lives in :mod:`stepwell._adk_memory` (its docstring has the
+layout, decision record 0047) and is re-exported here, imported at first use.
+The rest of this docstring is the session service's.
 
 :class:`StepwellSessionService` is an ADK ``BaseSessionService`` that keeps
 sessions, their events and their ``app:``/``user:``/session state in
@@ -49,9 +54,8 @@ no NUL; an event at most the sidecar's ``--record-bytes-max``.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import quote
 
 try:
@@ -76,11 +80,24 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     ) from exc
 
 from ._common import finish_mutation as _finish
+from ._owned import OwnedClient
 from .aio import AsyncClient
 from .errors import RecordExists, RecordNotFound
 from .v1 import records_pb2 as rec
 
-__all__ = ["EVENT_KIND", "SESSION_KIND", "STATE_KIND", "StepwellSessionService"]
+if TYPE_CHECKING:
+    from ._adk_memory import StepwellMemoryService
+
+__all__ = ["EVENT_KIND", "SESSION_KIND", "STATE_KIND", "StepwellMemoryService", "StepwellSessionService"]
+
+
+def __getattr__(name: str) -> Any:
+    """``StepwellMemoryService`` (:mod:`stepwell._adk_memory`), imported at first use."""
+    if name == "StepwellMemoryService":
+        from ._adk_memory import StepwellMemoryService
+
+        return StepwellMemoryService
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 SESSION_KIND = "adk-session"
 EVENT_KIND = "adk-event"
@@ -155,7 +172,7 @@ def _merge(app: Dict[str, Any], user: Dict[str, Any], session: Dict[str, Any]) -
     return merged
 
 
-class StepwellSessionService(BaseSessionService):
+class StepwellSessionService(OwnedClient, BaseSessionService):
     """An ADK session service whose sessions live in stepwell.
 
     ``StepwellSessionService(client=AsyncClient(...))`` uses a client you own
@@ -172,52 +189,16 @@ class StepwellSessionService(BaseSessionService):
     def __init__(
         self, client: Optional[AsyncClient] = None, *, namespace: Optional[str] = None, timeout: Optional[float] = None
     ) -> None:
-        self._client = client
-        self._factory: Optional[Callable[[], AsyncClient]] = None
-        self._owns_client = False
-        self._namespace = namespace
-        self.timeout = timeout
+        self._use_client(client, namespace, timeout)
 
     @classmethod
     def from_address(cls, target: str, *, namespace: str = "default", **client_kwargs: Any) -> "StepwellSessionService":
         """A service with its own :class:`stepwell.AsyncClient` of ``target``
         (``client_kwargs`` go to it: ``token``, ``tls``, ``timeout``, ...)."""
         service = cls(namespace=namespace)
-        service._factory = functools.partial(AsyncClient, target, namespace=namespace, **client_kwargs)
-        service._owns_client = True
-        return service
-
-    @property
-    def client(self) -> AsyncClient:
-        if self._client is None:
-            if self._factory is None:
-                raise ValueError("StepwellSessionService needs a client (or use StepwellSessionService.from_address)")
-            self._client = self._factory()
-        return self._client
-
-    @property
-    def namespace(self) -> str:
-        if self._namespace is not None:
-            return self._namespace
-        return (self._client.namespace if self._client is not None else "") or "default"
-
-    async def close(self) -> None:
-        """Closes the client if the service made it; a client passed in stays open."""
-        if self._owns_client and self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
-
-    async def __aenter__(self) -> "StepwellSessionService":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+        return service._make_client(target, namespace, client_kwargs)
 
     # -- record calls ----------------------------------------------------------
-
-    async def _call(self, method_name: str, request: Any) -> Any:
-        client = self.client
-        return await client._call(getattr(client.record_stub, method_name), request, self.timeout)
 
     async def _put(self, records: List[rec.Record]) -> None:
         await self._call("PutRecords", rec.PutRecordsRequest(namespace=self.namespace, records=records))

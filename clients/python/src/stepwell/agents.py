@@ -60,6 +60,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     ) from exc
 
 from ._common import finish_mutation as _finish
+from ._owned import OwnedClient
 from .aio import AsyncClient
 from .client import Client
 from .errors import RecordExists, StepwellError
@@ -154,7 +155,7 @@ def _runs(records: List[rec.Record]) -> List[List[rec.Record]]:
     return runs
 
 
-class StepwellSession:
+class StepwellSession(OwnedClient):
     """An OpenAI Agents SDK session stored in stepwell.
 
     ``StepwellSession(session_id, client=AsyncClient(...))`` uses a client you
@@ -188,11 +189,7 @@ class StepwellSession:
         self.session_settings = (
             coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
         )
-        self.timeout = timeout
-        self._client = client
-        self._factory: Optional[Callable[[], AsyncClient]] = None
-        self._owns_client = False
-        self._namespace = namespace
+        self._use_client(client, namespace, timeout)
 
     @classmethod
     def from_address(
@@ -209,40 +206,7 @@ class StepwellSession:
         ``retry``, ...). The client is made at the first call, inside the
         event loop that runs the agent, so the session may be built outside it."""
         session = cls(session_id, namespace=namespace, session_settings=session_settings)
-        session._factory = functools.partial(AsyncClient, target, namespace=namespace, **client_kwargs)
-        session._owns_client = True
-        return session
-
-    @property
-    def client(self) -> AsyncClient:
-        """The client the session calls (made now if the session makes its own)."""
-        if self._client is None:
-            if self._factory is None:
-                raise ValueError("StepwellSession needs a client (or use StepwellSession.from_address)")
-            self._client = self._factory()
-        return self._client
-
-    @property
-    def namespace(self) -> str:
-        if self._namespace is not None:
-            return self._namespace
-        return (self._client.namespace if self._client is not None else "") or "default"
-
-    async def close(self) -> None:
-        """Closes the client if the session made it; a client passed in stays open."""
-        if self._owns_client and self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
-
-    async def __aenter__(self) -> "StepwellSession":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    async def _call(self, method_name: str, request: Any) -> Any:
-        client = self.client
-        return await client._call(getattr(client.record_stub, method_name), request, self.timeout)
+        return session._make_client(target, namespace, client_kwargs)
 
     def _list_request(self, page_size: int, page_token: str = "", id: str = "") -> rec.ListRecordsRequest:
         return rec.ListRecordsRequest(
