@@ -24,7 +24,7 @@ async fn start() -> (Sidecar, Clock) {
     let server = Sidecar::builder()
         .configure(|config| {
             config.store.clock = clock.clone();
-            // The test purges itself, and the sidecar's sweeper stays out of it.
+            // The test purges itself; the sidecar's sweeper passes only as it starts.
             config.sweep.interval = Duration::from_secs(24 * 3600);
         })
         .start()
@@ -100,7 +100,10 @@ async fn an_expired_item_is_listed_nowhere_replaced_whole_and_swept() {
     let mut config = Config::for_database(server.store().database());
     config.store.clock = clock.clone();
     let swept = store::open(&config.store).await.expect("the store opens");
-    assert_eq!(swept.purge_expired(1000).await.expect("purged"), 1);
+    // The sidecar's own sweeper makes its first pass as it starts, which a
+    // busy machine may delay until now: either pass removes the item, once.
+    assert!(swept.purge_expired(1000).await.expect("purged") <= 1);
+    assert_eq!(swept.purge_expired(1000).await.expect("purged again"), 0, "nothing is left to purge");
     let inspect = server.store().inspect().await;
     assert_eq!((inspect.count("memory_items").await, inspect.count("memory_vectors").await), (2, 0));
 }
