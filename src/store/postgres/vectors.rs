@@ -212,10 +212,17 @@ pub(super) async fn candidates(
     }
     let d = query.len();
     let mut tx = conn.begin().await?;
-    sqlx::query("SELECT set_config('hnsw.ef_search', $1, true)")
-        .bind(wanted.clamp(EF_SEARCH_MIN, CANDIDATES_MAX).to_string())
-        .execute(&mut *tx)
-        .await?;
+    // The planner cannot estimate `vector_dims(embedding) = d` (it guesses
+    // 0.5% of the rows) and then prefers scoring every row to the index;
+    // with sorting and sequential scans off for this transaction, the index
+    // is the only plan that gives the order.
+    sqlx::query(
+        "SELECT set_config('hnsw.ef_search', $1, true), set_config('enable_seqscan', 'off', true), \
+                set_config('enable_sort', 'off', true)",
+    )
+    .bind(wanted.clamp(EF_SEARCH_MIN, CANDIDATES_MAX).to_string())
+    .execute(&mut *tx)
+    .await?;
     let rows: Vec<(String, String)> = sqlx::query_as(AssertSqlSafe(format!(
         "SELECT path, key FROM memory_vectors \
          WHERE vector_dims(embedding) = {d} AND namespace = $1 AND path >= $2 AND ($3::text IS NULL OR path < $3) \
@@ -228,7 +235,9 @@ pub(super) async fn candidates(
     .bind(wanted as i64)
     .fetch_all(&mut *tx)
     .await?;
-    tx.commit().await?;
+    // It only read: rolling back (a savepoint, behind a pooler) also undoes
+    // the settings, which the rest of the search must not run under.
+    tx.rollback().await?;
     let mut seen = std::collections::HashSet::with_capacity(rows.len());
     let found = rows.into_iter().filter(|row| seen.insert(row.clone())).map(|(p, k)| (Path::from_stored(p), k));
     Ok(Some(found.collect()))
