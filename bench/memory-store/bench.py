@@ -8,7 +8,8 @@ fresh store and: puts N items of D dimensions into one namespace (16
 concurrent aput calls; puts/s over the whole load, each put's latency),
 then searches it for a window by filter alone (`{"group": g}`, limit 10)
 and for a window by vector (a query near one of the corpus's clusters,
-limit 10), p50 and p99 of each. Every system then answers the same query
+limit 10), p50 and p99 of each; a Postgres system's database is vacuumed
+and analysed between its load and its searches. Every system then answers the same query
 set once more, and recall@10 is each answer's overlap with the exact top
 ten, computed here from the same vectors.
 
@@ -45,7 +46,7 @@ from stepwell.langgraph import AsyncStepwellStore
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import (  # noqa: E402 (the shared harness is found through the path set above)
-    Meter, Sidecar, Window, create_database, drop_databases, fmt, fmt_spread, line_of, log, measure,
+    Meter, Sidecar, Window, create_database, database_url, drop_databases, fmt, fmt_spread, line_of, log, measure,
     package_versions, postmaster_pid, remove_round_files, report_footer, rotation, run_and_report, run_header,
     spread, summarize_rounds, target,
 )
@@ -119,6 +120,19 @@ class Round:
         self.sidecars[tag] = s
         s.wait_ready()
         return s
+
+    def settle(self, system: str, size: int) -> None:
+        """VACUUM ANALYZE of a Postgres system's database after its load, so
+        that its searches are measured in steady state, not beside
+        autovacuum's first pass over a fresh HNSW index."""
+        suffix = {"stepwell-postgres": "stepwell", BASELINE: "pgstore"}.get(system)
+        if suffix is None:
+            return
+        import psycopg
+
+        name = f"msbench_{os.getpid()}_{self.index}_{size}_{suffix}"
+        with psycopg.connect(database_url(self.args.postgres_url, name), autocommit=True) as c:
+            c.execute("VACUUM ANALYZE")
 
     def close(self) -> None:
         for s in self.sidecars.values():
@@ -242,6 +256,7 @@ async def one_system(rnd: Round, system: str, size: int, corpus: Corpus, exact: 
         puts = await load(store, size, meter)
         samples.append({**base, "point": f"put@{size}", **puts})
         log(line_of(samples[-1], ("sidecar", "postgres", "python")))
+        rnd.settle(system, size)
         samples.append({**base, "point": f"filter@{size}",
                         **await search_window(store, corpus, meter, rnd.args, "filter", {})})
         log(line_of(samples[-1], ("sidecar", "postgres", "python")))
