@@ -23,8 +23,9 @@ use crate::store::Error;
 /// Vectors one approximate search asks the index for at most (pgvector's
 /// largest `hnsw.ef_search`).
 const CANDIDATES_MAX: usize = 1000;
-/// The search breadth below which the index is not asked to go.
-const EF_SEARCH_MIN: usize = 100;
+/// The search breadth below which the index is not asked to go: at 100,
+/// tight clusters (tests/it/pgvector.rs) came back at recall@10 0.8.
+const EF_SEARCH_MIN: usize = 400;
 /// Rows one backfill statement converts.
 const BACKFILL_CHUNK: i64 = 512;
 /// The transaction lock that serialises sidecars preparing the column and
