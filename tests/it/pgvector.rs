@@ -24,7 +24,17 @@ const SEARCHES: &str = "stepwell_memory_searches_total";
 
 /// Seeded vectors in clusters, as embeddings of related texts are.
 fn vectors(rng: &mut Rng, count: usize, dims: usize) -> Vec<Vec<f32>> {
-    let centres: Vec<Vec<f32>> = (0..8).map(|_| (0..dims).map(|_| unit(rng)).collect()).collect();
+    let centres = clusters(rng, dims);
+    near(rng, &centres, count)
+}
+
+/// The centres of eight clusters.
+fn clusters(rng: &mut Rng, dims: usize) -> Vec<Vec<f32>> {
+    (0..8).map(|_| (0..dims).map(|_| unit(rng)).collect()).collect()
+}
+
+/// `count` vectors, each near one of `centres`.
+fn near(rng: &mut Rng, centres: &[Vec<f32>], count: usize) -> Vec<Vec<f32>> {
     (0..count)
         .map(|_| {
             let centre = &centres[rng.below(centres.len())];
@@ -130,10 +140,12 @@ async fn searches_of_an_indexed_length_take_the_index_and_keep_exact_scores_and_
     let server = server.spawn().await;
     assert!(has_index(&store, 16).await, "the sidecar made the extension and the index of length 16");
     let mut rng = Rng::from_env("STEPWELL_PGVECTOR_SEED");
-    let stored = vectors(&mut rng, 3000, 16);
+    // Queries are about what is stored, as an agent's are: near its clusters.
+    let centres = clusters(&mut rng, 16);
+    let stored = near(&mut rng, &centres, 3000);
     let mut client = server.memory();
     put_vectors(&mut client, "docs", &stored).await;
-    let queries = vectors(&mut rng, 40, 16);
+    let queries = near(&mut rng, &centres, 40);
     let mut found = 0;
     for query in &queries {
         found += check(&search(&mut client, "docs", query, "", 10).await, &stored, query);
@@ -172,7 +184,8 @@ async fn a_page_the_candidates_cannot_fill_is_answered_exactly() {
 async fn vectors_stored_before_the_index_are_filled_in_and_found() {
     let store = TestStore::new().await;
     let mut rng = Rng::from_env("STEPWELL_PGVECTOR_SEED");
-    let stored = vectors(&mut rng, 1200, 8);
+    let centres = clusters(&mut rng, 8);
+    let stored = near(&mut rng, &centres, 1200);
     let exact = Sidecar::builder().store(&store).configure(|c| c.store.postgres.vector_index_dims = Vec::new()).start();
     let exact = exact.await;
     put_vectors(&mut exact.memory(), "docs", &stored).await;
@@ -191,7 +204,7 @@ async fn vectors_stored_before_the_index_are_filled_in_and_found() {
         .expect("count the vectors without an embedding");
     assert_eq!(unfilled, 0, "every vector stored before was filled in");
     let mut client = server.memory();
-    let queries = vectors(&mut rng, 20, 8);
+    let queries = near(&mut rng, &centres, 20);
     let mut found = 0;
     for query in &queries {
         found += check(&search(&mut client, "docs", query, "", 10).await, &stored, query);
